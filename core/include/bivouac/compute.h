@@ -1,0 +1,96 @@
+/* The compute plugin kind: kernels on one kind of hardware. All buffers are host float32,
+ * row-major, owned by the caller; kernels never allocate per call (STYLE.md). A kernel
+ * given the same inputs, seed and thread count returns bit-identical outputs. */
+#ifndef BIVOUAC_COMPUTE_H
+#define BIVOUAC_COMPUTE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "bivouac/error.h"
+#include "bivouac/options.h"
+#include "bivouac/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct bv_compute bv_compute; /* one backend instance (owns its thread pool) */
+
+/* Result of a masked softmax cross-entropy. */
+typedef struct bv_xent_result {
+    double loss_sum; /* sum over counted rows of -log p[label] */
+    int64_t count;   /* rows counted (mask set and label >= 0) */
+    int64_t correct; /* counted rows whose argmax equals the label */
+} bv_xent_result;
+
+typedef struct bv_adam_params {
+    float lr;
+    float beta1;
+    float beta2;
+    float eps;
+    float weight_decay; /* 0: none */
+    bool decoupled;     /* true: AdamW (p -= lr*wd*p); false: L2 (g += wd*p) as Kipf's GCN */
+    int64_t step;       /* 1-based step number t, for bias correction */
+} bv_adam_params;
+
+typedef struct bv_compute_ops {
+    /* lifecycle: create reads the validated options (e.g. threads) and starts the pool;
+     * destroy joins every thread. */
+    bv_compute *(*create)(const bv_opts *opts, bv_error *err);
+    void (*destroy)(bv_compute *c);
+    int (*num_threads)(const bv_compute *c);
+
+    /* C[m x n] = alpha * op(A) * op(B) + beta * C; op(A) is m x k, op(B) is k x n. */
+    void (*gemm)(bv_compute *c, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                 float alpha, const float *a, int64_t lda, const float *b, int64_t ldb,
+                 float beta, float *cm, int64_t ldc);
+
+    /* Sparse times dense over a range of rows (one vertex interval):
+     *   y[(i - row_begin) * f + j] = sum_e a.values[e] * x[a.colidx[e] * f + j]
+     * for row_begin <= i < row_end. values NULL means weight 1. Backward of
+     * y = A x is dx = A^T dy: call spmm on the transpose (bv_csr_transpose). */
+    void (*spmm)(bv_compute *c, const bv_csr *a, int64_t row_begin, int64_t row_end,
+                 const float *x, int64_t f, float *y);
+
+    /* y = max(x, 0). x and y may alias. */
+    void (*relu_forward)(bv_compute *c, int64_t n, const float *x, float *y);
+    /* dx = dy where y > 0 else 0, using the forward output y. dy and dx may alias. */
+    void (*relu_backward)(bv_compute *c, int64_t n, const float *y, const float *dy, float *dx);
+
+    /* Inverted dropout with a counter-based mask: element i (global index offset + i) is
+     * kept iff hash(seed, stream, offset + i) >= p, and kept values are scaled by 1/(1-p).
+     * The mask is recomputed in backward, never stored, so any split of the rows into
+     * intervals, and any thread count, gives the same mask. x and y may alias. */
+    void (*dropout_forward)(bv_compute *c, int64_t n, float p, uint64_t seed, uint64_t stream,
+                            uint64_t offset, const float *x, float *y);
+    void (*dropout_backward)(bv_compute *c, int64_t n, float p, uint64_t seed,
+                             uint64_t stream, uint64_t offset, const float *dy, float *dx);
+
+    /* Row-wise softmax cross-entropy over n rows of k logits. A row counts when
+     * (mask == NULL || mask[i]) && labels[i] >= 0. If dlogits != NULL it receives
+     * grad_scale * (softmax - onehot) for counted rows and 0 for the others. */
+    void (*softmax_xent)(bv_compute *c, int64_t n, int64_t k, const float *logits,
+                         const int32_t *labels, const uint8_t *mask, float grad_scale,
+                         float *dlogits, bv_xent_result *out);
+
+    /* One Adam step over n parameters; m and v are the moment buffers. */
+    void (*adam_step)(bv_compute *c, int64_t n, float *param, const float *grad, float *m,
+                      float *v, const bv_adam_params *p);
+
+    /* y[r, :] += bias for each of rows rows of cols. */
+    void (*add_bias)(bv_compute *c, int64_t rows, int64_t cols, const float *bias, float *y);
+    /* dbias[j] (+)= sum_r dy[r, j]; accumulate selects += instead of =. */
+    void (*bias_backward)(bv_compute *c, int64_t rows, int64_t cols, const float *dy,
+                          float *dbias, bool accumulate);
+    /* y += alpha * x */
+    void (*axpy)(bv_compute *c, int64_t n, float alpha, const float *x, float *y);
+    /* sum of x[i]^2, accumulated in double */
+    double (*sum_squares)(bv_compute *c, int64_t n, const float *x);
+} bv_compute_ops;
+
+#ifdef __cplusplus
+}
+#endif
+#endif

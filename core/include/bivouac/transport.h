@@ -1,0 +1,54 @@
+/* The transport plugin kind: moves two-part messages (a header and a payload) between
+ * roles. It knows nothing of their meaning; the core's wire protocol (wire.h) builds and
+ * validates frames. Addresses are URLs: inproc://name, ipc:///path, tcp://host:port. */
+#ifndef BIVOUAC_TRANSPORT_H
+#define BIVOUAC_TRANSPORT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "bivouac/error.h"
+#include "bivouac/options.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct bv_transport bv_transport; /* one per process (e.g. the zmq context) */
+typedef struct bv_endpoint bv_endpoint;   /* an inbox (bound) or an outbox (connected) */
+
+/* A received message. Buffers stay valid until release. */
+typedef struct bv_msg {
+    void *header;
+    size_t header_len;
+    void *payload;
+    size_t payload_len;
+    void *impl; /* the transport's own bookkeeping */
+} bv_msg;
+
+#define BV_TIMEOUT_FOREVER (-1)
+
+typedef struct bv_transport_ops {
+    bv_transport *(*create)(const bv_opts *opts, bv_error *err);
+    void (*destroy)(bv_transport *t); /* all endpoints must be closed first */
+
+    /* An inbox that many senders may connect to (fan-in). */
+    bv_endpoint *(*bind)(bv_transport *t, const char *address, bv_error *err);
+    /* An outbox to one bound inbox. Sends to an inproc inbox bound later are queued. */
+    bv_endpoint *(*connect)(bv_transport *t, const char *address, bv_error *err);
+
+    /* Sends header + payload as one message (copies both). Blocks while the queue is full. */
+    bv_status (*send)(bv_endpoint *ep, const void *header, size_t header_len,
+                      const void *payload, size_t payload_len, bv_error *err);
+    /* Receives one message. timeout_ms < 0 waits forever. A timeout returns
+     * BV_ERR_IO with "timeout" in the message and msg untouched. */
+    bv_status (*recv)(bv_endpoint *ep, bv_msg *msg, int timeout_ms, bv_error *err);
+    void (*release)(bv_msg *msg);
+
+    void (*close)(bv_endpoint *ep);
+} bv_transport_ops;
+
+#ifdef __cplusplus
+}
+#endif
+#endif
