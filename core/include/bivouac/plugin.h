@@ -71,6 +71,15 @@ typedef struct bv_plugin {
  * static const descriptor: no allocation, no threads, no CPU-feature probing. */
 typedef const bv_plugin *(*bv_plugin_entry_fn)(void);
 
+/* Defines the entry symbol (with its prototype, for -Wmissing-prototypes):
+ *   BV_PLUGIN_ENTRY(compute, cpu, cpu_plugin)  ->  bv_compute_cpu_plugin() */
+#define BV_PLUGIN_ENTRY(kind_, name_, descriptor_)                                       \
+    BV_PLUGIN_EXPORT const bv_plugin *bv_##kind_##_##name_##_plugin(void);               \
+    BV_PLUGIN_EXPORT const bv_plugin *bv_##kind_##_##name_##_plugin(void)                \
+    {                                                                                    \
+        return &(descriptor_);                                                           \
+    }
+
 const char *bv_plugin_kind_name(bv_plugin_kind kind); /* "model", "compute", ... */
 
 #ifdef __cplusplus

@@ -46,6 +46,13 @@ typedef struct bv_transport_ops {
     void (*release)(bv_msg *msg);
 
     void (*close)(bv_endpoint *ep);
+
+    /* ---- appended slots: the core checks ops_size before using one ---- */
+
+    /* Optional (may be NULL). The address an inbox actually listens on, with wildcards
+     * resolved (bind "tcp://127.0.0.1:*" -> "tcp://127.0.0.1:41237"); for an outbox, the
+     * address it connects to. Valid until close. */
+    const char *(*bound_address)(bv_endpoint *ep);
 } bv_transport_ops;
 
 #ifdef __cplusplus

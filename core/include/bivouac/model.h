@@ -1,0 +1,109 @@
+/* The model plugin kind, for the graph engine (Dorylus §3, SAGA-NN).
+ *
+ * A graph model is a chain of stages over vertex arrays. A TENSOR stage is per-vertex
+ * neural work (ApplyVertex: the weights, activations, dropout) that the engine runs as
+ * tasks on vertex intervals on tensor workers, which are stateless: they get the input
+ * rows and the weights and return the output rows. A GATHER stage is graph work (GA:
+ * aggregation over in-edges with the normalised adjacency) that runs on the graph server;
+ * its backward (∇GA) aggregates over the reversed edges. Scatter is the graph server
+ * storing a task's output rows where the next stage reads them. The last stage's rows are
+ * the logits; the model's loss task turns them into the loss and their gradient, and the
+ * engine then runs the stages backwards (∇AV on tensor workers, ∇GA on the graph server)
+ * and sends weight gradients to the parameter server for WeightUpdate.
+ *
+ * GCN (Kipf & Welling) as stages: AV0 = dropout(X) W0, GA0 = Â·, AV1 = dropout(relu(.)) W1,
+ * GA1 = Â·. (AV before GA is the same maths as GA before AV for a linear map, and moves
+ * far fewer bytes when the hidden width is smaller than the input width.)
+ */
+#ifndef BIVOUAC_MODEL_H
+#define BIVOUAC_MODEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "bivouac/compute.h"
+#include "bivouac/error.h"
+#include "bivouac/options.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct bv_model bv_model;
+
+typedef enum bv_stage_kind {
+    BV_STAGE_TENSOR = 1, /* ApplyVertex on a tensor worker */
+    BV_STAGE_GATHER = 2  /* Gather with the GCN-normalised adjacency on the graph server */
+} bv_stage_kind;
+
+typedef struct bv_stage {
+    bv_stage_kind kind;
+    const char *name; /* "AV0", "GA0", ... for logs and metrics */
+    int64_t in_dim;   /* floats per vertex in */
+    int64_t out_dim;  /* floats per vertex out (GATHER: == in_dim) */
+    /* TENSOR only: does backward need the gradient of the input? false for the first
+     * stage (the features), which saves the engine a whole ∇GA. */
+    bool needs_input_grad;
+} bv_stage;
+
+typedef enum bv_init { BV_INIT_ZEROS = 0, BV_INIT_GLOROT_UNIFORM = 1 } bv_init;
+
+typedef struct bv_param_spec {
+    const char *name; /* "W0" */
+    int64_t rows;
+    int64_t cols;
+    bool weight_decay; /* does train.weight_decay apply to it (GCN: first layer only) */
+    bv_init init;
+} bv_param_spec;
+
+/* What the model is built for. */
+typedef struct bv_graph_shape {
+    int64_t num_nodes;
+    int64_t num_features;
+    int32_t num_classes;
+} bv_graph_shape;
+
+/* Everything a task needs besides its rows. */
+typedef struct bv_task_ctx {
+    const bv_compute_ops *k;
+    bv_compute *compute;
+    uint64_t seed;     /* run seed */
+    int64_t epoch;     /* 0-based; with seed, selects the dropout masks */
+    bool training;     /* dropout on */
+    int64_t row_begin; /* first vertex of the interval */
+    int64_t rows;      /* vertices in the interval */
+    int64_t num_nodes; /* all vertices (for global dropout indices) */
+    float *const *params; /* current weights, in param_spec order */
+} bv_task_ctx;
+
+typedef struct bv_model_ops {
+    bv_model *(*create)(const bv_opts *opts, const bv_graph_shape *shape, bv_error *err);
+    void (*destroy)(bv_model *m);
+
+    size_t (*param_count)(const bv_model *m);
+    const bv_param_spec *(*param)(const bv_model *m, size_t i);
+    size_t (*stage_count)(const bv_model *m);
+    const bv_stage *(*stage)(const bv_model *m, size_t i);
+
+    /* TENSOR stage forward on ctx->rows rows: in is rows x in_dim, out rows x out_dim. */
+    bv_status (*tensor_forward)(bv_model *m, size_t stage, const bv_task_ctx *ctx,
+                                const float *in, float *out, bv_error *err);
+    /* Backward of a TENSOR stage: given in, out (the forward output) and dout, writes din
+     * (NULL when !needs_input_grad) and ADDS this interval's weight gradients into
+     * dparams (param_spec order, same shapes). Tasks may recompute forward values
+     * (rematerialisation) rather than keep them. */
+    bv_status (*tensor_backward)(bv_model *m, size_t stage, const bv_task_ctx *ctx,
+                                 const float *in, const float *out, const float *dout,
+                                 float *din, float *const *dparams, bv_error *err);
+    /* The loss task on the last stage's rows (logits): counted rows are those with
+     * mask[i] set and label >= 0. If dout != NULL it receives grad_scale * dLoss/dlogits. */
+    bv_status (*loss)(bv_model *m, const bv_task_ctx *ctx, const float *logits,
+                      const int32_t *labels, const uint8_t *mask, float grad_scale,
+                      float *dout, bv_xent_result *res, bv_error *err);
+} bv_model_ops;
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,447 @@
+/* `bivouac run`: validate, load the data, train (once or for --repeat seeds), write
+ * DIR/metrics.jsonl, DIR/result.json, and print a one-line summary. */
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "bivouac/graph.h"
+#include "bivouac/log.h"
+#include "cli.h"
+#include "config.h"
+#include "experiment.h"
+#include "json_out.h"
+#include "registry.h"
+#include "train_graph.h"
+
+#define MAX_OVERRIDES 256
+
+typedef struct run_args {
+    const char *experiment;
+    char *overrides[MAX_OVERRIDES];
+    size_t noverrides;
+    const char *out;
+    const char *resume;
+    long long seed; /* -1: train.seed */
+    long long repeat;
+    int quiet;
+} run_args;
+
+static int mkdir_p(const char *path)
+{
+    char buf[4096];
+    snprintf(buf, sizeof buf, "%s", path);
+    for (char *p = buf + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+            return -1;
+        *p = '/';
+    }
+    return (mkdir(buf, 0755) == 0 || errno == EEXIST) ? 0 : -1;
+}
+
+static int parse_count(const char *flag, const char *text, long long min, long long *out)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(text, &end, 10);
+    if (!*text || *end || errno || v < min)
+        return bv_cli_fail(BV_EXIT_USAGE, "%s needs an integer >= %lld, got '%s'", flag, min,
+                           text);
+    *out = v;
+    return 0;
+}
+
+static int parse_args(int argc, char **argv, run_args *a, bool allow_run_flags)
+{
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i];
+        const char *val = i + 1 < argc ? argv[i + 1] : NULL;
+        bool takes_value = !strcmp(arg, "-s") || !strcmp(arg, "--set") ||
+                           !strcmp(arg, "--out") || !strcmp(arg, "--seed") ||
+                           !strcmp(arg, "--repeat") || !strcmp(arg, "--resume");
+        if (takes_value && !val)
+            return bv_cli_fail(BV_EXIT_USAGE, "%s needs a value", arg);
+        if (!strcmp(arg, "-s") || !strcmp(arg, "--set")) {
+            if (a->noverrides == MAX_OVERRIDES)
+                return bv_cli_fail(BV_EXIT_USAGE, "too many -s overrides");
+            a->overrides[a->noverrides++] = argv[++i];
+        } else if (allow_run_flags && !strcmp(arg, "--out")) {
+            a->out = argv[++i];
+        } else if (allow_run_flags && !strcmp(arg, "--seed")) {
+            if (parse_count(arg, argv[++i], 0, &a->seed))
+                return BV_EXIT_USAGE;
+        } else if (allow_run_flags && !strcmp(arg, "--repeat")) {
+            if (parse_count(arg, argv[++i], 1, &a->repeat))
+                return BV_EXIT_USAGE;
+        } else if (allow_run_flags && !strcmp(arg, "--resume")) {
+            a->resume = argv[++i];
+        } else if (allow_run_flags && (!strcmp(arg, "--quiet") || !strcmp(arg, "-q"))) {
+            a->quiet = 1;
+        } else if (arg[0] == '-') {
+            return bv_cli_fail(BV_EXIT_USAGE, "unknown option '%s' (see bivouac --help)", arg);
+        } else if (!a->experiment) {
+            a->experiment = arg;
+        } else {
+            return bv_cli_fail(BV_EXIT_USAGE, "unexpected argument '%s'", arg);
+        }
+    }
+    return 0;
+}
+
+/* DIR/run.yaml records how the run was started, so --resume can start it again. */
+static int write_run_file(const char *dir, const char *experiment, const run_args *a,
+                          unsigned long long seed)
+{
+    char path[4200], tmp[4300];
+    snprintf(path, sizeof path, "%s/run.yaml", dir);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    char *abs = realpath(experiment, NULL);
+    bv_node *root = NULL;
+    bv_diag d;
+    bv_diag_init(&d);
+    /* Built as YAML text through the config module's emitter, so quoting is right. */
+    char buf[64];
+    snprintf(buf, sizeof buf, "seed=%llu", seed);
+    bv_config_load_string("{}", "run.yaml", &root, &d);
+    int rc = root ? 0 : -1;
+    if (!rc) {
+        char *set = malloc(strlen(abs ? abs : experiment) + 16);
+        sprintf(set, "experiment=%s", abs ? abs : experiment);
+        /* values that look like YAML flow would be parsed; paths never start with [ or { */
+        rc |= bv_config_override(root, set, &d) != BV_OK;
+        rc |= bv_config_override(root, buf, &d) != BV_OK;
+        free(set);
+        for (size_t i = 0; i < a->noverrides && !rc; i++) {
+            char key[64];
+            snprintf(key, sizeof key, "overrides.o%04zu=", i);
+            char *set2 = malloc(strlen(key) + strlen(a->overrides[i]) + 4);
+            sprintf(set2, "%s%s", key, a->overrides[i]);
+            rc |= bv_config_override(root, set2, &d) != BV_OK;
+            free(set2);
+        }
+    }
+    char *text = rc ? NULL : bv_node_to_yaml(root);
+    FILE *f = text ? fopen(tmp, "w") : NULL;
+    if (f) {
+        fputs(text, f);
+        rc = fclose(f) != 0 || rename(tmp, path) != 0;
+    } else {
+        rc = -1;
+    }
+    free(text);
+    free(abs);
+    bv_node_free(root);
+    bv_diag_free(&d);
+    return rc;
+}
+
+static int read_run_file(const char *dir, run_args *a, char **experiment, bv_node **keep)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/run.yaml", dir);
+    bv_diag d;
+    bv_diag_init(&d);
+    bv_node *root = NULL;
+    if (bv_config_load_file(path, &root, &d) != BV_OK) {
+        bv_cli_print_diag(&d);
+        bv_diag_free(&d);
+        return bv_cli_fail(BV_EXIT_USAGE, "%s is not a bivouac run directory", dir);
+    }
+    bv_diag_free(&d);
+    const bv_node *exp = bv_node_get(root, "experiment");
+    const bv_node *seed = bv_node_get(root, "seed");
+    if (!exp || exp->kind != BV_NODE_SCALAR || !seed || seed->kind != BV_NODE_SCALAR) {
+        bv_node_free(root);
+        return bv_cli_fail(BV_EXIT_USAGE, "%s: missing 'experiment' or 'seed'", path);
+    }
+    *experiment = exp->scalar;
+    a->seed = strtoll(seed->scalar, NULL, 10);
+    const bv_node *ov = bv_node_get(root, "overrides");
+    for (size_t i = 0; ov && ov->kind == BV_NODE_MAP && i < ov->count; i++)
+        if (a->noverrides < MAX_OVERRIDES)
+            a->overrides[a->noverrides++] = ov->items[i]->scalar;
+    *keep = root;
+    return 0;
+}
+
+static void write_run_fields(FILE *f, const bv_run_result *r, unsigned long long seed)
+{
+    fprintf(f, "\"seed\": %llu, \"epochs\": %lld, \"best_epoch\": %lld, ", seed,
+            (long long)r->epochs, (long long)r->best_epoch);
+    fputs("\"best_val_accuracy\": ", f);
+    bv_json_number(f, r->best_val_accuracy);
+    fputs(", \"val_accuracy\": ", f);
+    bv_json_number(f, r->val_accuracy);
+    fputs(", \"test_accuracy\": ", f);
+    bv_json_number(f, r->test_accuracy);
+    fputs(", \"train_loss\": ", f);
+    bv_json_number(f, r->train_loss);
+    fputs(", \"val_loss\": ", f);
+    bv_json_number(f, r->val_loss);
+    fputs(", \"wall_seconds\": ", f);
+    bv_json_number(f, r->wall_seconds);
+    fprintf(f, ", \"params_crc32c\": \"%08llx\", \"stop_reason\": ",
+            (unsigned long long)r->params_hash);
+    bv_json_string(f, r->stop_reason);
+}
+
+static int write_result(const char *dir, const bv_experiment *x, const bv_run_result *runs,
+                        const unsigned long long *seeds, long long n)
+{
+    char path[4200], tmp[4300];
+    snprintf(path, sizeof path, "%s/result.json", dir);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    if (!f)
+        return -1;
+    fputs("{\"model\": ", f);
+    bv_json_string(f, x->model.plugin->name);
+    fputs(", \"dataset\": ", f);
+    bv_json_string(f, x->dataset_label);
+    fputs(", \"experiment\": ", f);
+    bv_json_string(f, x->name);
+    fputs(", ", f);
+    if (n == 1) {
+        write_run_fields(f, &runs[0], seeds[0]);
+    } else {
+        double mean[4] = {0}, wall = 0, sq = 0;
+        for (long long i = 0; i < n; i++) {
+            mean[0] += runs[i].test_accuracy;
+            mean[1] += runs[i].best_val_accuracy;
+            mean[2] += (double)runs[i].epochs;
+            mean[3] += runs[i].val_accuracy;
+            wall += runs[i].wall_seconds;
+        }
+        for (int k = 0; k < 4; k++)
+            mean[k] /= (double)n;
+        for (long long i = 0; i < n; i++)
+            sq += (runs[i].test_accuracy - mean[0]) * (runs[i].test_accuracy - mean[0]);
+        fprintf(f, "\"seed\": %llu, \"repeat\": %lld, \"epochs\": ", seeds[0], n);
+        bv_json_number(f, mean[2]);
+        fputs(", \"best_val_accuracy\": ", f);
+        bv_json_number(f, mean[1]);
+        fputs(", \"val_accuracy\": ", f);
+        bv_json_number(f, mean[3]);
+        fputs(", \"test_accuracy\": ", f);
+        bv_json_number(f, mean[0]);
+        fputs(", \"test_accuracy_std\": ", f);
+        bv_json_number(f, sqrt(sq / (double)n));
+        fputs(", \"wall_seconds\": ", f);
+        bv_json_number(f, wall);
+        fputs(", \"runs\": [", f);
+        for (long long i = 0; i < n; i++) {
+            fputs(i ? ", {" : "{", f);
+            write_run_fields(f, &runs[i], seeds[i]);
+            fputc('}', f);
+        }
+        fputc(']', f);
+    }
+    fputs("}\n", f);
+    if (fclose(f) != 0)
+        return -1;
+    return rename(tmp, path);
+}
+
+static int write_experiment_copy(const char *dir, const bv_experiment *x)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/experiment.yaml", dir);
+    char *text = bv_node_to_yaml(x->root);
+    FILE *f = text ? fopen(path, "w") : NULL;
+    int rc = f ? 0 : -1;
+    if (f) {
+        fprintf(f, "# the experiment as run (overrides applied), from %s\n", x->path);
+        fputs(text, f);
+        rc = fclose(f);
+    }
+    free(text);
+    return rc;
+}
+
+static void default_out_dir(const bv_experiment *x, char *buf, size_t len)
+{
+    time_t t = time(NULL);
+    struct tm tm;
+    localtime_r(&t, &tm);
+    char stamp[32];
+    strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &tm);
+    snprintf(buf, len, "runs/%s-%s", x->name, stamp);
+}
+
+static int train_all(const bv_experiment *x, const bv_graph_dataset *data, const char *out,
+                     const run_args *a, unsigned long long seed0)
+{
+    long long n = a->repeat;
+    bv_run_result *runs = calloc((size_t)n, sizeof *runs);
+    unsigned long long *seeds = calloc((size_t)n, sizeof *seeds);
+    if (!runs || !seeds) {
+        free(runs);
+        free(seeds);
+        return bv_cli_fail(BV_EXIT_FAILED, "out of memory");
+    }
+    const char *kill_env = getenv("BIVOUAC_FAULT_KILL_AFTER_EPOCH");
+    int code = BV_EXIT_OK;
+    for (long long i = 0; i < n && code == BV_EXIT_OK; i++) {
+        seeds[i] = seed0 + (unsigned long long)i;
+        char dir[4200];
+        if (n > 1)
+            snprintf(dir, sizeof dir, "%s/seed-%llu", out, seeds[i]);
+        else
+            snprintf(dir, sizeof dir, "%s", out);
+        if (mkdir_p(dir) != 0) {
+            code = bv_cli_fail(BV_EXIT_FAILED, "cannot create %s: %s", dir, strerror(errno));
+            break;
+        }
+        bv_run_options o = {
+            .out_dir = dir,
+            .seed = seeds[i],
+            .resume = a->resume != NULL,
+            .progress = !a->quiet && isatty(STDERR_FILENO),
+            .kill_after_epoch = kill_env ? strtoll(kill_env, NULL, 10) : 0,
+        };
+        bv_error err = {0};
+        if (bv_train_graph(x, data, &o, &runs[i], &err) != BV_OK) {
+            code = bv_cli_fail(err.status == BV_ERR_INVALID ? BV_EXIT_USAGE : BV_EXIT_FAILED,
+                               "%s", err.msg);
+            break;
+        }
+        if (runs[i].failed)
+            code = bv_cli_fail(BV_EXIT_FAILED, "run stopped: %s", runs[i].stop_reason);
+        if (n > 1) {
+            write_result(dir, x, &runs[i], &seeds[i], 1);
+            if (!a->quiet)
+                printf("seed %llu: test accuracy %.4f (best val %.4f) after %lld epochs, %.2f s\n",
+                       seeds[i], runs[i].test_accuracy, runs[i].best_val_accuracy,
+                       (long long)runs[i].epochs, runs[i].wall_seconds);
+        }
+    }
+    if (code == BV_EXIT_OK || runs[0].epochs > 0) {
+        long long done = 0;
+        while (done < n && runs[done].epochs > 0)
+            done++;
+        if (done > 0 && write_result(out, x, runs, seeds, done) != 0)
+            code = bv_cli_fail(BV_EXIT_FAILED, "cannot write %s/result.json", out);
+        if (code == BV_EXIT_OK) {
+            double mean = 0, sq = 0, wall = 0;
+            for (long long i = 0; i < n; i++) {
+                mean += runs[i].test_accuracy / (double)n;
+                wall += runs[i].wall_seconds;
+            }
+            for (long long i = 0; i < n; i++)
+                sq += (runs[i].test_accuracy - mean) * (runs[i].test_accuracy - mean);
+            if (n == 1)
+                printf("%s on %s: test accuracy %.4f (best val %.4f at epoch %lld), %lld epochs "
+                       "in %.2f s; %s -> %s/result.json\n",
+                       x->model.plugin->name, x->dataset_label, runs[0].test_accuracy,
+                       runs[0].best_val_accuracy, (long long)runs[0].best_epoch,
+                       (long long)runs[0].epochs, wall, runs[0].stop_reason, out);
+            else
+                printf("%s on %s: test accuracy %.4f +- %.4f over %lld seeds in %.2f s -> "
+                       "%s/result.json\n",
+                       x->model.plugin->name, x->dataset_label, mean, sqrt(sq / (double)n), n,
+                       wall, out);
+        }
+    }
+    free(runs);
+    free(seeds);
+    return code;
+}
+
+int bv_cli_run(int argc, char **argv)
+{
+    run_args a = {.seed = -1, .repeat = 1};
+    int rc = parse_args(argc, argv, &a, true);
+    if (rc)
+        return rc;
+    bv_node *run_file = NULL;
+    char *experiment = (char *)a.experiment;
+    if (a.resume) {
+        if (a.experiment || a.noverrides || a.seed >= 0 || a.repeat != 1 || a.out)
+            return bv_cli_fail(BV_EXIT_USAGE, "--resume DIR takes no experiment file, -s, "
+                               "--seed, --repeat or --out: they come from DIR/run.yaml");
+        if ((rc = read_run_file(a.resume, &a, &experiment, &run_file)))
+            return rc;
+        a.out = a.resume;
+    }
+    if (!experiment)
+        return bv_cli_fail(BV_EXIT_USAGE, "run needs an experiment file: bivouac run EXP.yaml");
+
+    bv_registry *reg = bv_registry_new();
+    bv_diag d;
+    bv_diag_init(&d);
+    bv_experiment *x = NULL;
+    int code = BV_EXIT_OK;
+    if (bv_experiment_load(experiment, a.overrides, a.noverrides, reg, &x, &d) != BV_OK) {
+        bv_cli_print_diag(&d);
+        code = BV_EXIT_USAGE;
+    }
+    bv_diag_free(&d);
+    bv_graph_dataset *data = NULL;
+    if (code == BV_EXIT_OK) {
+        bv_error err = {0};
+        if (bv_experiment_load_dataset(x, 0, &data, &err) != BV_OK)
+            code = bv_cli_fail(err.status == BV_ERR_NOMEM ? BV_EXIT_FAILED : BV_EXIT_USAGE, "%s",
+                               err.msg);
+    }
+    if (code == BV_EXIT_OK) {
+        unsigned long long seed =
+            a.seed >= 0 ? (unsigned long long)a.seed : (unsigned long long)bv_opts_int(&x->train, "seed");
+        char out[4096];
+        if (a.out)
+            snprintf(out, sizeof out, "%s", a.out);
+        else
+            default_out_dir(x, out, sizeof out);
+        if (mkdir_p(out) != 0) {
+            code = bv_cli_fail(BV_EXIT_FAILED, "cannot create %s: %s", out, strerror(errno));
+        } else {
+            if (!a.resume && (write_run_file(out, experiment, &a, seed) != 0 ||
+                              write_experiment_copy(out, x) != 0))
+                code = bv_cli_fail(BV_EXIT_FAILED, "cannot write the run files in %s", out);
+            if (code == BV_EXIT_OK)
+                code = train_all(x, data, out, &a, seed);
+        }
+    }
+    bv_graph_free(data);
+    bv_experiment_free(x);
+    bv_registry_free(reg);
+    bv_node_free(run_file);
+    return code;
+}
+
+int bv_cli_check(int argc, char **argv)
+{
+    run_args a = {.seed = -1, .repeat = 1};
+    int rc = parse_args(argc, argv, &a, false);
+    if (rc)
+        return rc;
+    if (!a.experiment)
+        return bv_cli_fail(BV_EXIT_USAGE, "check needs an experiment file: bivouac check EXP.yaml");
+    bv_registry *reg = bv_registry_new();
+    bv_diag d;
+    bv_diag_init(&d);
+    bv_experiment *x = NULL;
+    int code = BV_EXIT_OK;
+    if (bv_experiment_load(a.experiment, a.overrides, a.noverrides, reg, &x, &d) != BV_OK) {
+        bv_cli_print_diag(&d);
+        fprintf(stderr, "%s: %zu error%s\n", a.experiment, d.count, d.count == 1 ? "" : "s");
+        code = BV_EXIT_USAGE;
+    } else {
+        printf("%s: ok (model %s, dataset %s, compute %s, transport %s, %zu resilience "
+               "strateg%s%s)\n",
+               a.experiment, x->model.plugin->name, x->dataset_label, x->compute.plugin->name,
+               x->transport.plugin->name, x->nresilience, x->nresilience == 1 ? "y" : "ies",
+               x->has_policy ? ", policy" : "");
+    }
+    bv_diag_free(&d);
+    bv_experiment_free(x);
+    bv_registry_free(reg);
+    return code;
+}

@@ -1,0 +1,77 @@
+/* bivouac: train deep-learning models on cheap, unreliable compute. Entry point. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+
+static const char usage[] =
+    "usage: bivouac <command> [options]\n"
+    "\n"
+    "commands:\n"
+    "  run EXP.yaml [options]   train the experiment\n"
+    "      -s, --set KEY.PATH=VALUE   override a config value (repeatable)\n"
+    "      --out DIR                  output directory (default runs/<name>-<time>)\n"
+    "      --seed N                   seed (default: train.seed)\n"
+    "      --repeat N                 run N seeds (seed, seed+1, ...); result.json has\n"
+    "                                 the mean and standard deviation\n"
+    "      --resume DIR               continue the run in DIR from its newest good\n"
+    "                                 checkpoint (the experiment file is taken from DIR)\n"
+    "      --quiet                    no progress line\n"
+    "  check EXP.yaml [-s KEY=VALUE]...   validate the experiment; report every error\n"
+    "  plugins [--json]          list the plugins found, their options, and failures\n"
+    "\n"
+    "  --help                    this text\n"
+    "  --version                 print the version\n"
+    "\n"
+    "environment:\n"
+    "  BIVOUAC_DATA_DIR      where `dataset: {name: X}` is looked up (X is a directory)\n"
+    "  BIVOUAC_PLUGIN_PATH   colon-separated directories searched for plugins first\n"
+    "  BIVOUAC_CACHE_DIR     where parsed datasets are cached (default ~/.cache/bivouac)\n"
+    "\n"
+    "exit status: 0 success, 1 the run failed, 2 bad usage or invalid input.\n";
+
+void bv_cli_print_diag(const bv_diag *d)
+{
+    char line[BV_ERROR_MSG_MAX + 512];
+    for (size_t i = 0; i < d->count; i++) {
+        bv_diag_format(d, i, line, sizeof line);
+        fprintf(stderr, "%s\n", line);
+    }
+}
+
+int bv_cli_fail(int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("bivouac: error: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    return code;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fputs(usage, stderr);
+        return BV_EXIT_USAGE;
+    }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) {
+        fputs(usage, stdout);
+        return BV_EXIT_OK;
+    }
+    if (!strcmp(cmd, "--version")) {
+        printf("bivouac %s\n", BIVOUAC_VERSION);
+        return BV_EXIT_OK;
+    }
+    if (!strcmp(cmd, "run"))
+        return bv_cli_run(argc - 1, argv + 1);
+    if (!strcmp(cmd, "check"))
+        return bv_cli_check(argc - 1, argv + 1);
+    if (!strcmp(cmd, "plugins"))
+        return bv_cli_plugins(argc - 1, argv + 1);
+    fprintf(stderr, "bivouac: error: unknown command '%s'\n\n%s", cmd, usage);
+    return BV_EXIT_USAGE;
+}

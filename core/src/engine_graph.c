@@ -1,0 +1,405 @@
+/* The graph engine's coordinator side: lays out parameters and intervals, starts the role
+ * threads, and drives epochs by messages (engine_graph.h). */
+#include "engine_graph.h"
+
+#include <math.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bivouac/log.h"
+#include "engine_graph_internal.h"
+#include "rng.h"
+
+static atomic_int engine_counter;
+
+bv_endpoint *bv_engine_connect(bv_graph_engine *e, const char *addr, bv_error *err)
+{
+    return e->cfg.transport_ops->connect(e->transport, addr, err);
+}
+
+size_t bv_graph_engine_param_floats(const bv_graph_engine *e)
+{
+    return e->param_floats;
+}
+
+/* Waits for a message of `type` on the coordinator's inbox; an ERROR fails. */
+static bv_status coord_wait(bv_graph_engine *e, uint16_t type, bv_role_msg *m, bv_error *err)
+{
+    const bv_transport_ops *t = e->cfg.transport_ops;
+    for (;;) {
+        bv_status st = bv_role_recv(t, e->coord_in, m, BV_TIMEOUT_FOREVER, err);
+        if (st != BV_OK)
+            return st;
+        if (m->wire.type == type)
+            return BV_OK;
+        if (m->wire.type == BV_MSG_ERROR) {
+            bv_error_set(err, BV_ERR_INTERNAL, "%.*s", (int)m->hdr.na, (const char *)m->a);
+            bv_role_release(t, m);
+            return BV_ERR_INTERNAL;
+        }
+        bv_log(BV_LOG_WARN, "coordinator: ignoring message type %u", m->wire.type);
+        bv_role_release(t, m);
+    }
+}
+
+static bv_status engine_layout(bv_graph_engine *e, bv_error *err)
+{
+    const bv_model_ops *mo = e->cfg.model_ops;
+    e->nparams = mo->param_count(e->cfg.model);
+    e->nstages = mo->stage_count(e->cfg.model);
+    if (e->nstages == 0)
+        return bv_error_set(err, BV_ERR_PLUGIN, "the model has no stages");
+    e->params = calloc(e->nparams + 1, sizeof *e->params);
+    e->param_off = calloc(e->nparams + 1, sizeof *e->param_off);
+    e->stages = calloc(e->nstages, sizeof *e->stages);
+    e->interval_begin = calloc((size_t)e->cfg.intervals + 1, sizeof *e->interval_begin);
+    if (!e->params || !e->param_off || !e->stages || !e->interval_begin)
+        return bv_error_set(err, BV_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; i < e->nparams; i++) {
+        e->params[i] = mo->param(e->cfg.model, i);
+        e->param_off[i] = e->param_floats;
+        e->param_floats += (size_t)(e->params[i]->rows * e->params[i]->cols);
+    }
+    int64_t width = e->cfg.data->num_features;
+    for (size_t s = 0; s < e->nstages; s++) {
+        e->stages[s] = mo->stage(e->cfg.model, s);
+        if (e->stages[s]->in_dim != width)
+            return bv_error_set(err, BV_ERR_PLUGIN,
+                                "model stage %s takes %lld values per vertex, but gets %lld",
+                                e->stages[s]->name, (long long)e->stages[s]->in_dim,
+                                (long long)width);
+        width = e->stages[s]->out_dim;
+    }
+    if (width != e->cfg.data->num_classes)
+        return bv_error_set(err, BV_ERR_PLUGIN, "the model's last stage gives %lld values per "
+                            "vertex, the dataset has %d classes", (long long)width,
+                            e->cfg.data->num_classes);
+    int64_t n = e->cfg.data->num_nodes;
+    for (int i = 0; i <= e->cfg.intervals; i++)
+        e->interval_begin[i] = n * i / e->cfg.intervals;
+    return BV_OK;
+}
+
+static bv_status engine_spawn(bv_graph_engine *e, bv_error *err)
+{
+    const bv_transport_ops *t = e->cfg.transport_ops;
+    e->coord_in = t->bind(e->transport, e->addr_coord, err);
+    if (!e->coord_in)
+        return err->status;
+    e->tw_args = calloc((size_t)e->cfg.tensor_workers, sizeof *e->tw_args);
+    if (!e->tw_args)
+        return bv_error_set(err, BV_ERR_NOMEM, "out of memory");
+    if (pthread_create(&e->gs_thread, NULL, bv_graph_server_main, e) != 0)
+        return bv_error_set(err, BV_ERR_INTERNAL, "cannot start the graph server thread");
+    e->gs_started = true;
+    if (pthread_create(&e->ps_thread, NULL, bv_param_server_main, e) != 0)
+        return bv_error_set(err, BV_ERR_INTERNAL, "cannot start the parameter server thread");
+    e->ps_started = true;
+    for (int i = 0; i < e->cfg.tensor_workers; i++) {
+        e->tw_args[i] = (bv_tw_arg){e, i};
+        if (pthread_create(&e->tw_thread[i], NULL, bv_tensor_worker_main, &e->tw_args[i]) != 0)
+            return bv_error_set(err, BV_ERR_INTERNAL, "cannot start tensor worker %d", i);
+        e->tw_started[i] = true;
+    }
+    if (!(e->to_gs = bv_engine_connect(e, e->addr_gs, err)) ||
+        !(e->to_ps = bv_engine_connect(e, e->addr_ps, err)))
+        return err->status;
+    for (int i = 0; i < e->cfg.tensor_workers; i++)
+        if (!(e->to_tw[i] = bv_engine_connect(e, e->addr_tw[i], err)))
+            return err->status;
+    for (int ready = 0; ready < 2 + e->cfg.tensor_workers; ready++) {
+        bv_role_msg m;
+        bv_status st = coord_wait(e, BV_MSG_READY, &m, err);
+        if (st != BV_OK)
+            return st;
+        bv_role_release(t, &m);
+    }
+    return BV_OK;
+}
+
+bv_status bv_graph_engine_start(const bv_graph_engine_cfg *cfg, bv_graph_engine **out,
+                                bv_error *err)
+{
+    *out = NULL;
+    if (cfg->intervals < 1 || cfg->tensor_workers < 1 ||
+        cfg->tensor_workers > BV_MAX_TENSOR_WORKERS)
+        return bv_error_set(err, BV_ERR_INVALID, "bad engine configuration");
+    bv_graph_engine *e = calloc(1, sizeof *e);
+    if (!e)
+        return bv_error_set(err, BV_ERR_NOMEM, "out of memory");
+    e->cfg = *cfg;
+    if (e->cfg.intervals > e->cfg.data->num_nodes)
+        e->cfg.intervals = (int)(e->cfg.data->num_nodes > 0 ? e->cfg.data->num_nodes : 1);
+    int id = atomic_fetch_add(&engine_counter, 1);
+    snprintf(e->addr_coord, BV_ADDR_LEN, "inproc://bv%d-coord", id);
+    snprintf(e->addr_gs, BV_ADDR_LEN, "inproc://bv%d-gs", id);
+    snprintf(e->addr_ps, BV_ADDR_LEN, "inproc://bv%d-ps", id);
+    for (int i = 0; i < cfg->tensor_workers; i++) {
+        snprintf(e->addr_tw[i], BV_ADDR_LEN, "inproc://bv%d-tw%d", id, i);
+        snprintf(e->addr_tw_weights[i], BV_ADDR_LEN, "inproc://bv%d-tw%d-weights", id, i);
+    }
+    bv_status st = engine_layout(e, err);
+    if (st == BV_OK) {
+        e->adj_norm = bv_graph_gcn_norm_adj(cfg->data);
+        e->adj_norm_t = e->adj_norm ? bv_csr_transpose(e->adj_norm) : NULL;
+        if (!e->adj_norm_t)
+            st = bv_error_set(err, BV_ERR_NOMEM, "out of memory for the normalised adjacency");
+    }
+    if (st == BV_OK) {
+        e->transport = cfg->transport_ops->create(cfg->transport_opts, err);
+        if (!e->transport)
+            st = err->status ? err->status : BV_ERR_PLUGIN;
+    }
+    if (st == BV_OK)
+        st = engine_spawn(e, err);
+    if (st != BV_OK) {
+        bv_graph_engine_stop(e);
+        return st;
+    }
+    *out = e;
+    return BV_OK;
+}
+
+void bv_graph_engine_stop(bv_graph_engine *e)
+{
+    if (!e)
+        return;
+    const bv_transport_ops *t = e->cfg.transport_ops;
+    bv_error ignored;
+    /* Roles that started but never connected back still get their SHUTDOWN through a
+     * fresh outbox. */
+    if (e->gs_started) {
+        bv_endpoint *ep = e->to_gs ? e->to_gs : bv_engine_connect(e, e->addr_gs, &ignored);
+        if (ep)
+            bv_role_send(t, ep, BV_MSG_SHUTDOWN, BV_ROLE_COORD, NULL, NULL, 0, NULL, 0, NULL, 0,
+                         &ignored);
+        pthread_join(e->gs_thread, NULL);
+        if (ep)
+            t->close(ep);
+    }
+    if (e->ps_started) {
+        bv_endpoint *ep = e->to_ps ? e->to_ps : bv_engine_connect(e, e->addr_ps, &ignored);
+        if (ep)
+            bv_role_send(t, ep, BV_MSG_SHUTDOWN, BV_ROLE_COORD, NULL, NULL, 0, NULL, 0, NULL, 0,
+                         &ignored);
+        pthread_join(e->ps_thread, NULL);
+        if (ep)
+            t->close(ep);
+    }
+    for (int i = 0; i < e->cfg.tensor_workers; i++) {
+        if (!e->tw_started[i])
+            continue;
+        bv_endpoint *ep = e->to_tw[i] ? e->to_tw[i] : bv_engine_connect(e, e->addr_tw[i], &ignored);
+        if (ep)
+            bv_role_send(t, ep, BV_MSG_SHUTDOWN, BV_ROLE_COORD, NULL, NULL, 0, NULL, 0, NULL, 0,
+                         &ignored);
+        pthread_join(e->tw_thread[i], NULL);
+        if (ep)
+            t->close(ep);
+    }
+    if (e->coord_in)
+        t->close(e->coord_in);
+    if (e->transport)
+        t->destroy(e->transport);
+    bv_csr_free(e->adj_norm);
+    bv_csr_free(e->adj_norm_t);
+    free(e->tw_args);
+    free(e->params);
+    free(e->param_off);
+    free(e->stages);
+    free(e->interval_begin);
+    free(e);
+}
+
+static bv_status send_state(bv_graph_engine *e, const float *w, const float *m, const float *v,
+                            int64_t step, bv_error *err)
+{
+    size_t bytes = e->param_floats * sizeof(float);
+    bv_task_hdr h = {.step = step};
+    bv_status st = bv_role_send(e->cfg.transport_ops, e->to_ps, BV_MSG_SET_STATE, BV_ROLE_COORD,
+                                &h, w, bytes, m, bytes, v, bytes, err);
+    if (st != BV_OK)
+        return st;
+    bv_role_msg reply;
+    st = coord_wait(e, BV_MSG_STEPPED, &reply, err);
+    if (st == BV_OK) {
+        e->version = reply.hdr.version;
+        e->decay_now = reply.hdr.stats[0];
+        bv_role_release(e->cfg.transport_ops, &reply);
+    }
+    return st;
+}
+
+bv_status bv_graph_engine_init_weights(bv_graph_engine *e, bv_error *err)
+{
+    size_t n = e->param_floats + 1;
+    float *w = calloc(n, sizeof *w), *zeros = calloc(n, sizeof *zeros);
+    if (!w || !zeros) {
+        free(w);
+        free(zeros);
+        return bv_error_set(err, BV_ERR_NOMEM, "out of memory");
+    }
+    for (size_t i = 0; i < e->nparams; i++) {
+        const bv_param_spec *p = e->params[i];
+        if (p->init != BV_INIT_GLOROT_UNIFORM)
+            continue;
+        /* Glorot & Bengio 2010, as Kipf's glorot(): U(-r, r), r = sqrt(6 / (in + out)) */
+        double r = sqrt(6.0 / (double)(p->rows + p->cols));
+        bv_rng rng;
+        bv_rng_init(&rng, e->cfg.seed, 1000 + i);
+        float *dst = w + e->param_off[i];
+        for (int64_t j = 0; j < p->rows * p->cols; j++)
+            dst[j] = (float)((2.0 * bv_rng_uniform(&rng) - 1.0) * r);
+    }
+    bv_status st = send_state(e, w, zeros, zeros, 0, err);
+    free(w);
+    free(zeros);
+    return st;
+}
+
+static bv_status add_blob(bv_state *s, const char *prefix, const char *name, const void *data,
+                          size_t size)
+{
+    bv_blob *b = realloc(s->blobs, (s->count + 1) * sizeof *b);
+    if (!b)
+        return BV_ERR_NOMEM;
+    s->blobs = b;
+    b = &s->blobs[s->count];
+    size_t len = strlen(prefix) + strlen(name) + 1;
+    b->name = malloc(len);
+    b->data = malloc(size ? size : 1);
+    if (!b->name || !b->data) {
+        free(b->name);
+        free(b->data);
+        return BV_ERR_NOMEM;
+    }
+    snprintf(b->name, len, "%s%s", prefix, name);
+    memcpy(b->data, data, size);
+    b->size = size;
+    s->count++;
+    return BV_OK;
+}
+
+bv_status bv_graph_engine_get_state(bv_graph_engine *e, bv_state *out, bv_error *err)
+{
+    memset(out, 0, sizeof *out);
+    bv_status st = bv_role_send(e->cfg.transport_ops, e->to_ps, BV_MSG_GET_STATE, BV_ROLE_COORD,
+                                NULL, NULL, 0, NULL, 0, NULL, 0, err);
+    bv_role_msg m;
+    if (st == BV_OK)
+        st = coord_wait(e, BV_MSG_STATE, &m, err);
+    if (st != BV_OK)
+        return st;
+    const uint8_t *arrays[3] = {m.a, m.b, m.c};
+    static const char *const prefixes[3] = {"param/", "adam_m/", "adam_v/"};
+    for (int a = 0; a < 3 && st == BV_OK; a++)
+        for (size_t i = 0; i < e->nparams && st == BV_OK; i++)
+            st = add_blob(out, prefixes[a], e->params[i]->name,
+                          arrays[a] + e->param_off[i] * sizeof(float),
+                          (size_t)(e->params[i]->rows * e->params[i]->cols) * sizeof(float));
+    if (st == BV_OK)
+        st = add_blob(out, "optimizer/", "step", &m.hdr.step, sizeof m.hdr.step);
+    bv_role_release(e->cfg.transport_ops, &m);
+    if (st != BV_OK) {
+        bv_state_free(out);
+        return bv_error_set(err, BV_ERR_NOMEM, "out of memory for the training state");
+    }
+    return BV_OK;
+}
+
+bv_status bv_graph_engine_set_state(bv_graph_engine *e, const bv_state *s, bv_error *err)
+{
+    size_t n = e->param_floats + 1;
+    float *arrays[3] = {calloc(n, sizeof(float)), calloc(n, sizeof(float)),
+                        calloc(n, sizeof(float))};
+    static const char *const prefixes[3] = {"param/", "adam_m/", "adam_v/"};
+    bv_status st = (arrays[0] && arrays[1] && arrays[2])
+                       ? BV_OK
+                       : bv_error_set(err, BV_ERR_NOMEM, "out of memory");
+    for (int a = 0; a < 3 && st == BV_OK; a++) {
+        for (size_t i = 0; i < e->nparams && st == BV_OK; i++) {
+            char name[256];
+            snprintf(name, sizeof name, "%s%s", prefixes[a], e->params[i]->name);
+            const bv_blob *b = bv_state_find(s, name);
+            size_t want = (size_t)(e->params[i]->rows * e->params[i]->cols) * sizeof(float);
+            if (!b || b->size != want)
+                st = bv_error_set(err, BV_ERR_CORRUPT,
+                                  "saved state has no '%s' of %zu bytes (does it belong to "
+                                  "another model?)", name, want);
+            else
+                memcpy(arrays[a] + e->param_off[i], b->data, want);
+        }
+    }
+    const bv_blob *step = bv_state_find(s, "optimizer/step");
+    int64_t step_value = 0;
+    if (st == BV_OK && (!step || step->size != sizeof step_value))
+        st = bv_error_set(err, BV_ERR_CORRUPT, "saved state has no optimizer step");
+    if (st == BV_OK) {
+        memcpy(&step_value, step->data, sizeof step_value);
+        st = send_state(e, arrays[0], arrays[1], arrays[2], step_value, err);
+    }
+    for (int a = 0; a < 3; a++)
+        free(arrays[a]);
+    return st;
+}
+
+static void fill_stats(const double raw[9], double decay_sumsq, bv_epoch_stats *out)
+{
+    for (int s = 0; s < 3; s++) {
+        out->count[s] = (int64_t)raw[3 * s + 1];
+        out->loss[s] = out->count[s] ? raw[3 * s] / (double)out->count[s] : 0.0;
+        out->accuracy[s] = out->count[s] ? raw[3 * s + 2] / (double)out->count[s] : 0.0;
+    }
+    out->decay_sumsq = decay_sumsq;
+}
+
+static bv_status run_pass(bv_graph_engine *e, int64_t epoch, bool training, bv_task_hdr *done,
+                          bv_error *err)
+{
+    bv_task_hdr h = {.epoch = epoch, .training = training, .version = e->version};
+    bv_status st = bv_role_send(e->cfg.transport_ops, e->to_gs, BV_MSG_EPOCH, BV_ROLE_COORD, &h,
+                                NULL, 0, NULL, 0, NULL, 0, err);
+    bv_role_msg m;
+    if (st == BV_OK)
+        st = coord_wait(e, BV_MSG_EPOCH_DONE, &m, err);
+    if (st != BV_OK)
+        return st;
+    *done = m.hdr;
+    bv_role_release(e->cfg.transport_ops, &m);
+    return BV_OK;
+}
+
+bv_status bv_graph_engine_train_epoch(bv_graph_engine *e, int64_t epoch, float lr,
+                                      bv_epoch_stats *stats, bv_error *err)
+{
+    bv_task_hdr done;
+    bv_status st = run_pass(e, epoch, true, &done, err);
+    if (st != BV_OK)
+        return st;
+    bv_task_hdr step = {.epoch = epoch, .lr = lr, .step = done.step};
+    st = bv_role_send(e->cfg.transport_ops, e->to_ps, BV_MSG_STEP, BV_ROLE_COORD, &step, NULL,
+                      0, NULL, 0, NULL, 0, err);
+    bv_role_msg m;
+    if (st == BV_OK)
+        st = coord_wait(e, BV_MSG_STEPPED, &m, err);
+    if (st != BV_OK)
+        return st;
+    e->version = m.hdr.version;
+    e->decay_now = m.hdr.stats[1];
+    fill_stats(done.stats, m.hdr.stats[0], stats); /* decay of the weights the pass used */
+    bv_role_release(e->cfg.transport_ops, &m);
+    return BV_OK;
+}
+
+bv_status bv_graph_engine_evaluate(bv_graph_engine *e, int64_t epoch, bv_epoch_stats *stats,
+                                   bv_error *err)
+{
+    bv_task_hdr done;
+    bv_status st = run_pass(e, epoch, false, &done, err);
+    if (st != BV_OK)
+        return st;
+    fill_stats(done.stats, e->decay_now, stats);
+    return BV_OK;
+}

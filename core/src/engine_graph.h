@@ -1,0 +1,66 @@
+/* The graph engine (Dorylus §3-§4): a coordinator drives epochs; a graph server owns the
+ * graph and the vertex arrays and runs Gather; tensor workers run ApplyVertex and the loss
+ * on vertex intervals; a parameter server owns the weights and runs WeightUpdate (Adam).
+ * Here the roles are threads of one process talking over the transport's inproc
+ * addresses only, so they can be moved into processes without changing this code's
+ * protocol. This version runs the pipeline synchronously (staleness 0): each stage
+ * finishes on every interval before the next starts. */
+#ifndef BIVOUAC_ENGINE_GRAPH_H
+#define BIVOUAC_ENGINE_GRAPH_H
+
+#include <stdint.h>
+
+#include "bivouac/compute.h"
+#include "bivouac/graph.h"
+#include "bivouac/model.h"
+#include "bivouac/resilience.h"
+#include "bivouac/transport.h"
+
+typedef struct bv_graph_engine_cfg {
+    const bv_model_ops *model_ops;
+    bv_model *model;
+    const bv_compute_ops *compute_ops;
+    const bv_opts *compute_opts;
+    const bv_transport_ops *transport_ops;
+    const bv_opts *transport_opts;
+    const bv_graph_dataset *data; /* features already normalised if wanted */
+    uint64_t seed;
+    int intervals;      /* vertex intervals per stage */
+    int tensor_workers; /* tensor worker threads */
+    float beta1, beta2, eps, weight_decay;
+} bv_graph_engine_cfg;
+
+/* Per-split results of one pass: index 0 train, 1 val, 2 test. */
+typedef struct bv_epoch_stats {
+    double loss[3];     /* mean cross-entropy (without weight decay) */
+    double accuracy[3]; /* fraction in [0, 1] */
+    int64_t count[3];
+    double decay_sumsq; /* sum of squares of the weight-decayed params used */
+} bv_epoch_stats;
+
+typedef struct bv_graph_engine bv_graph_engine;
+
+bv_status bv_graph_engine_start(const bv_graph_engine_cfg *cfg, bv_graph_engine **out,
+                                bv_error *err);
+/* Joins every role thread and frees everything. */
+void bv_graph_engine_stop(bv_graph_engine *e);
+
+/* Initial weights (Glorot uniform from the seed), zero Adam moments, step 0. */
+bv_status bv_graph_engine_init_weights(bv_graph_engine *e, bv_error *err);
+/* The parameter server's state as blobs "param/<name>", "adam_m/<name>",
+ * "adam_v/<name>", "optimizer/step"; and back. */
+bv_status bv_graph_engine_get_state(bv_graph_engine *e, bv_state *out, bv_error *err);
+bv_status bv_graph_engine_set_state(bv_graph_engine *e, const bv_state *st, bv_error *err);
+
+/* One training epoch: forward with dropout, loss, backward, WeightUpdate with lr.
+ * stats are those of the training forward pass. */
+bv_status bv_graph_engine_train_epoch(bv_graph_engine *e, int64_t epoch, float lr,
+                                      bv_epoch_stats *stats, bv_error *err);
+/* Forward without dropout over all vertices; loss and accuracy per split. */
+bv_status bv_graph_engine_evaluate(bv_graph_engine *e, int64_t epoch, bv_epoch_stats *stats,
+                                   bv_error *err);
+
+/* Layout of the parameters (shared by the roles). */
+size_t bv_graph_engine_param_floats(const bv_graph_engine *e);
+
+#endif

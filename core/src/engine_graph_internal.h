@@ -1,0 +1,56 @@
+/* State shared by the graph engine's role threads. Each role reads only the immutable
+ * parts (configuration, layout, the dataset it owns) and talks to the others through
+ * the transport. */
+#ifndef BIVOUAC_ENGINE_GRAPH_INTERNAL_H
+#define BIVOUAC_ENGINE_GRAPH_INTERNAL_H
+
+#include <pthread.h>
+
+#include "engine_graph.h"
+#include "role_msg.h"
+
+#define BV_MAX_TENSOR_WORKERS 64
+#define BV_ADDR_LEN 96
+
+struct bv_graph_engine {
+    bv_graph_engine_cfg cfg;
+    bv_transport *transport;
+    /* layout */
+    size_t nparams;
+    const bv_param_spec **params;
+    size_t *param_off; /* float offset of each param in the concatenation */
+    size_t param_floats;
+    size_t nstages;
+    const bv_stage **stages;
+    int64_t *interval_begin; /* intervals + 1 */
+    /* graph server data */
+    bv_csr *adj_norm;   /* Â */
+    bv_csr *adj_norm_t; /* Âᵀ for ∇GA */
+    /* addresses */
+    char addr_coord[BV_ADDR_LEN], addr_gs[BV_ADDR_LEN], addr_ps[BV_ADDR_LEN];
+    char addr_tw[BV_MAX_TENSOR_WORKERS][BV_ADDR_LEN];
+    char addr_tw_weights[BV_MAX_TENSOR_WORKERS][BV_ADDR_LEN];
+    /* coordinator's endpoints (used by the calling thread only) */
+    bv_endpoint *coord_in, *to_gs, *to_ps, *to_tw[BV_MAX_TENSOR_WORKERS];
+    /* threads */
+    pthread_t gs_thread, ps_thread, tw_thread[BV_MAX_TENSOR_WORKERS];
+    struct bv_tw_arg *tw_args; /* one per tensor worker */
+    bool gs_started, ps_started, tw_started[BV_MAX_TENSOR_WORKERS];
+    int64_t version;    /* weights version the PS last reported */
+    double decay_now;   /* sum of squares of the decayed weights, as of that version */
+};
+
+void *bv_graph_server_main(void *engine);
+void *bv_param_server_main(void *engine);
+void *bv_tensor_worker_main(void *tw_arg); /* a bv_tw_arg */
+
+/* Tensor workers get their engine through this (set before threads start). */
+typedef struct bv_tw_arg {
+    bv_graph_engine *engine;
+    int index;
+} bv_tw_arg;
+
+/* Opens an outbox or fails the role with a message to the coordinator. */
+bv_endpoint *bv_engine_connect(bv_graph_engine *e, const char *addr, bv_error *err);
+
+#endif

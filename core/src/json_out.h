@@ -1,0 +1,12 @@
+/* Writing JSON by hand, safely: string escaping and numbers that parse back. */
+#ifndef BIVOUAC_JSON_OUT_H
+#define BIVOUAC_JSON_OUT_H
+
+#include <stdio.h>
+
+/* Writes s as a JSON string literal, quotes included. */
+void bv_json_string(FILE *f, const char *s);
+/* Writes a finite double with 10 significant digits, or null. */
+void bv_json_number(FILE *f, double v);
+
+#endif

@@ -1,0 +1,241 @@
+/* Parameter server role: owns the weights and the Adam moments; serves weights to tensor
+ * workers (PULL), collects their gradients (GRADS), and on STEP sums them in a fixed
+ * (stage, interval) order and applies Adam (WeightUpdate), so the result does not depend
+ * on the order in which gradients arrived. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "bivouac/log.h"
+#include "engine_graph_internal.h"
+
+typedef struct pending_grad {
+    int32_t stage;
+    int32_t interval;
+    bv_role_msg msg;
+} pending_grad;
+
+typedef struct param_server {
+    bv_graph_engine *e;
+    const bv_transport_ops *t;
+    bv_endpoint *inbox, *to_coord;
+    bv_endpoint *to_tw[BV_MAX_TENSOR_WORKERS];
+    bv_compute *compute;
+    float *w, *m, *v, *g;
+    int64_t step;
+    int64_t version;
+    pending_grad *pending;
+    size_t npending, cap;
+} param_server;
+
+static int compare_pending(const void *a, const void *b)
+{
+    const pending_grad *x = a, *y = b;
+    if (x->stage != y->stage)
+        return x->stage < y->stage ? -1 : 1;
+    return (x->interval > y->interval) - (x->interval < y->interval);
+}
+
+static double decayed_sumsq(const param_server *ps)
+{
+    const bv_graph_engine *e = ps->e;
+    double s = 0;
+    for (size_t i = 0; i < e->nparams; i++)
+        if (e->params[i]->weight_decay)
+            s += e->cfg.compute_ops->sum_squares(ps->compute,
+                                                 e->params[i]->rows * e->params[i]->cols,
+                                                 ps->w + e->param_off[i]);
+    return s;
+}
+
+static bv_status ps_keep_grad(param_server *ps, bv_role_msg *m, bv_error *err)
+{
+    if (m->hdr.na != ps->e->param_floats * sizeof(float))
+        return bv_error_set(err, BV_ERR_CORRUPT, "gradient message has %llu bytes, expected %zu",
+                            (unsigned long long)m->hdr.na, ps->e->param_floats * sizeof(float));
+    if (ps->npending == ps->cap) {
+        size_t cap = ps->cap ? ps->cap * 2 : 16;
+        pending_grad *p = realloc(ps->pending, cap * sizeof *p);
+        if (!p)
+            return bv_error_set(err, BV_ERR_NOMEM, "out of memory for gradients");
+        ps->pending = p;
+        ps->cap = cap;
+    }
+    pending_grad *p = &ps->pending[ps->npending++];
+    p->stage = m->hdr.stage;
+    p->interval = m->hdr.interval;
+    p->msg = *m; /* ownership moves here */
+    memset(m, 0, sizeof *m);
+    return BV_OK;
+}
+
+static bv_status ps_serve_pull(param_server *ps, const bv_role_msg *m, bv_error *err)
+{
+    int32_t tw = m->hdr.reply_to;
+    if (tw < 0 || tw >= ps->e->cfg.tensor_workers)
+        return bv_error_set(err, BV_ERR_CORRUPT, "pull from unknown tensor worker %d", tw);
+    bv_task_hdr h = {.version = ps->version};
+    return bv_role_send(ps->t, ps->to_tw[tw], BV_MSG_WEIGHTS, BV_ROLE_PS, &h, ps->w,
+                        ps->e->param_floats * sizeof(float), NULL, 0, NULL, 0, err);
+}
+
+/* WeightUpdate: waits for `expected` gradient messages, reduces, applies Adam. */
+static bv_status ps_step(param_server *ps, const bv_task_hdr *cmd, bv_error *err)
+{
+    bv_graph_engine *e = ps->e;
+    while ((int64_t)ps->npending < cmd->step) {
+        bv_role_msg m;
+        bv_status st = bv_role_recv(ps->t, ps->inbox, &m, BV_TIMEOUT_FOREVER, err);
+        if (st != BV_OK)
+            return st;
+        if (m.wire.type == BV_MSG_GRADS)
+            st = ps_keep_grad(ps, &m, err);
+        else if (m.wire.type == BV_MSG_PULL)
+            st = ps_serve_pull(ps, &m, err);
+        else
+            st = bv_error_set(err, BV_ERR_INTERNAL, "parameter server: message %u during a step",
+                              m.wire.type);
+        bv_role_release(ps->t, &m);
+        if (st != BV_OK)
+            return st;
+    }
+    qsort(ps->pending, ps->npending, sizeof *ps->pending, compare_pending);
+    memset(ps->g, 0, e->param_floats * sizeof(float));
+    for (size_t i = 0; i < ps->npending; i++) {
+        e->cfg.compute_ops->axpy(ps->compute, (int64_t)e->param_floats, 1.0f,
+                                 (const float *)ps->pending[i].msg.a, ps->g);
+        bv_role_release(ps->t, &ps->pending[i].msg);
+    }
+    ps->npending = 0;
+    double before = decayed_sumsq(ps);
+    ps->step++;
+    for (size_t i = 0; i < e->nparams; i++) {
+        bv_adam_params p = {
+            .lr = cmd->lr,
+            .beta1 = e->cfg.beta1,
+            .beta2 = e->cfg.beta2,
+            .eps = e->cfg.eps,
+            .weight_decay = e->params[i]->weight_decay ? e->cfg.weight_decay : 0.0f,
+            .decoupled = false,
+            .step = ps->step,
+        };
+        size_t off = e->param_off[i];
+        e->cfg.compute_ops->adam_step(ps->compute, e->params[i]->rows * e->params[i]->cols,
+                                      ps->w + off, ps->g + off, ps->m + off, ps->v + off, &p);
+    }
+    ps->version++;
+    bv_task_hdr reply = {.version = ps->version, .step = ps->step};
+    reply.stats[0] = before;
+    reply.stats[1] = decayed_sumsq(ps);
+    return bv_role_send(ps->t, ps->to_coord, BV_MSG_STEPPED, BV_ROLE_PS, &reply, NULL, 0, NULL,
+                        0, NULL, 0, err);
+}
+
+static bv_status ps_send_state(param_server *ps, bv_error *err)
+{
+    size_t bytes = ps->e->param_floats * sizeof(float);
+    bv_task_hdr h = {.version = ps->version, .step = ps->step};
+    h.stats[0] = decayed_sumsq(ps);
+    return bv_role_send(ps->t, ps->to_coord, BV_MSG_STATE, BV_ROLE_PS, &h, ps->w, bytes, ps->m,
+                        bytes, ps->v, bytes, err);
+}
+
+static bv_status ps_set_state(param_server *ps, const bv_role_msg *m, bv_error *err)
+{
+    size_t bytes = ps->e->param_floats * sizeof(float);
+    if (m->hdr.na != bytes || m->hdr.nb != bytes || m->hdr.nc != bytes)
+        return bv_error_set(err, BV_ERR_CORRUPT, "state message has wrong sizes");
+    memcpy(ps->w, m->a, bytes);
+    memcpy(ps->m, m->b, bytes);
+    memcpy(ps->v, m->c, bytes);
+    ps->step = m->hdr.step;
+    ps->version++;
+    bv_task_hdr h = {.version = ps->version, .step = ps->step};
+    h.stats[0] = decayed_sumsq(ps);
+    return bv_role_send(ps->t, ps->to_coord, BV_MSG_STEPPED, BV_ROLE_PS, &h, NULL, 0, NULL, 0,
+                        NULL, 0, err);
+}
+
+static bv_status ps_setup(param_server *ps, bv_error *err)
+{
+    bv_graph_engine *e = ps->e;
+    ps->t = e->cfg.transport_ops;
+    if (!(ps->inbox = ps->t->bind(e->transport, e->addr_ps, err)))
+        return err->status;
+    for (int i = 0; i < e->cfg.tensor_workers; i++)
+        if (!(ps->to_tw[i] = bv_engine_connect(e, e->addr_tw_weights[i], err)))
+            return err->status;
+    ps->compute = e->cfg.compute_ops->create(e->cfg.compute_opts, err);
+    if (!ps->compute)
+        return err->status ? err->status : BV_ERR_PLUGIN;
+    size_t n = e->param_floats + 1;
+    ps->w = calloc(n, sizeof(float));
+    ps->m = calloc(n, sizeof(float));
+    ps->v = calloc(n, sizeof(float));
+    ps->g = calloc(n, sizeof(float));
+    if (!ps->w || !ps->m || !ps->v || !ps->g)
+        return bv_error_set(err, BV_ERR_NOMEM, "out of memory in the parameter server");
+    return BV_OK;
+}
+
+static void ps_teardown(param_server *ps)
+{
+    for (size_t i = 0; i < ps->npending; i++)
+        bv_role_release(ps->t, &ps->pending[i].msg);
+    free(ps->pending);
+    if (ps->compute)
+        ps->e->cfg.compute_ops->destroy(ps->compute);
+    for (int i = 0; i < BV_MAX_TENSOR_WORKERS; i++)
+        if (ps->to_tw[i])
+            ps->t->close(ps->to_tw[i]);
+    if (ps->inbox)
+        ps->t->close(ps->inbox);
+    free(ps->w);
+    free(ps->m);
+    free(ps->v);
+    free(ps->g);
+}
+
+void *bv_param_server_main(void *engine)
+{
+    param_server ps = {.e = engine};
+    bv_error err = {0};
+    bv_status st = ps_setup(&ps, &err);
+    ps.to_coord = bv_engine_connect(ps.e, ps.e->addr_coord, &err);
+    if (!ps.to_coord) {
+        bv_log(BV_LOG_ERROR, "parameter server: %s", err.msg);
+        ps_teardown(&ps);
+        return NULL;
+    }
+    if (st != BV_OK) {
+        bv_role_send_error(ps.t, ps.to_coord, BV_ROLE_PS, &err);
+    } else {
+        bv_role_send(ps.t, ps.to_coord, BV_MSG_READY, BV_ROLE_PS, NULL, NULL, 0, NULL, 0, NULL, 0,
+                     &err);
+        for (;;) {
+            bv_role_msg m;
+            if (bv_role_recv(ps.t, ps.inbox, &m, BV_TIMEOUT_FOREVER, &err) != BV_OK) {
+                bv_role_send_error(ps.t, ps.to_coord, BV_ROLE_PS, &err);
+                continue;
+            }
+            uint16_t type = m.wire.type;
+            bv_error op_err = {0};
+            st = BV_OK;
+            switch (type) {
+            case BV_MSG_GRADS: st = ps_keep_grad(&ps, &m, &op_err); break;
+            case BV_MSG_PULL: st = ps_serve_pull(&ps, &m, &op_err); break;
+            case BV_MSG_STEP: st = ps_step(&ps, &m.hdr, &op_err); break;
+            case BV_MSG_GET_STATE: st = ps_send_state(&ps, &op_err); break;
+            case BV_MSG_SET_STATE: st = ps_set_state(&ps, &m, &op_err); break;
+            default: break;
+            }
+            bv_role_release(ps.t, &m);
+            if (type == BV_MSG_SHUTDOWN)
+                break;
+            if (st != BV_OK)
+                bv_role_send_error(ps.t, ps.to_coord, BV_ROLE_PS, &op_err);
+        }
+    }
+    ps.t->close(ps.to_coord);
+    ps_teardown(&ps);
+    return NULL;
+}

@@ -1,0 +1,82 @@
+/* Building, sending and validating role messages (role_msg.h). */
+#include "role_msg.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+bv_status bv_role_send(const bv_transport_ops *t, bv_endpoint *ep, uint16_t type,
+                       uint32_t sender, const bv_task_hdr *hdr, const void *a, size_t na,
+                       const void *b, size_t nb, const void *c, size_t nc, bv_error *err)
+{
+    size_t len = sizeof(bv_task_hdr) + na + nb + nc;
+    uint8_t *payload = malloc(len);
+    if (!payload)
+        return bv_error_set(err, BV_ERR_NOMEM, "out of memory for a %zu-byte message", len);
+    bv_task_hdr h = hdr ? *hdr : (bv_task_hdr){0};
+    h.na = na;
+    h.nb = nb;
+    h.nc = nc;
+    memcpy(payload, &h, sizeof h);
+    size_t off = sizeof h;
+    if (na)
+        memcpy(payload + off, a, na);
+    off += na;
+    if (nb)
+        memcpy(payload + off, b, nb);
+    off += nb;
+    if (nc)
+        memcpy(payload + off, c, nc);
+    bv_wire_header wh;
+    bv_wire_header_make(&wh, type, sender, (uint32_t)h.stage, payload, len);
+    bv_status st = t->send(ep, &wh, sizeof wh, payload, len, err);
+    free(payload);
+    return st;
+}
+
+bv_status bv_role_recv(const bv_transport_ops *t, bv_endpoint *ep, bv_role_msg *m,
+                       int timeout_ms, bv_error *err)
+{
+    memset(m, 0, sizeof *m);
+    bv_status st = t->recv(ep, &m->raw, timeout_ms, err);
+    if (st != BV_OK)
+        return st;
+    st = bv_wire_check(m->raw.header, m->raw.header_len, m->raw.payload, m->raw.payload_len, 0,
+                       &m->wire, err);
+    if (st == BV_OK && m->raw.payload_len < sizeof(bv_task_hdr))
+        st = bv_error_set(err, BV_ERR_CORRUPT, "message of type %u is %zu bytes, too short",
+                          m->wire.type, m->raw.payload_len);
+    if (st == BV_OK) {
+        memcpy(&m->hdr, m->raw.payload, sizeof m->hdr);
+        uint64_t want = sizeof(bv_task_hdr) + m->hdr.na + m->hdr.nb + m->hdr.nc;
+        if (m->hdr.na > m->raw.payload_len || m->hdr.nb > m->raw.payload_len ||
+            m->hdr.nc > m->raw.payload_len || want != m->raw.payload_len)
+            st = bv_error_set(err, BV_ERR_CORRUPT,
+                              "message of type %u: array sizes do not add up to %zu bytes",
+                              m->wire.type, m->raw.payload_len);
+    }
+    if (st != BV_OK) {
+        t->release(&m->raw);
+        memset(m, 0, sizeof *m);
+        return st;
+    }
+    const uint8_t *p = (const uint8_t *)m->raw.payload + sizeof(bv_task_hdr);
+    m->a = p;
+    m->b = p + m->hdr.na;
+    m->c = p + m->hdr.na + m->hdr.nb;
+    return BV_OK;
+}
+
+void bv_role_release(const bv_transport_ops *t, bv_role_msg *m)
+{
+    if (m->raw.impl || m->raw.payload)
+        t->release(&m->raw);
+    memset(m, 0, sizeof *m);
+}
+
+void bv_role_send_error(const bv_transport_ops *t, bv_endpoint *ep, uint32_t sender,
+                        const bv_error *failure)
+{
+    bv_error ignored;
+    bv_role_send(t, ep, BV_MSG_ERROR, sender, NULL, failure->msg, strlen(failure->msg) + 1,
+                 NULL, 0, NULL, 0, &ignored);
+}

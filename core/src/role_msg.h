@@ -1,0 +1,75 @@
+/* Messages between the graph engine's roles (graph server, parameter server, tensor
+ * workers, coordinator). Every message is a wire frame (wire.h) whose payload starts with
+ * a fixed bv_task_hdr followed by up to three byte arrays a, b, c; receivers validate the
+ * frame and the array sizes before use. Roles only ever talk through the transport. */
+#ifndef BIVOUAC_ROLE_MSG_H
+#define BIVOUAC_ROLE_MSG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "bivouac/transport.h"
+#include "bivouac/wire.h"
+
+enum bv_msg_type {
+    BV_MSG_EPOCH = 1,       /* coord -> GS: run one epoch (training or evaluation) */
+    BV_MSG_EPOCH_DONE,      /* GS -> coord: stats; a = error text if failed */
+    BV_MSG_FWD_TASK,        /* GS -> TW: a = input rows */
+    BV_MSG_FWD_RESULT,      /* TW -> GS: a = output rows */
+    BV_MSG_LOSS_TASK,       /* GS -> TW: a = logits, b = labels (int32), c = split (uint8) */
+    BV_MSG_LOSS_RESULT,     /* TW -> GS: stats; a = dlogits (training) */
+    BV_MSG_BWD_TASK,        /* GS -> TW: a = input rows, b = output rows, c = d(output) */
+    BV_MSG_BWD_RESULT,      /* TW -> GS: a = d(input) rows (may be empty) */
+    BV_MSG_GRADS,           /* TW -> PS: a = weight gradients, all params concatenated */
+    BV_MSG_PULL,            /* TW -> PS: want weights */
+    BV_MSG_WEIGHTS,         /* PS -> TW: a = all params concatenated */
+    BV_MSG_STEP,            /* coord -> PS: apply the epoch's gradients (WeightUpdate) */
+    BV_MSG_STEPPED,         /* PS -> coord */
+    BV_MSG_GET_STATE,       /* coord -> PS */
+    BV_MSG_STATE,           /* PS -> coord: a = params, b = adam m, c = adam v */
+    BV_MSG_SET_STATE,       /* coord -> PS: same layout as STATE */
+    BV_MSG_ERROR,           /* any -> whoever waits: a = message text */
+    BV_MSG_SHUTDOWN,        /* coord -> all */
+    BV_MSG_READY            /* role -> coord: inbox bound, ready for work */
+};
+
+/* Fixed part of every payload; multiple of 8 bytes so the arrays stay aligned. */
+typedef struct bv_task_hdr {
+    int64_t epoch;
+    int64_t row_begin;
+    int64_t rows;
+    int64_t version; /* weights version (PS steps) */
+    int64_t step;    /* optimizer step (STATE) / expected gradient messages (STEP) */
+    int32_t stage;
+    int32_t interval;
+    int32_t training;
+    int32_t reply_to; /* role id that wants the answer */
+    float grad_scale;
+    float lr;
+    uint64_t na, nb, nc; /* byte sizes of arrays a, b, c */
+    /* loss stats per split (train, val, test): loss_sum, count, correct */
+    double stats[9];
+} bv_task_hdr;
+
+/* Role ids (the wire header's sender). Tensor workers are BV_ROLE_TW + i. */
+enum { BV_ROLE_COORD = 1, BV_ROLE_GS = 2, BV_ROLE_PS = 3, BV_ROLE_TW = 16 };
+
+typedef struct bv_role_msg {
+    bv_msg raw;
+    bv_wire_header wire;
+    bv_task_hdr hdr;
+    const uint8_t *a, *b, *c;
+} bv_role_msg;
+
+bv_status bv_role_send(const bv_transport_ops *t, bv_endpoint *ep, uint16_t type,
+                       uint32_t sender, const bv_task_hdr *hdr, const void *a, size_t na,
+                       const void *b, size_t nb, const void *c, size_t nc, bv_error *err);
+/* Receives and validates one message (wire checks, header, array sizes). */
+bv_status bv_role_recv(const bv_transport_ops *t, bv_endpoint *ep, bv_role_msg *m,
+                       int timeout_ms, bv_error *err);
+void bv_role_release(const bv_transport_ops *t, bv_role_msg *m);
+/* Sends BV_MSG_ERROR carrying err->msg. */
+void bv_role_send_error(const bv_transport_ops *t, bv_endpoint *ep, uint32_t sender,
+                        const bv_error *failure);
+
+#endif

@@ -1,0 +1,255 @@
+/* Tensor worker role: stateless executor of a model's tensor tasks (ApplyVertex forward
+ * and backward, the loss) on one vertex interval at a time, like a Dorylus Lambda. It
+ * pulls the weights from the parameter server when a task names a newer version, and
+ * pushes weight gradients to it. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "bivouac/log.h"
+#include "engine_graph_internal.h"
+
+typedef struct tensor_worker {
+    bv_graph_engine *e;
+    int index;
+    uint32_t id;
+    const bv_transport_ops *t;
+    bv_endpoint *inbox, *weights_in, *to_gs, *to_ps;
+    bv_compute *compute;
+    float *weights;      /* param_floats */
+    float **param_ptrs;  /* into weights */
+    int64_t version;     /* of weights; -1 none */
+    float *grads;        /* param_floats scratch */
+    float **grad_ptrs;
+} tensor_worker;
+
+static bv_status tw_ensure_weights(tensor_worker *w, int64_t version, bv_error *err)
+{
+    if (w->version == version)
+        return BV_OK;
+    bv_task_hdr h = {.version = version, .reply_to = (int32_t)w->index};
+    bv_status st = bv_role_send(w->t, w->to_ps, BV_MSG_PULL, w->id, &h, NULL, 0, NULL, 0,
+                                NULL, 0, err);
+    if (st != BV_OK)
+        return st;
+    bv_role_msg m;
+    st = bv_role_recv(w->t, w->weights_in, &m, BV_TIMEOUT_FOREVER, err);
+    if (st != BV_OK)
+        return st;
+    if (m.wire.type != BV_MSG_WEIGHTS || m.hdr.na != w->e->param_floats * sizeof(float)) {
+        st = bv_error_set(err, BV_ERR_CORRUPT, "tensor worker %d: bad weights message",
+                          w->index);
+    } else {
+        memcpy(w->weights, m.a, m.hdr.na);
+        w->version = m.hdr.version;
+    }
+    bv_role_release(w->t, &m);
+    return st;
+}
+
+static bv_task_ctx tw_ctx(tensor_worker *w, const bv_task_hdr *h)
+{
+    const bv_graph_engine *e = w->e;
+    return (bv_task_ctx){
+        .k = e->cfg.compute_ops,
+        .compute = w->compute,
+        .seed = e->cfg.seed,
+        .epoch = h->epoch,
+        .training = h->training != 0,
+        .row_begin = h->row_begin,
+        .rows = h->rows,
+        .num_nodes = e->cfg.data->num_nodes,
+        .params = w->param_ptrs,
+    };
+}
+
+static bool stage_ok(const tensor_worker *w, const bv_task_hdr *h)
+{
+    return h->stage >= 0 && (size_t)h->stage < w->e->nstages &&
+           w->e->stages[h->stage]->kind == BV_STAGE_TENSOR && h->rows >= 0 &&
+           h->row_begin >= 0 && h->row_begin + h->rows <= w->e->cfg.data->num_nodes;
+}
+
+static bv_status tw_forward(tensor_worker *w, const bv_role_msg *m, bv_error *err)
+{
+    const bv_task_hdr *h = &m->hdr;
+    if (!stage_ok(w, h))
+        return bv_error_set(err, BV_ERR_CORRUPT, "forward task names a bad stage or rows");
+    const bv_stage *s = w->e->stages[h->stage];
+    if (h->na != (uint64_t)(h->rows * s->in_dim) * sizeof(float))
+        return bv_error_set(err, BV_ERR_CORRUPT, "forward task for %s has %llu bytes of input",
+                            s->name, (unsigned long long)h->na);
+    bv_status st = tw_ensure_weights(w, h->version, err);
+    if (st != BV_OK)
+        return st;
+    size_t out_bytes = (size_t)(h->rows * s->out_dim) * sizeof(float);
+    float *out = malloc(out_bytes + sizeof(float));
+    if (!out)
+        return bv_error_set(err, BV_ERR_NOMEM, "out of memory in %s", s->name);
+    bv_task_ctx ctx = tw_ctx(w, h);
+    st = w->e->cfg.model_ops->tensor_forward(w->e->cfg.model, (size_t)h->stage, &ctx,
+                                             (const float *)m->a, out, err);
+    if (st == BV_OK)
+        st = bv_role_send(w->t, w->to_gs, BV_MSG_FWD_RESULT, w->id, h, out, out_bytes, NULL, 0,
+                          NULL, 0, err);
+    free(out);
+    return st;
+}
+
+static bv_status tw_backward(tensor_worker *w, const bv_role_msg *m, bv_error *err)
+{
+    const bv_task_hdr *h = &m->hdr;
+    if (!stage_ok(w, h))
+        return bv_error_set(err, BV_ERR_CORRUPT, "backward task names a bad stage or rows");
+    const bv_stage *s = w->e->stages[h->stage];
+    size_t in_bytes = (size_t)(h->rows * s->in_dim) * sizeof(float);
+    size_t out_bytes = (size_t)(h->rows * s->out_dim) * sizeof(float);
+    if (h->na != in_bytes || h->nb != out_bytes || h->nc != out_bytes)
+        return bv_error_set(err, BV_ERR_CORRUPT, "backward task for %s has wrong sizes", s->name);
+    bv_status st = tw_ensure_weights(w, h->version, err);
+    if (st != BV_OK)
+        return st;
+    float *din = s->needs_input_grad ? malloc(in_bytes + sizeof(float)) : NULL;
+    if (s->needs_input_grad && !din)
+        return bv_error_set(err, BV_ERR_NOMEM, "out of memory in backward of %s", s->name);
+    memset(w->grads, 0, w->e->param_floats * sizeof(float));
+    bv_task_ctx ctx = tw_ctx(w, h);
+    st = w->e->cfg.model_ops->tensor_backward(w->e->cfg.model, (size_t)h->stage, &ctx,
+                                              (const float *)m->a, (const float *)m->b,
+                                              (const float *)m->c, din, w->grad_ptrs, err);
+    if (st == BV_OK)
+        st = bv_role_send(w->t, w->to_ps, BV_MSG_GRADS, w->id, h, w->grads,
+                          w->e->param_floats * sizeof(float), NULL, 0, NULL, 0, err);
+    if (st == BV_OK)
+        st = bv_role_send(w->t, w->to_gs, BV_MSG_BWD_RESULT, w->id, h, din, din ? in_bytes : 0,
+                          NULL, 0, NULL, 0, err);
+    free(din);
+    return st;
+}
+
+static bv_status tw_loss(tensor_worker *w, const bv_role_msg *m, bv_error *err)
+{
+    const bv_task_hdr *h = &m->hdr;
+    const bv_stage *last = w->e->stages[w->e->nstages - 1];
+    size_t logit_bytes = (size_t)(h->rows * last->out_dim) * sizeof(float);
+    if (h->rows < 0 || h->na != logit_bytes || h->nb != (size_t)h->rows * sizeof(int32_t) ||
+        h->nc != (size_t)h->rows)
+        return bv_error_set(err, BV_ERR_CORRUPT, "loss task has wrong sizes");
+    uint8_t *mask = malloc((size_t)h->rows + 1);
+    float *dlogits = h->training ? malloc(logit_bytes + sizeof(float)) : NULL;
+    if (!mask || (h->training && !dlogits)) {
+        free(mask);
+        free(dlogits);
+        return bv_error_set(err, BV_ERR_NOMEM, "out of memory in the loss task");
+    }
+    bv_task_hdr reply = *h;
+    bv_task_ctx ctx = tw_ctx(w, h);
+    bv_status st = BV_OK;
+    const uint8_t *split = m->c;
+    for (int s = 0; s < 3 && st == BV_OK; s++) {
+        for (int64_t i = 0; i < h->rows; i++)
+            mask[i] = split[i] == BV_SPLIT_TRAIN + s;
+        bv_xent_result r = {0};
+        float *d = (s == 0 && dlogits) ? dlogits : NULL;
+        st = w->e->cfg.model_ops->loss(w->e->cfg.model, &ctx, (const float *)m->a,
+                                       (const int32_t *)m->b, mask, h->grad_scale, d, &r, err);
+        reply.stats[3 * s] = r.loss_sum;
+        reply.stats[3 * s + 1] = (double)r.count;
+        reply.stats[3 * s + 2] = (double)r.correct;
+    }
+    if (st == BV_OK)
+        st = bv_role_send(w->t, w->to_gs, BV_MSG_LOSS_RESULT, w->id, &reply, dlogits,
+                          dlogits ? logit_bytes : 0, NULL, 0, NULL, 0, err);
+    free(mask);
+    free(dlogits);
+    return st;
+}
+
+static bv_status tw_setup(tensor_worker *w, bv_error *err)
+{
+    bv_graph_engine *e = w->e;
+    w->t = e->cfg.transport_ops;
+    w->id = BV_ROLE_TW + (uint32_t)w->index;
+    w->version = -1;
+    w->inbox = w->t->bind(e->transport, e->addr_tw[w->index], err);
+    if (!w->inbox)
+        return err->status;
+    w->weights_in = w->t->bind(e->transport, e->addr_tw_weights[w->index], err);
+    if (!w->weights_in)
+        return err->status;
+    if (!(w->to_gs = bv_engine_connect(e, e->addr_gs, err)) ||
+        !(w->to_ps = bv_engine_connect(e, e->addr_ps, err)))
+        return err->status;
+    w->compute = e->cfg.compute_ops->create(e->cfg.compute_opts, err);
+    if (!w->compute)
+        return err->status ? err->status : BV_ERR_PLUGIN;
+    w->weights = calloc(e->param_floats + 1, sizeof(float));
+    w->grads = calloc(e->param_floats + 1, sizeof(float));
+    w->param_ptrs = calloc(e->nparams + 1, sizeof(float *));
+    w->grad_ptrs = calloc(e->nparams + 1, sizeof(float *));
+    if (!w->weights || !w->grads || !w->param_ptrs || !w->grad_ptrs)
+        return bv_error_set(err, BV_ERR_NOMEM, "out of memory in tensor worker %d", w->index);
+    for (size_t i = 0; i < e->nparams; i++) {
+        w->param_ptrs[i] = w->weights + e->param_off[i];
+        w->grad_ptrs[i] = w->grads + e->param_off[i];
+    }
+    return BV_OK;
+}
+
+static void tw_teardown(tensor_worker *w)
+{
+    if (w->compute)
+        w->e->cfg.compute_ops->destroy(w->compute);
+    bv_endpoint *eps[] = {w->inbox, w->weights_in, w->to_gs, w->to_ps};
+    for (size_t i = 0; i < sizeof eps / sizeof eps[0]; i++)
+        if (eps[i])
+            w->t->close(eps[i]);
+    free(w->weights);
+    free(w->grads);
+    free(w->param_ptrs);
+    free(w->grad_ptrs);
+}
+
+void *bv_tensor_worker_main(void *arg)
+{
+    bv_tw_arg *a = arg;
+    tensor_worker w = {.e = a->engine, .index = a->index};
+    bv_error err = {0};
+    bv_endpoint *to_coord = NULL;
+    bv_status st = tw_setup(&w, &err);
+    if (st == BV_OK)
+        to_coord = bv_engine_connect(w.e, w.e->addr_coord, &err);
+    if (!to_coord) {
+        bv_log(BV_LOG_ERROR, "tensor worker %d: %s", w.index, err.msg);
+        tw_teardown(&w);
+        return NULL;
+    }
+    if (st != BV_OK) {
+        bv_role_send_error(w.t, to_coord, w.id, &err);
+    } else {
+        bv_role_send(w.t, to_coord, BV_MSG_READY, w.id, NULL, NULL, 0, NULL, 0, NULL, 0, &err);
+        for (;;) {
+            bv_role_msg m;
+            if (bv_role_recv(w.t, w.inbox, &m, BV_TIMEOUT_FOREVER, &err) != BV_OK) {
+                bv_role_send_error(w.t, w.to_gs, w.id, &err); /* the GS is waiting on us */
+                continue;
+            }
+            uint16_t type = m.wire.type;
+            bv_error task_err = {0};
+            st = BV_OK;
+            if (type == BV_MSG_FWD_TASK)
+                st = tw_forward(&w, &m, &task_err);
+            else if (type == BV_MSG_BWD_TASK)
+                st = tw_backward(&w, &m, &task_err);
+            else if (type == BV_MSG_LOSS_TASK)
+                st = tw_loss(&w, &m, &task_err);
+            bv_role_release(w.t, &m);
+            if (type == BV_MSG_SHUTDOWN)
+                break;
+            if (st != BV_OK)
+                bv_role_send_error(w.t, w.to_gs, w.id, &task_err);
+        }
+    }
+    w.t->close(to_coord);
+    tw_teardown(&w);
+    return NULL;
+}

@@ -1,0 +1,106 @@
+/* The CPU compute plugin: its descriptor and options, and the lifecycle of an instance
+ * (thread pool plus reduction scratch). The kernels live in kernels_*.c. */
+#include <sched.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <cblas.h>
+
+#include "bivouac/plugin.h"
+#include "cpu_internal.h"
+
+#define CPU_MAX_THREADS 256
+
+static const bv_option cpu_options[] = {
+    BV_OPT_INT_RANGE("threads", "0", 0, CPU_MAX_THREADS,
+                     "worker threads for kernels and OpenBLAS; 0 = every core this process "
+                     "may run on"),
+    BV_OPT_END,
+};
+
+/* Cores this process may run on (its affinity mask, so containers and taskset are
+ * respected), falling back to the online count. */
+static int available_cores(void)
+{
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0) {
+        int n = CPU_COUNT(&set);
+        if (n > 0)
+            return n;
+    }
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
+static bv_compute *cpu_create(const bv_opts *opts, bv_error *err)
+{
+    int threads = (int)bv_opts_int(opts, "threads");
+    if (threads <= 0)
+        threads = available_cores();
+    if (threads > CPU_MAX_THREADS)
+        threads = CPU_MAX_THREADS;
+
+    bv_compute *c = calloc(1, sizeof *c);
+    if (!c) {
+        bv_error_set(err, BV_ERR_NOMEM, "out of memory");
+        return NULL;
+    }
+    c->nthreads = threads;
+    c->pool = cpu_pool_create(threads, err);
+    if (!c->pool) {
+        free(c);
+        return NULL;
+    }
+    /* BLAS runs only on the calling thread while our workers sleep, so giving OpenBLAS the
+     * same count does not oversubscribe. The setting is process-wide: the last instance
+     * created wins. */
+    openblas_set_num_threads(threads);
+    return c;
+}
+
+static void cpu_destroy(bv_compute *c)
+{
+    if (!c)
+        return;
+    cpu_pool_destroy(c->pool);
+    free(c);
+}
+
+static int cpu_num_threads(const bv_compute *c)
+{
+    return c->nthreads;
+}
+
+static const bv_compute_ops cpu_ops = {
+    .create = cpu_create,
+    .destroy = cpu_destroy,
+    .num_threads = cpu_num_threads,
+    .gemm = cpu_gemm,
+    .spmm = cpu_spmm,
+    .relu_forward = cpu_relu_forward,
+    .relu_backward = cpu_relu_backward,
+    .dropout_forward = cpu_dropout_forward,
+    .dropout_backward = cpu_dropout_backward,
+    .softmax_xent = cpu_softmax_xent,
+    .adam_step = cpu_adam_step,
+    .add_bias = cpu_add_bias,
+    .bias_backward = cpu_bias_backward,
+    .axpy = cpu_axpy,
+    .sum_squares = cpu_sum_squares,
+};
+
+static const bv_plugin cpu_plugin = {
+    BV_PLUGIN_HEADER(BV_KIND_COMPUTE, "cpu", "0.1.0",
+                     "host kernels: OpenBLAS gemm, pthread pool for sparse and elementwise "
+                     "ops; deterministic for any thread count except gemm"),
+    .options = cpu_options,
+    .ops = &cpu_ops,
+    .ops_size = sizeof cpu_ops,
+};
+
+BV_PLUGIN_EXPORT const bv_plugin *bv_compute_cpu_plugin(void);
+
+const bv_plugin *bv_compute_cpu_plugin(void)
+{
+    return &cpu_plugin;
+}

@@ -1,0 +1,709 @@
+/* Unit tests of the CPU compute plugin: every kernel against a naive reference loop, and
+ * the determinism promises (same bits for any thread count, any split of a dropout). */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "bivouac/compute.h"
+#include "bivouac/plugin.h"
+
+const bv_plugin *bv_compute_cpu_plugin(void);
+
+static const bv_compute_ops *ops(void)
+{
+    return bv_compute_cpu_plugin()->ops;
+}
+
+/* An instance with the default options but `threads`. */
+static bv_compute *make_compute(int threads)
+{
+    const bv_plugin *pl = bv_compute_cpu_plugin();
+    bv_opts o;
+    bv_error err = {0};
+    assert_int_equal(bv_opts_defaults(&o, "compute", pl->options, &err), BV_OK);
+    bool found = false;
+    for (size_t i = 0; i < o.count; i++)
+        if (strcmp(o.values[i].decl->name, "threads") == 0) {
+            o.values[i].v.i = threads;
+            found = true;
+        }
+    assert_true(found);
+    bv_compute *c = ops()->create(&o, &err);
+    bv_opts_free(&o);
+    assert_non_null(c);
+    return c;
+}
+
+/* Deterministic test data: a small xorshift, independent of the plugin's hash. */
+static uint64_t rng_state = 88172645463325252ull;
+
+static uint64_t rng_next(void)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return rng_state;
+}
+
+static float rng_float(float lo, float hi) /* uniform in [lo, hi) */
+{
+    return lo + (hi - lo) * (float)(rng_next() >> 40) * 0x1.0p-24f;
+}
+
+static float *random_floats(int64_t n, float lo, float hi)
+{
+    float *v = malloc((size_t)(n > 0 ? n : 1) * sizeof *v);
+    assert_non_null(v);
+    for (int64_t i = 0; i < n; i++)
+        v[i] = rng_float(lo, hi);
+    return v;
+}
+
+static void assert_close(double got, double want, double rel, double abs_tol)
+{
+    double tol = abs_tol + rel * fabs(want);
+    if (!(fabs(got - want) <= tol))
+        fail_msg("got %.9g, want %.9g (tolerance %.3g)", got, want, tol);
+}
+
+/* ---- descriptor ---------------------------------------------------------------------- */
+
+static void test_descriptor_names_the_plugin_and_its_options(void **state)
+{
+    (void)state;
+    const bv_plugin *pl = bv_compute_cpu_plugin();
+    assert_int_equal(pl->magic, BV_PLUGIN_MAGIC);
+    assert_int_equal(pl->abi_major, BV_ABI_MAJOR);
+    assert_int_equal(pl->struct_size, sizeof(bv_plugin));
+    assert_int_equal(pl->kind, BV_KIND_COMPUTE);
+    assert_string_equal(pl->name, "cpu");
+    assert_int_equal(pl->ops_size, sizeof(bv_compute_ops));
+    const bv_option *t = bv_schema_find(pl->options, "threads");
+    assert_non_null(t);
+    assert_int_equal(t->type, BV_OPT_INT);
+    assert_string_equal(t->default_value, "0");
+    assert_true(t->has_range);
+    assert_true(t->min == 0 && t->max == 256);
+    assert_non_null(t->doc);
+    const bv_compute_ops *o = pl->ops;
+    void (*const *slot)(void) = (void (*const *)(void))o;
+    for (size_t i = 0; i < sizeof *o / sizeof *slot; i++)
+        assert_non_null(slot[i]);
+}
+
+static void test_threads_zero_means_every_core_and_n_means_n(void **state)
+{
+    (void)state;
+    bv_compute *c = make_compute(0);
+    assert_true(ops()->num_threads(c) >= 1);
+    ops()->destroy(c);
+    c = make_compute(3);
+    assert_int_equal(ops()->num_threads(c), 3);
+    ops()->destroy(c);
+}
+
+/* ---- gemm ---------------------------------------------------------------------------- */
+
+/* op(A)[i][p] for A stored row-major with leading dimension lda. */
+static double op_at(const float *a, int64_t lda, bool trans, int64_t i, int64_t p)
+{
+    return trans ? a[p * lda + i] : a[i * lda + p];
+}
+
+static void check_gemm(bv_compute *c, bool ta, bool tb)
+{
+    const int64_t m = 7, n = 5, k = 9;
+    /* leading dims larger than the logical widths */
+    int64_t lda = (ta ? m : k) + 3, ldb = (tb ? k : n) + 2, ldc = n + 4;
+    int64_t arows = ta ? k : m, brows = tb ? n : k;
+    float *a = random_floats(arows * lda, -1, 1);
+    float *b = random_floats(brows * ldb, -1, 1);
+    float *cm = random_floats(m * ldc, -1, 1);
+    float *c0 = malloc((size_t)(m * ldc) * sizeof *c0);
+    memcpy(c0, cm, (size_t)(m * ldc) * sizeof *c0);
+    const float alpha = 1.5f, beta = 0.5f;
+    ops()->gemm(c, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, cm, ldc);
+    for (int64_t i = 0; i < m; i++) {
+        for (int64_t j = 0; j < n; j++) {
+            double s = 0;
+            for (int64_t p = 0; p < k; p++)
+                s += op_at(a, lda, ta, i, p) * op_at(b, ldb, tb, p, j);
+            assert_close(cm[i * ldc + j], alpha * s + beta * c0[i * ldc + j], 1e-5, 1e-5);
+        }
+        for (int64_t j = n; j < ldc; j++) /* padding untouched */
+            assert_true(cm[i * ldc + j] == c0[i * ldc + j]);
+    }
+    free(a);
+    free(b);
+    free(cm);
+    free(c0);
+}
+
+static void test_gemm_all_transpose_combinations_with_alpha_beta_and_lds(void **state)
+{
+    (void)state;
+    bv_compute *c = make_compute(2);
+    check_gemm(c, false, false);
+    check_gemm(c, true, false);
+    check_gemm(c, false, true);
+    check_gemm(c, true, true);
+    ops()->destroy(c);
+}
+
+static void test_gemm_beta_zero_ignores_nan_and_k_zero_scales(void **state)
+{
+    (void)state;
+    bv_compute *c = make_compute(1);
+    float a[6] = {1, 2, 3, 4, 5, 6}; /* 2 x 3 */
+    float b[6] = {1, 0, 0, 1, 1, 1}; /* 3 x 2 */
+    float cm[4] = {NAN, NAN, NAN, NAN};
+    ops()->gemm(c, false, false, 2, 2, 3, 1.0f, a, 3, b, 2, 0.0f, cm, 2);
+    float want[4] = {4, 5, 10, 11};
+    for (int i = 0; i < 4; i++)
+        assert_true(cm[i] == want[i]);
+    ops()->gemm(c, false, false, 2, 2, 0, 1.0f, a, 1, b, 2, 0.5f, cm, 2);
+    for (int i = 0; i < 4; i++)
+        assert_true(cm[i] == want[i] * 0.5f);
+    ops()->destroy(c);
+}
+
+/* ---- spmm ---------------------------------------------------------------------------- */
+
+/* Random CSR with ascending columns; every 5th row is empty, as are the first and last. */
+static bv_csr random_csr(int64_t nrows, int64_t ncols, int max_deg, bool with_values)
+{
+    bv_csr m = {.nrows = nrows, .ncols = ncols};
+    m.rowptr = malloc((size_t)(nrows + 1) * sizeof *m.rowptr);
+    m.colidx = malloc((size_t)(nrows * max_deg + 1) * sizeof *m.colidx);
+    m.rowptr[0] = 0;
+    for (int64_t i = 0; i < nrows; i++) {
+        int64_t deg = (i % 5 == 0 || i == nrows - 1) ? 0 : (int64_t)(rng_next() % (uint64_t)(max_deg + 1));
+        int64_t e = m.rowptr[i];
+        int32_t col = -1;
+        for (int64_t d = 0; d < deg; d++) {
+            int64_t room = ncols - 1 - col - (deg - 1 - d);
+            if (room <= 0)
+                break;
+            col += 1 + (int32_t)(rng_next() % (uint64_t)(room < 4 ? room : 4));
+            m.colidx[e++] = col;
+        }
+        m.rowptr[i + 1] = e;
+    }
+    m.nnz = m.rowptr[nrows];
+    m.values = with_values ? random_floats(m.nnz, -2, 2) : NULL;
+    return m;
+}
+
+static void free_csr(bv_csr *m)
+{
+    free(m->rowptr);
+    free(m->colidx);
+    free(m->values);
+}
+
+/* The documented sum, in edge order, in float: the plugin must match it exactly. */
+static void spmm_reference(const bv_csr *a, int64_t rb, int64_t re, const float *x, int64_t f,
+                           float *y)
+{
+    for (int64_t i = rb; i < re; i++)
+        for (int64_t j = 0; j < f; j++) {
+            float s = 0.0f;
+            for (int64_t e = a->rowptr[i]; e < a->rowptr[i + 1]; e++) {
+                float w = a->values ? a->values[e] : 1.0f;
+                s += w * x[(int64_t)a->colidx[e] * f + j];
+            }
+            y[(i - rb) * f + j] = s;
+        }
+}
+
+static void check_spmm(bv_compute *c, const bv_csr *a, int64_t rb, int64_t re, int64_t f)
+{
+    float *x = random_floats(a->ncols * f, -1, 1);
+    float *y = random_floats((re - rb) * f, 100, 200); /* garbage the kernel must overwrite */
+    float *want = malloc((size_t)((re - rb) * f) * sizeof *want);
+    ops()->spmm(c, a, rb, re, x, f, y);
+    spmm_reference(a, rb, re, x, f, want);
+    for (int64_t i = 0; i < (re - rb) * f; i++)
+        if (y[i] != want[i])
+            fail_msg("spmm rows [%lld, %lld) element %lld: got %.9g want %.9g", (long long)rb,
+                     (long long)re, (long long)i, y[i], want[i]);
+    free(x);
+    free(y);
+    free(want);
+}
+
+static void test_spmm_matches_reference_with_empty_rows_and_subranges(void **state)
+{
+    (void)state;
+    bv_compute *c = make_compute(3);
+    for (int with_values = 0; with_values <= 1; with_values++) {
+        bv_csr a = random_csr(200, 150, 12, with_values);
+        check_spmm(c, &a, 0, a.nrows, 37);
+        check_spmm(c, &a, 13, 171, 37);
+        check_spmm(c, &a, 5, 6, 8); /* a single empty row */
+        check_spmm(c, &a, 0, a.nrows, 1);
+        free_csr(&a);
+    }
+    ops()->destroy(c);
+}
+
+static void test_spmm_is_bit_identical_for_1_2_3_threads(void **state)
+{
+    (void)state;
+    const int64_t f = 37;
+    bv_csr a = random_csr(3000, 2500, 16, true);
+    float *x = random_floats(a.ncols * f, -1, 1);
+    float *y[3];
+    for (int t = 0; t < 3; t++) {
+        bv_compute *c = make_compute(t + 1);
+        y[t] = calloc((size_t)(a.nrows * f), sizeof(float));
+        ops()->spmm(c, &a, 0, a.nrows, x, f, y[t]);
+        ops()->destroy(c);
+    }
+    assert_memory_equal(y[0], y[1], (size_t)(a.nrows * f) * sizeof(float));
+    assert_memory_equal(y[0], y[2], (size_t)(a.nrows * f) * sizeof(float));
+    for (int t = 0; t < 3; t++)
+        free(y[t]);
+    free(x);
+    free_csr(&a);
+}
+
+/* ---- relu ---------------------------------------------------------------------------- */
+
+static void test_relu_forward_and_backward_match_reference_in_place(void **state)
+{
+    (void)state;
+    bv_compute *c = make_compute(3);
+    const int64_t n = 100003;
+    float *x = random_floats(n, -1, 1);
+    x[0] = 0.0f;
+    float *y = malloc((size_t)n * sizeof *y);
+    ops()->relu_forward(c, n, x, y);
+    for (int64_t i = 0; i < n; i++)
+        assert_true(y[i] == (x[i] > 0 ? x[i] : 0.0f));
+    ops()->relu_forward(c, n, x, x); /* aliasing */
+    assert_memory_equal(x, y, (size_t)n * sizeof *x);
+
+    float *dy = random_floats(n, -1, 1);
+    float *dx = malloc((size_t)n * sizeof *dx);
+    ops()->relu_backward(c, n, y, dy, dx);
+    for (int64_t i = 0; i < n; i++)
+        assert_true(dx[i] == (y[i] > 0 ? dy[i] : 0.0f));
+    ops()->relu_backward(c, n, y, dy, dy); /* aliasing */
+    assert_memory_equal(dx, dy, (size_t)n * sizeof *dx);
+    free(x);
+    free(y);
+    free(dy);
+    free(dx);
+    ops()->destroy(c);
+}
+
+/* ---- dropout ------------------------------------------------------------------------- */
+
+/* The mask as documented (cpu_internal.h): splitmix64 over the global index. */
+static uint64_t ref_mix64(uint64_t z)
+{
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static bool ref_kept(uint64_t seed, uint64_t stream, uint64_t index, float p)
+{
+    const uint64_t gamma = 0x9E3779B97F4A7C15ull;
+    uint64_t key = ref_mix64(seed ^ ref_mix64(stream + gamma));
+    float u = (float)(ref_mix64(key + (index + 1) * gamma) >> 40) * 0x1.0p-24f;
+    return u >= p;
+}
+
+static void test_dropout_mask_is_documented_hash_and_keeps_half(void **state)
+{
+    (void)state;
+    bv_compute *c = make_compute(2);
+    const int64_t n = 100000;
+    const float p = 0.5f;
+    float *x = random_floats(n, 1, 2); /* never zero, so zero means dropped */
+    float *y = malloc((size_t)n * sizeof *y);
+    ops()->dropout_forward(c, n, p, 42, 7, 1000, x, y);
+    int64_t kept = 0;
+    for (int64_t i = 0; i < n; i++) {
+        bool k = ref_kept(42, 7, 1000 + (uint64_t)i, p);
+        assert_true(y[i] == (k ? x[i] * 2.0f : 0.0f));
+        kept += k;
+    }
+    /* Binomial(1e5, 0.5): sd 158; 5 sd */
+    assert_true(kept > 50000 - 800 && kept < 50000 + 800);
+
+    /* another stream gives another mask */
+    float *y2 = malloc((size_t)n * sizeof *y2);
+    ops()->dropout_forward(c, n, p, 42, 8, 1000, x, y2);
+    assert_true(memcmp(y, y2, (size_t)n * sizeof *y) != 0);
+    free(x);
+    free(y);
+    free(y2);
+    ops()->destroy(c);
+}
+
+static void test_dropout_same_mask_for_any_threads_and_any_split(void **state)
+{
+    (void)state;
+    const int64_t n = 100000, cut = 37171;
+    const float p = 0.3f;
+    float *x = random_floats(n, -1, 1);
+    float *one = malloc((size_t)n * sizeof *one);
+    float *two = malloc((size_t)n * sizeof *two);
+    float *split = malloc((size_t)n * sizeof *split);
+    bv_compute *c1 = make_compute(1);
+    bv_compute *c2 = make_compute(2);
+    ops()->dropout_forward(c1, n, p, 9, 3, 0, x, one);
+    ops()->dropout_forward(c2, n, p, 9, 3, 0, x, two);
+    assert_memory_equal(one, two, (size_t)n * sizeof *one);
+    ops()->dropout_forward(c2, cut, p, 9, 3, 0, x, split);
+    ops()->dropout_forward(c2, n - cut, p, 9, 3, (uint64_t)cut, x + cut, split + cut);
+    assert_memory_equal(one, split, (size_t)n * sizeof *one);
+    memcpy(split, x, (size_t)n * sizeof *x);
+    ops()->dropout_forward(c2, n, p, 9, 3, 0, split, split); /* in place */
+    assert_memory_equal(one, split, (size_t)n * sizeof *one);
+    ops()->destroy(c1);
+    ops()->destroy(c2);
+    free(x);
+    free(one);
+    free(two);
+    free(split);
+}
+
+static void test_dropout_backward_uses_the_forward_mask_and_p0_copies(void **state)
+{
+    (void)state;
+    bv_compute *c = make_compute(3);
+    const int64_t n = 50000;
+    const float p = 0.25f, scale = 1.0f / (1.0f - p);
+    float *x = random_floats(n, 1, 2);
+    float *y = malloc((size_t)n * sizeof *y);
+    float *dy = random_floats(n, 1, 2);
+    float *dx = malloc((size_t)n * sizeof *dx);
+    ops()->dropout_forward(c, n, p, 5, 1, 123, x, y);
+    ops()->dropout_backward(c, n, p, 5, 1, 123, dy, dx);
+    for (int64_t i = 0; i < n; i++) {
+        assert_true((y[i] != 0.0f) == (dx[i] != 0.0f));
+        if (y[i] != 0.0f) {
+            assert_true(y[i] == x[i] * scale);
+            assert_true(dx[i] == dy[i] * scale);
+        }
+    }
+    ops()->dropout_forward(c, n, 0.0f, 5, 1, 123, x, y);
+    assert_memory_equal(x, y, (size_t)n * sizeof *x);
+    ops()->dropout_backward(c, n, 0.0f, 5, 1, 123, dy, dx);
+    assert_memory_equal(dy, dx, (size_t)n * sizeof *dy);
+    free(x);
+    free(y);
+    free(dy);
+    free(dx);
+    ops()->destroy(c);
+}
+
+/* ---- softmax cross-entropy ----------------------------------------------------------- */
+
+static void xent_reference(int64_t n, int64_t k, const float *logits, const int32_t *labels,
+                           const uint8_t *mask, float grad_scale, double *dlogits,
+                           bv_xent_result *out)
+{
+    memset(out, 0, sizeof *out);
+    for (int64_t i = 0; i < n; i++) {
+        const float *l = logits + i * k;
+        double *d = dlogits + i * k;
+        if ((mask && !mask[i]) || labels[i] < 0) {
+            for (int64_t j = 0; j < k; j++)
+                d[j] = 0;
+            continue;
+        }
+        int64_t arg = 0;
+        for (int64_t j = 1; j < k; j++)
+            if (l[j] > l[arg])
+                arg = j;
+        double sum = 0;
+        for (int64_t j = 0; j < k; j++)
+            sum += exp((double)l[j] - l[arg]);
+        for (int64_t j = 0; j < k; j++)
+            d[j] = grad_scale * (exp((double)l[j] - l[arg]) / sum - (j == labels[i]));
+        out->loss_sum += log(sum) - ((double)l[labels[i]] - l[arg]);
+        out->count++;
+        out->correct += arg == labels[i];
+    }
+}
+
+static void check_xent(bv_compute *c, int64_t n, int64_t k, bool use_mask)
+{
+    float *logits = random_floats(n * k, -4, 4);
+    int32_t *labels = malloc((size_t)n * sizeof *labels);
+    uint8_t *mask = malloc((size_t)n);
+    for (int64_t i = 0; i < n; i++) {
+        labels[i] = i % 11 == 3 ? -1 : (int32_t)(rng_next() % (uint64_t)k);
+        mask[i] = i % 4 != 1;
+        if (i % 13 == 0) /* make many rows right, so `correct` is exercised */
+            logits[i * k + (labels[i] < 0 ? 0 : labels[i])] = 9.0f;
+    }
+    logits[2 * k] = 1000.0f; /* a large logit must stay finite */
+    float *d = random_floats(n * k, 5, 6);
+    double *dref = malloc((size_t)(n * k) * sizeof *dref);
+    bv_xent_result got, want, nograd;
+    const float gs = 1.0f / 64.0f;
+    ops()->softmax_xent(c, n, k, logits, labels, use_mask ? mask : NULL, gs, d, &got);
+    xent_reference(n, k, logits, labels, use_mask ? mask : NULL, gs, dref, &want);
+    assert_int_equal(got.count, want.count);
+    assert_int_equal(got.correct, want.correct);
+    assert_true(want.correct > 0 && want.correct < want.count);
+    assert_close(got.loss_sum, want.loss_sum, 1e-6, 1e-9);
+    for (int64_t i = 0; i < n * k; i++)
+        assert_close(d[i], dref[i], 1e-5, 1e-8);
+    ops()->softmax_xent(c, n, k, logits, labels, use_mask ? mask : NULL, gs, NULL, &nograd);
+    assert_true(nograd.loss_sum == got.loss_sum);
+    assert_int_equal(nograd.count, got.count);
+    assert_int_equal(nograd.correct, got.correct);
+    free(logits);
+    free(labels);
+    free(mask);
+    free(d);
+    free(dref);
+}
+
+static void test_softmax_xent_matches_reference_with_mask_and_ignored_labels(void **state)
+{
+    (void)state;
+    bv_compute *c = make_compute(3);
+    check_xent(c, 50, 7, true);
+    check_xent(c, 50, 7, false);
+    check_xent(c, 5000, 7, true); /* several blocks and threads */
+    ops()->destroy(c);
+}
+
+static void test_softmax_xent_is_bit_identical_for_1_and_3_threads(void **state)
+{
+    (void)state;
+    const int64_t n = 20000, k = 5;
+    float *logits = random_floats(n * k, -3, 3);
+    int32_t *labels = malloc((size_t)n * sizeof *labels);
+    for (int64_t i = 0; i < n; i++)
+        labels[i] = (int32_t)(rng_next() % (uint64_t)k);
+    float *d[2];
+    bv_xent_result r[2];
+    for (int t = 0; t < 2; t++) {
+        bv_compute *c = make_compute(t == 0 ? 1 : 3);
+        d[t] = malloc((size_t)(n * k) * sizeof(float));
+        ops()->softmax_xent(c, n, k, logits, labels, NULL, 1.0f / (float)n, d[t], &r[t]);
+        ops()->destroy(c);
+    }
+    assert_true(r[0].loss_sum == r[1].loss_sum);
+    assert_int_equal(r[0].count, n);
+    assert_int_equal(r[0].correct, r[1].correct);
+    assert_memory_equal(d[0], d[1], (size_t)(n * k) * sizeof(float));
+    free(d[0]);
+    free(d[1]);
+    free(logits);
+    free(labels);
+}
+
+/* ---- adam ---------------------------------------------------------------------------- */
+
+static void test_adam_l2_first_step_by_hand(void **state)
+{
+    (void)state;
+    bv_compute *c = make_compute(1);
+    float p = 1.0f, g = 0.5f, m = 0.0f, v = 0.0f;
+    bv_adam_params ap = {.lr = 0.01f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
+                         .weight_decay = 0.1f, .decoupled = false, .step = 1};
+    ops()->adam_step(c, 1, &p, &g, &m, &v, &ap);
+    /* g' = 0.5 + 0.1 * 1 = 0.6; m = 0.1 * 0.6; v = 0.001 * 0.36;
+     * m^ = 0.6, v^ = 0.36, p = 1 - 0.01 * 0.6 / (0.6 + 1e-8) */
+    assert_close(m, 0.06, 1e-6, 0);
+    /* 1 - 0.999f is 0.001 only to 1.3e-5 relative: the float parameter's own rounding */
+    assert_close(v, 0.00036, 2e-5, 0);
+    assert_close(p, 0.99, 1e-6, 0);
+    ops()->destroy(c);
+}
+
+static void test_adamw_first_step_by_hand(void **state)
+{
+    (void)state;
+    bv_compute *c = make_compute(1);
+    float p = 1.0f, g = 0.5f, m = 0.0f, v = 0.0f;
+    bv_adam_params ap = {.lr = 0.01f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
+                         .weight_decay = 0.1f, .decoupled = true, .step = 1};
+    ops()->adam_step(c, 1, &p, &g, &m, &v, &ap);
+    /* p = 1 * (1 - 0.01 * 0.1) = 0.999; m = 0.05; v = 0.00025; m^ = 0.5, v^ = 0.25;
+     * p = 0.999 - 0.01 * 0.5 / 0.5 = 0.989 */
+    assert_close(m, 0.05, 1e-6, 0);
+    assert_close(v, 0.00025, 2e-5, 0);
+    assert_close(p, 0.989, 1e-6, 0);
+    ops()->destroy(c);
+}
+
+static void test_adam_later_step_applies_bias_correction_in_both_modes(void **state)
+{
+    (void)state;
+    bv_compute *c = make_compute(3);
+    const int64_t n = 70001;
+    for (int decoupled = 0; decoupled <= 1; decoupled++) {
+        float *p = random_floats(n, -1, 1), *g = random_floats(n, -1, 1);
+        float *m = random_floats(n, -0.1f, 0.1f), *v = random_floats(n, 0, 0.01f);
+        float *p0 = malloc((size_t)n * sizeof *p0), *m0 = malloc((size_t)n * sizeof *m0);
+        float *v0 = malloc((size_t)n * sizeof *v0);
+        memcpy(p0, p, (size_t)n * sizeof *p);
+        memcpy(m0, m, (size_t)n * sizeof *m);
+        memcpy(v0, v, (size_t)n * sizeof *v);
+        bv_adam_params ap = {.lr = 0.005f, .beta1 = 0.8f, .beta2 = 0.99f, .eps = 1e-6f,
+                             .weight_decay = 5e-4f, .decoupled = decoupled, .step = 5};
+        ops()->adam_step(c, n, p, g, m, v, &ap);
+        double bc1 = 1 - pow(0.8, 5), bc2 = 1 - pow(0.99, 5);
+        for (int64_t i = 0; i < n; i++) {
+            double pi = p0[i], gi = g[i];
+            if (decoupled)
+                pi *= 1 - (double)ap.lr * ap.weight_decay;
+            else
+                gi += (double)ap.weight_decay * p0[i];
+            double mi = ap.beta1 * (double)m0[i] + (1 - (double)ap.beta1) * gi;
+            double vi = ap.beta2 * (double)v0[i] + (1 - (double)ap.beta2) * gi * gi;
+            pi -= ap.lr * (mi / bc1) / (sqrt(vi / bc2) + ap.eps);
+            /* m = 0.8 m0 + 0.2 g can cancel: tolerance on the inputs' scale (|m0| < 0.1) */
+            assert_close(m[i], mi, 1e-6, 3e-8);
+            assert_close(v[i], vi, 1e-6, 1e-12);
+            assert_close(p[i], pi, 1e-6, 1e-7);
+        }
+        free(p);
+        free(g);
+        free(m);
+        free(v);
+        free(p0);
+        free(m0);
+        free(v0);
+    }
+    ops()->destroy(c);
+}
+
+/* ---- bias, axpy, sum_squares --------------------------------------------------------- */
+
+static void test_add_bias_adds_to_every_row(void **state)
+{
+    (void)state;
+    bv_compute *c = make_compute(3);
+    const int64_t rows = 700, cols = 70;
+    float *y = random_floats(rows * cols, -1, 1);
+    float *y0 = malloc((size_t)(rows * cols) * sizeof *y0);
+    memcpy(y0, y, (size_t)(rows * cols) * sizeof *y);
+    float *bias = random_floats(cols, -1, 1);
+    ops()->add_bias(c, rows, cols, bias, y);
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t j = 0; j < cols; j++)
+            assert_true(y[r * cols + j] == y0[r * cols + j] + bias[j]);
+    free(y);
+    free(y0);
+    free(bias);
+    ops()->destroy(c);
+}
+
+static void test_bias_backward_sums_rows_and_accumulates(void **state)
+{
+    (void)state;
+    const int64_t rows = 1000, cols = 200; /* several 64-column chunks, one partial */
+    float *dy = random_floats(rows * cols, -1, 1);
+    float *db[2];
+    for (int t = 0; t < 2; t++) {
+        bv_compute *c = make_compute(t == 0 ? 1 : 3);
+        db[t] = random_floats(cols, 50, 60);
+        ops()->bias_backward(c, rows, cols, dy, db[t], false);
+        ops()->destroy(c);
+    }
+    for (int64_t j = 0; j < cols; j++) {
+        double s = 0;
+        for (int64_t r = 0; r < rows; r++)
+            s += dy[r * cols + j];
+        assert_true(db[0][j] == (float)s); /* double accumulation, rounded once */
+    }
+    assert_memory_equal(db[0], db[1], (size_t)cols * sizeof(float));
+
+    bv_compute *c = make_compute(2);
+    float *acc = malloc((size_t)cols * sizeof *acc);
+    for (int64_t j = 0; j < cols; j++)
+        acc[j] = 1.0f;
+    ops()->bias_backward(c, rows, cols, dy, acc, true);
+    for (int64_t j = 0; j < cols; j++)
+        assert_close(acc[j], 1.0 + db[0][j], 1e-6, 1e-6);
+    ops()->destroy(c);
+    free(acc);
+    free(dy);
+    free(db[0]);
+    free(db[1]);
+}
+
+static void test_axpy_adds_scaled_vector(void **state)
+{
+    (void)state;
+    bv_compute *c = make_compute(2);
+    const int64_t n = 40001;
+    float *x = random_floats(n, -1, 1), *y = random_floats(n, -1, 1);
+    float *y0 = malloc((size_t)n * sizeof *y0);
+    memcpy(y0, y, (size_t)n * sizeof *y);
+    ops()->axpy(c, n, -0.75f, x, y);
+    for (int64_t i = 0; i < n; i++)
+        assert_true(y[i] == y0[i] + -0.75f * x[i]);
+    free(x);
+    free(y);
+    free(y0);
+    ops()->destroy(c);
+}
+
+static void test_sum_squares_in_double_and_same_for_any_threads(void **state)
+{
+    (void)state;
+    const int64_t n = 100007;
+    float *x = random_floats(n, -3, 3);
+    double want = 0;
+    for (int64_t i = 0; i < n; i++)
+        want += (double)x[i] * x[i];
+    double got[3];
+    for (int t = 0; t < 3; t++) {
+        bv_compute *c = make_compute(t + 1);
+        got[t] = ops()->sum_squares(c, n, x);
+        if (t == 0) {
+            assert_true(ops()->sum_squares(c, 0, x) == 0.0);
+            float three[3] = {1, 2, 3};
+            assert_true(ops()->sum_squares(c, 3, three) == 14.0);
+        }
+        ops()->destroy(c);
+    }
+    assert_close(got[0], want, 1e-12, 0);
+    assert_true(got[0] == got[1] && got[0] == got[2]);
+    free(x);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_descriptor_names_the_plugin_and_its_options),
+        cmocka_unit_test(test_threads_zero_means_every_core_and_n_means_n),
+        cmocka_unit_test(test_gemm_all_transpose_combinations_with_alpha_beta_and_lds),
+        cmocka_unit_test(test_gemm_beta_zero_ignores_nan_and_k_zero_scales),
+        cmocka_unit_test(test_spmm_matches_reference_with_empty_rows_and_subranges),
+        cmocka_unit_test(test_spmm_is_bit_identical_for_1_2_3_threads),
+        cmocka_unit_test(test_relu_forward_and_backward_match_reference_in_place),
+        cmocka_unit_test(test_dropout_mask_is_documented_hash_and_keeps_half),
+        cmocka_unit_test(test_dropout_same_mask_for_any_threads_and_any_split),
+        cmocka_unit_test(test_dropout_backward_uses_the_forward_mask_and_p0_copies),
+        cmocka_unit_test(test_softmax_xent_matches_reference_with_mask_and_ignored_labels),
+        cmocka_unit_test(test_softmax_xent_is_bit_identical_for_1_and_3_threads),
+        cmocka_unit_test(test_adam_l2_first_step_by_hand),
+        cmocka_unit_test(test_adamw_first_step_by_hand),
+        cmocka_unit_test(test_adam_later_step_applies_bias_correction_in_both_modes),
+        cmocka_unit_test(test_add_bias_adds_to_every_row),
+        cmocka_unit_test(test_bias_backward_sums_rows_and_accumulates),
+        cmocka_unit_test(test_axpy_adds_scaled_vector),
+        cmocka_unit_test(test_sum_squares_in_double_and_same_for_any_threads),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

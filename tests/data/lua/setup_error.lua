@@ -1,0 +1,2 @@
+-- Fails while setting up.
+error("bad configuration")

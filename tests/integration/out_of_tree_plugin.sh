@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# A plugin builds out of tree against the INSTALLED SDK and runs, with the core untouched:
+# install the build into a temporary prefix, build examples/plugins (model_mlp.so) with
+# find_package(bivouac) and with pkg-config, then list and train it with the installed
+# `bivouac`.
+# Environment (set by ctest): BIVOUAC_BUILD_DIR, BIVOUAC_SOURCE_DIR; BIVOUAC_DATA_DIR is
+# passed through. BIVOUAC_OOT_SDK_ONLY=1 stops after the build checks (no CLI needed).
+set -euo pipefail
+
+fail() {
+    echo "FAIL: $*" >&2
+    exit 1
+}
+step() { echo "== $*"; }
+
+: "${BIVOUAC_BUILD_DIR:?BIVOUAC_BUILD_DIR must name the core build directory}"
+: "${BIVOUAC_SOURCE_DIR:?BIVOUAC_SOURCE_DIR must name the source tree}"
+CMAKE=${CMAKE:-cmake}
+example="$BIVOUAC_SOURCE_DIR/examples/plugins"
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/bivouac-oot.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+prefix="$tmp/prefix"
+
+core_lib="$BIVOUAC_BUILD_DIR/core/libbivouac.so"
+[[ -e "$core_lib" ]] || fail "no core library at $core_lib (build the project first)"
+core_sum_before=$(sha256sum "$(readlink -f "$core_lib")" | cut -d' ' -f1)
+
+step "install $BIVOUAC_BUILD_DIR into $prefix"
+"$CMAKE" --install "$BIVOUAC_BUILD_DIR" --prefix "$prefix" >"$tmp/install.log" 2>&1 ||
+    { cat "$tmp/install.log" >&2; fail "cmake --install failed"; }
+for f in include/bivouac.h include/bivouac/plugin.h include/bivouac/model.h \
+    lib/cmake/bivouac/bivouacConfig.cmake lib/cmake/bivouac/bivouacConfigVersion.cmake \
+    lib/cmake/bivouac/bivouacTargets.cmake lib/cmake/bivouac/BivouacPluginSDK.cmake \
+    lib/pkgconfig/bivouac.pc; do
+    [[ -f "$prefix/$f" ]] || fail "installed SDK lacks $f"
+done
+compgen -G "$prefix/lib/libbivouac.so.*" >/dev/null || fail "installed SDK lacks libbivouac.so.*"
+
+step "pkg-config reads the installed bivouac.pc"
+if command -v pkg-config >/dev/null; then
+    pc=$(PKG_CONFIG_PATH="$prefix/lib/pkgconfig" pkg-config --cflags --libs bivouac) ||
+        fail "pkg-config --cflags --libs bivouac failed"
+    [[ "$pc" == *"-I$prefix/include"* && "$pc" == *"-L$prefix/lib"* && "$pc" == *-lbivouac* ]] ||
+        fail "pkg-config gave '$pc', expected -I$prefix/include -L$prefix/lib -lbivouac"
+    plugindir=$(PKG_CONFIG_PATH="$prefix/lib/pkgconfig" pkg-config --variable=plugindir bivouac)
+    [[ "$plugindir" == "$prefix/lib/bivouac/plugins" ]] ||
+        fail "pkg-config plugindir is '$plugindir', expected $prefix/lib/bivouac/plugins"
+else
+    echo "(pkg-config not installed: skipped)"
+fi
+
+step "build examples/plugins with find_package(bivouac)"
+# Only the installed prefix is offered to find_package: the build tree must not be needed.
+build="$tmp/example-build"
+"$CMAKE" -S "$example" -B "$build" -DCMAKE_PREFIX_PATH="$prefix" \
+    -DCMAKE_FIND_PACKAGE_NO_PACKAGE_REGISTRY=ON >"$tmp/configure.log" 2>&1 ||
+    { cat "$tmp/configure.log" >&2; fail "configuring examples/plugins against $prefix failed"; }
+grep -q "bivouac_DIR:PATH=$prefix/lib/cmake/bivouac" "$build/CMakeCache.txt" ||
+    fail "find_package(bivouac) did not pick the installed SDK: $(grep bivouac_DIR "$build/CMakeCache.txt")"
+"$CMAKE" --build "$build" -j2 >"$tmp/build.log" 2>&1 ||
+    { cat "$tmp/build.log" >&2; fail "building examples/plugins failed"; }
+plugin_dir="$build/plugins"
+so="$plugin_dir/model_mlp.so"
+[[ -f "$so" ]] || fail "no $so after the build"
+
+step "model_mlp.so exports only bv_model_mlp_plugin"
+exported=$(nm -D --defined-only "$so" | awk '{print $NF}' | sort | tr '\n' ' ')
+[[ "$exported" == "bv_model_mlp_plugin " ]] ||
+    fail "model_mlp.so exports '$exported', expected only bv_model_mlp_plugin"
+readelf -d "$so" | grep -q "NEEDED.*libbivouac.so" || fail "model_mlp.so is not linked to libbivouac"
+readelf -d "$so" | grep -Eq "(RPATH|RUNPATH).*\[$prefix/lib\]" ||
+    fail "model_mlp.so's RPATH is not $prefix/lib: $(readelf -d "$so" | grep -E 'RPATH|RUNPATH')"
+
+if command -v make >/dev/null && command -v pkg-config >/dev/null; then
+    step "build examples/plugins with the pkg-config Makefile"
+    mkdir "$tmp/make-build"
+    PKG_CONFIG_PATH="$prefix/lib/pkgconfig" make -s -C "$tmp/make-build" \
+        -f "$example/Makefile" >"$tmp/make.log" 2>&1 ||
+        { cat "$tmp/make.log" >&2; fail "make -f examples/plugins/Makefile failed"; }
+    [[ -f "$tmp/make-build/model_mlp.so" ]] || fail "the Makefile did not produce model_mlp.so"
+fi
+
+step "the core build is untouched"
+core_sum_after=$(sha256sum "$(readlink -f "$core_lib")" | cut -d' ' -f1)
+[[ "$core_sum_before" == "$core_sum_after" ]] || fail "libbivouac.so in $BIVOUAC_BUILD_DIR changed"
+[[ ! -e "$BIVOUAC_BUILD_DIR/plugins/model_mlp.so" ]] ||
+    fail "the example plugin landed in the core build's plugin directory"
+
+if [[ "${BIVOUAC_OOT_SDK_ONLY:-0}" == 1 ]]; then
+    echo "PASS (SDK only: the CLI steps were skipped)"
+    exit 0
+fi
+
+bivouac="$prefix/bin/bivouac"
+[[ -x "$bivouac" ]] || fail "the install has no $bivouac"
+export BIVOUAC_PLUGIN_PATH="$plugin_dir"
+
+step "bivouac plugins lists model mlp"
+"$bivouac" plugins >"$tmp/plugins.txt" 2>&1 ||
+    { cat "$tmp/plugins.txt" >&2; fail "bivouac plugins exited non-zero"; }
+grep -Eq '^model[[:space:]]+mlp[[:space:]]+0\.1\.0' "$tmp/plugins.txt" ||
+    { cat "$tmp/plugins.txt" >&2; fail "bivouac plugins does not list 'model mlp 0.1.0'"; }
+
+step "bivouac run mlp-quickstart.yaml"
+run="$tmp/run"
+"$bivouac" run "$example/mlp-quickstart.yaml" --out "$run" >"$tmp/run.log" 2>&1 ||
+    { tail -n 40 "$tmp/run.log" >&2; fail "bivouac run mlp-quickstart.yaml exited non-zero"; }
+result="$run/result.json"
+[[ -f "$result" ]] || fail "no $result"
+python3 - "$result" <<'EOF' || fail "result.json does not show a trained mlp (see above)"
+import json, sys
+r = json.load(open(sys.argv[1]))
+missing = [k for k in ("model", "dataset", "seed", "epochs", "best_val_accuracy",
+                       "test_accuracy", "wall_seconds") if k not in r]
+if missing:
+    sys.exit(f"result.json lacks {missing}")
+if r["model"] != "mlp":
+    sys.exit(f"result.json model is {r['model']!r}, expected 'mlp'")
+if not r["test_accuracy"] > 0.5:
+    sys.exit(f"test_accuracy {r['test_accuracy']} is not above 0.5")
+print(f"test_accuracy {r['test_accuracy']:.3f}")
+EOF
+
+echo "PASS"
