@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <locale.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -277,10 +278,10 @@ static void c_locale_init(void)
     c_locale = newlocale(LC_ALL_MASK, "C", (locale_t)0);
 }
 
-/* Parses exactly [s, e) as a float, as strtof would in the C locale. The values the
- * format prints (%.6g) take Clinger's fast path: a mantissa of at most 7 digits is exact
- * in a float, so is 10^k for k <= 10, and one IEEE multiply or divide of exact operands
- * rounds correctly. Anything else goes to strtof_l. */
+/* Parses exactly [s, e) as a finite decimal float, as strtof would in the C locale.
+ * The values the format prints (%.6g) take Clinger's fast path: a mantissa of at most 7
+ * digits is exact in a float, so is 10^k for k <= 10, and one IEEE multiply or divide of
+ * exact operands rounds correctly. Anything else goes to strtof_l. */
 static bool parse_float(const char *s, const char *e, float *out)
 {
     static const float pow10[] = {1e0f, 1e1f, 1e2f, 1e3f, 1e4f, 1e5f,
@@ -331,9 +332,11 @@ static bool parse_float(const char *s, const char *e, float *out)
     *out = neg ? -f : f;
     return true;
 slow:;
+    /* Plain decimal only: no hex floats, and no inf or nan, which would poison training
+     * without a word. */
     char buf[64];
     size_t len = (size_t)(e - s);
-    if (len == 0 || len >= sizeof buf)
+    if (len == 0 || len >= sizeof buf || strspn(s, "0123456789+-.eE") < len)
         return false;
     memcpy(buf, s, len);
     buf[len] = '\0';
@@ -342,7 +345,7 @@ slow:;
         return false;
     char *end = NULL;
     float parsed = strtof_l(buf, &end, c_locale);
-    if (end != buf + len)
+    if (end != buf + len || !isfinite(parsed))
         return false;
     *out = parsed;
     return true;

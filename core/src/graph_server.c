@@ -17,7 +17,27 @@ typedef struct graph_server {
     float **act;  /* per stage output, num_nodes x out_dim */
     float **dact; /* per stage d(output) */
     float grad_scale;
+    bool *input_sent; /* per interval: its static input is at its tensor worker */
 } graph_server;
+
+/* Input rows of stage s for interval h, or none if the worker already keeps them. */
+static const float *task_input(graph_server *gs, size_t s, bv_task_hdr *h, size_t *bytes)
+{
+    const bv_stage *st = gs->e->stages[s];
+    const float *in = (s == 0 ? gs->e->cfg.data->features : gs->act[s - 1]) +
+                      h->row_begin * st->in_dim;
+    *bytes = (size_t)(h->rows * st->in_dim) * sizeof(float);
+    if (s != 0)
+        return in;
+    if (gs->input_sent[h->interval]) {
+        h->flags |= BV_TASK_CACHED_INPUT;
+        *bytes = 0;
+        return NULL;
+    }
+    h->flags |= BV_TASK_KEEP_INPUT;
+    gs->input_sent[h->interval] = true;
+    return in;
+}
 
 static const float *stage_input(const graph_server *gs, size_t s)
 {
@@ -61,17 +81,16 @@ static bv_status gs_apply_vertex(graph_server *gs, size_t s, const bv_task_hdr *
 {
     bv_graph_engine *e = gs->e;
     const bv_stage *st = e->stages[s];
-    const float *in = stage_input(gs, s);
     for (int i = 0; i < e->cfg.intervals; i++) {
         bv_task_hdr h = *epoch;
         h.stage = (int32_t)s;
         h.interval = i;
         h.row_begin = e->interval_begin[i];
         h.rows = interval_rows(e, i);
+        size_t in_bytes;
+        const float *in = task_input(gs, s, &h, &in_bytes);
         bv_status rc = bv_role_send(gs->t, gs->to_tw[i % e->cfg.tensor_workers],
-                                    BV_MSG_FWD_TASK, BV_ROLE_GS, &h,
-                                    in + h.row_begin * st->in_dim,
-                                    (size_t)(h.rows * st->in_dim) * sizeof(float), NULL, 0,
+                                    BV_MSG_FWD_TASK, BV_ROLE_GS, &h, in, in_bytes, NULL, 0,
                                     NULL, 0, err);
         if (rc != BV_OK)
             return rc;
@@ -149,7 +168,6 @@ static bv_status gs_apply_vertex_backward(graph_server *gs, size_t s, const bv_t
 {
     bv_graph_engine *e = gs->e;
     const bv_stage *st = e->stages[s];
-    const float *in = stage_input(gs, s);
     for (int i = 0; i < e->cfg.intervals; i++) {
         bv_task_hdr h = *epoch;
         h.stage = (int32_t)s;
@@ -157,10 +175,11 @@ static bv_status gs_apply_vertex_backward(graph_server *gs, size_t s, const bv_t
         h.row_begin = e->interval_begin[i];
         h.rows = interval_rows(e, i);
         size_t out_bytes = (size_t)(h.rows * st->out_dim) * sizeof(float);
+        size_t in_bytes;
+        const float *in = task_input(gs, s, &h, &in_bytes);
         bv_status rc = bv_role_send(
-            gs->t, gs->to_tw[i % e->cfg.tensor_workers], BV_MSG_BWD_TASK, BV_ROLE_GS, &h,
-            in + h.row_begin * st->in_dim, (size_t)(h.rows * st->in_dim) * sizeof(float),
-            gs->act[s] + h.row_begin * st->out_dim, out_bytes,
+            gs->t, gs->to_tw[i % e->cfg.tensor_workers], BV_MSG_BWD_TASK, BV_ROLE_GS, &h, in,
+            in_bytes, gs->act[s] + h.row_begin * st->out_dim, out_bytes,
             gs->dact[s] + h.row_begin * st->out_dim, out_bytes, err);
         if (rc != BV_OK)
             return rc;
@@ -229,9 +248,10 @@ static bv_status gs_setup(graph_server *gs, bv_error *err)
     gs->compute = e->cfg.compute_ops->create(e->cfg.compute_opts, err);
     if (!gs->compute)
         return err->status ? err->status : BV_ERR_PLUGIN;
+    gs->input_sent = calloc((size_t)e->cfg.intervals, sizeof *gs->input_sent);
     gs->act = calloc(e->nstages, sizeof *gs->act);
     gs->dact = calloc(e->nstages, sizeof *gs->dact);
-    if (!gs->act || !gs->dact)
+    if (!gs->act || !gs->dact || !gs->input_sent)
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory in the graph server");
     int64_t n = e->cfg.data->num_nodes;
     for (size_t s = 0; s < e->nstages; s++) {
@@ -258,6 +278,7 @@ static void gs_teardown(graph_server *gs)
     }
     free(gs->act);
     free(gs->dact);
+    free(gs->input_sent);
     if (gs->compute)
         e->cfg.compute_ops->destroy(gs->compute);
     for (int i = 0; i < BV_MAX_TENSOR_WORKERS; i++)

@@ -30,7 +30,7 @@ typedef struct bv_policy_limits {
 
 /* One entry of the YAML `policy.params` map. The value is converted: a Lua numeral
  * ("10", "0.5", "1e-3") becomes a number, "true"/"false" a boolean, anything else a
- * string. */
+ * string. A NULL value leaves the parameter out. */
 typedef struct bv_policy_param {
     const char *name;
     const char *value;

@@ -44,12 +44,19 @@ typedef struct bv_task_hdr {
     int32_t interval;
     int32_t training;
     int32_t reply_to; /* role id that wants the answer */
+    int32_t flags;    /* BV_TASK_* */
+    int32_t reserved;
     float grad_scale;
     float lr;
     uint64_t na, nb, nc; /* byte sizes of arrays a, b, c */
     /* loss stats per split (train, val, test): loss_sum, count, correct */
     double stats[9];
 } bv_task_hdr;
+
+/* Task flags. The first stage's input (the features) never changes, so a tensor worker
+ * keeps the rows of each interval it was sent once (BV_TASK_KEEP_INPUT) and later tasks
+ * on that interval carry no input (BV_TASK_CACHED_INPUT). */
+enum { BV_TASK_KEEP_INPUT = 1, BV_TASK_CACHED_INPUT = 2 };
 
 /* Role ids (the wire header's sender). Tensor workers are BV_ROLE_TW + i. */
 enum { BV_ROLE_COORD = 1, BV_ROLE_GS = 2, BV_ROLE_PS = 3, BV_ROLE_TW = 16 };

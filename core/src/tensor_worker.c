@@ -20,7 +20,45 @@ typedef struct tensor_worker {
     int64_t version;     /* of weights; -1 none */
     float *grads;        /* param_floats scratch */
     float **grad_ptrs;
+    float **kept;       /* per interval: kept static input rows (BV_TASK_KEEP_INPUT) */
+    size_t *kept_bytes;
 } tensor_worker;
+
+/* The task's input rows: from the message, or kept from an earlier task. */
+static const float *tw_input(tensor_worker *w, const bv_role_msg *m, size_t want,
+                             bv_error *err)
+{
+    const bv_task_hdr *h = &m->hdr;
+    if (h->interval < 0 || h->interval >= w->e->cfg.intervals) {
+        bv_error_set(err, BV_ERR_CORRUPT, "task names interval %d of %d", h->interval,
+                     w->e->cfg.intervals);
+        return NULL;
+    }
+    if (h->flags & BV_TASK_CACHED_INPUT) {
+        if (!w->kept[h->interval] || w->kept_bytes[h->interval] != want) {
+            bv_error_set(err, BV_ERR_CORRUPT, "tensor worker %d keeps no input for interval %d",
+                         w->index, h->interval);
+            return NULL;
+        }
+        return w->kept[h->interval];
+    }
+    if (h->na != want) {
+        bv_error_set(err, BV_ERR_CORRUPT, "task for stage %d has %llu bytes of input, not %zu",
+                     h->stage, (unsigned long long)h->na, want);
+        return NULL;
+    }
+    if (h->flags & BV_TASK_KEEP_INPUT) {
+        free(w->kept[h->interval]);
+        w->kept[h->interval] = malloc(want + 1);
+        if (!w->kept[h->interval]) {
+            bv_error_set(err, BV_ERR_NOMEM, "out of memory keeping an input");
+            return NULL;
+        }
+        memcpy(w->kept[h->interval], m->a, want);
+        w->kept_bytes[h->interval] = want;
+    }
+    return (const float *)m->a;
+}
 
 static bv_status tw_ensure_weights(tensor_worker *w, int64_t version, bv_error *err)
 {
@@ -75,9 +113,9 @@ static bv_status tw_forward(tensor_worker *w, const bv_role_msg *m, bv_error *er
     if (!stage_ok(w, h))
         return bv_error_set(err, BV_ERR_CORRUPT, "forward task names a bad stage or rows");
     const bv_stage *s = w->e->stages[h->stage];
-    if (h->na != (uint64_t)(h->rows * s->in_dim) * sizeof(float))
-        return bv_error_set(err, BV_ERR_CORRUPT, "forward task for %s has %llu bytes of input",
-                            s->name, (unsigned long long)h->na);
+    const float *in = tw_input(w, m, (size_t)(h->rows * s->in_dim) * sizeof(float), err);
+    if (!in)
+        return err->status;
     bv_status st = tw_ensure_weights(w, h->version, err);
     if (st != BV_OK)
         return st;
@@ -86,8 +124,8 @@ static bv_status tw_forward(tensor_worker *w, const bv_role_msg *m, bv_error *er
     if (!out)
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory in %s", s->name);
     bv_task_ctx ctx = tw_ctx(w, h);
-    st = w->e->cfg.model_ops->tensor_forward(w->e->cfg.model, (size_t)h->stage, &ctx,
-                                             (const float *)m->a, out, err);
+    st = w->e->cfg.model_ops->tensor_forward(w->e->cfg.model, (size_t)h->stage, &ctx, in, out,
+                                             err);
     if (st == BV_OK)
         st = bv_role_send(w->t, w->to_gs, BV_MSG_FWD_RESULT, w->id, h, out, out_bytes, NULL, 0,
                           NULL, 0, err);
@@ -103,8 +141,11 @@ static bv_status tw_backward(tensor_worker *w, const bv_role_msg *m, bv_error *e
     const bv_stage *s = w->e->stages[h->stage];
     size_t in_bytes = (size_t)(h->rows * s->in_dim) * sizeof(float);
     size_t out_bytes = (size_t)(h->rows * s->out_dim) * sizeof(float);
-    if (h->na != in_bytes || h->nb != out_bytes || h->nc != out_bytes)
+    if (h->nb != out_bytes || h->nc != out_bytes)
         return bv_error_set(err, BV_ERR_CORRUPT, "backward task for %s has wrong sizes", s->name);
+    const float *in = tw_input(w, m, in_bytes, err);
+    if (!in)
+        return err->status;
     bv_status st = tw_ensure_weights(w, h->version, err);
     if (st != BV_OK)
         return st;
@@ -113,8 +154,8 @@ static bv_status tw_backward(tensor_worker *w, const bv_role_msg *m, bv_error *e
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory in backward of %s", s->name);
     memset(w->grads, 0, w->e->param_floats * sizeof(float));
     bv_task_ctx ctx = tw_ctx(w, h);
-    st = w->e->cfg.model_ops->tensor_backward(w->e->cfg.model, (size_t)h->stage, &ctx,
-                                              (const float *)m->a, (const float *)m->b,
+    st = w->e->cfg.model_ops->tensor_backward(w->e->cfg.model, (size_t)h->stage, &ctx, in,
+                                              (const float *)m->b,
                                               (const float *)m->c, din, w->grad_ptrs, err);
     if (st == BV_OK)
         st = bv_role_send(w->t, w->to_ps, BV_MSG_GRADS, w->id, h, w->grads,
@@ -186,7 +227,10 @@ static bv_status tw_setup(tensor_worker *w, bv_error *err)
     w->grads = calloc(e->param_floats + 1, sizeof(float));
     w->param_ptrs = calloc(e->nparams + 1, sizeof(float *));
     w->grad_ptrs = calloc(e->nparams + 1, sizeof(float *));
-    if (!w->weights || !w->grads || !w->param_ptrs || !w->grad_ptrs)
+    w->kept = calloc((size_t)e->cfg.intervals, sizeof *w->kept);
+    w->kept_bytes = calloc((size_t)e->cfg.intervals, sizeof *w->kept_bytes);
+    if (!w->weights || !w->grads || !w->param_ptrs || !w->grad_ptrs || !w->kept ||
+        !w->kept_bytes)
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory in tensor worker %d", w->index);
     for (size_t i = 0; i < e->nparams; i++) {
         w->param_ptrs[i] = w->weights + e->param_off[i];
@@ -207,6 +251,10 @@ static void tw_teardown(tensor_worker *w)
     free(w->grads);
     free(w->param_ptrs);
     free(w->grad_ptrs);
+    for (int i = 0; w->kept && i < w->e->cfg.intervals; i++)
+        free(w->kept[i]);
+    free(w->kept);
+    free(w->kept_bytes);
 }
 
 void *bv_tensor_worker_main(void *arg)

@@ -397,6 +397,62 @@ static void test_error_missing_directory(void **state)
     expect_load_error("no_such_dataset", BV_ERR_IO, "meta.yaml: No such file or directory");
 }
 
+static void write_text(const char *dir, const char *file, const char *text)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+/* A one-node dataset in a temp dir whose only feature line is `line`. */
+static bv_status load_feature_line(const char *line, bv_graph_dataset **g, bv_error *err)
+{
+    char *dir = make_temp_dir();
+    write_text(dir, "meta.yaml", "nodes: 1\nundirected_edges: 0\nfeatures: 10\nclasses: 1\n");
+    write_text(dir, "edges.tsv", "");
+    write_text(dir, "split.tsv", "train\n");
+    write_text(dir, "features.svm", line);
+    bv_status s = bv_graph_load_dir(dir, NULL, g, err);
+    remove_tree(dir);
+    free(dir);
+    return s;
+}
+
+/* The fast path (<= 7 digits, |exponent| <= 10) and the strtof fallback agree with strtof,
+ * bit for bit; hex, inf and nan are refused. */
+static void test_feature_values_parse_like_strtof(void **state)
+{
+    (void)state;
+    static const char *const values[] = {
+        "0.1", "-2.5E+3", "1e-30", "0.123456789", "3.40282e+38",
+        "1",   "7e-45",   "100000000", "9.99999e-11", "1234567e3",
+    };
+    char line[512] = "0";
+    for (int i = 0; i < 10; i++)
+        snprintf(line + strlen(line), sizeof line - strlen(line), " %d:%s", i, values[i]);
+    strcat(line, "\n");
+    bv_graph_dataset *g = NULL;
+    bv_error err;
+    if (load_feature_line(line, &g, &err) != BV_OK)
+        fail_msg("%s", err.msg);
+    for (int i = 0; i < 10; i++) {
+        float want = strtof(values[i], NULL);
+        assert_memory_equal(&g->features[i], &want, sizeof want);
+    }
+    bv_graph_free(g);
+
+    static const char *const refused[] = {"0 1:nan\n", "0 1:inf\n", "0 1:0x1p3\n", "0 1:1e99\n"};
+    for (int i = 0; i < 4; i++) {
+        g = NULL;
+        assert_int_equal(load_feature_line(refused[i], &g, &err), BV_ERR_INVALID);
+        assert_null(g);
+        assert_non_null(strstr(err.msg, "features.svm:1: malformed feature '1:"));
+    }
+}
+
 /* --- the binary cache --------------------------------------------------------------- */
 
 /* First load parses and writes the cache; the second maps it and sees the same bytes. */
@@ -793,6 +849,7 @@ int main(void)
         cmocka_unit_test(test_error_too_few_split_lines),
         cmocka_unit_test(test_error_meta_missing_key),
         cmocka_unit_test(test_error_missing_directory),
+        cmocka_unit_test(test_feature_values_parse_like_strtof),
         cmocka_unit_test(test_cache_second_load_is_mapped_tiny),
         cmocka_unit_test(test_cache_second_load_is_mapped_cora),
         cmocka_unit_test(test_cache_corrupt_file_is_rebuilt),

@@ -284,6 +284,29 @@ static void test_memory_bombs_inside_pcall_are_not_swallowed(void **state)
     bv_policy_free(p);
 }
 
+static void test_limits_survive_close_and_handlers(void **state)
+{
+    bv_policy_limits lim = {.instructions = 300000, .memory_bytes = 8 << 20};
+    bv_policy *p = load_ok(fixture("adversarial.lua"), NULL, 0, &lim);
+    bv_policy_actions out;
+    assert_call_fails(p, 1, ":6: instruction budget of 300000 exceeded in on_epoch_end");
+    assert_call_fails(p, 2, ": memory cap of 8388608 bytes exceeded in on_epoch_end");
+
+    bv_error err = {0};
+    assert_int_equal(call_mode(p, 3, &out, &err), BV_ERR_INVALID);
+    assert_true(strstr(err.msg, ":14: stack overflow") ||
+                strstr(err.msg, ": memory cap of 8388608 bytes exceeded in on_epoch_end"));
+
+    call_ok(p, 4, &out);
+    assert_true(set_value(&out, "ok") == 0);
+    assert_call_fails(p, 5, ": error in on_epoch_end (error object is a table value)");
+
+    call_ok(p, 0, &out);
+    assert_true(out.set_lr);
+    assert_true(out.lr == 0.03);
+    bv_policy_free(p);
+}
+
 /* ---- Sandbox ---- */
 
 static void test_sandbox_libraries(void **state)
@@ -312,9 +335,11 @@ static void test_globals_are_read_only_after_setup(void **state)
     bv_policy_actions out;
     call_ok(p, 9, &out);
     assert_true(set_value(&out, "helper") == 0);
-    /* pairs(_G) sees the real globals: the 12 library functions and tables kept, plus
-     * log, print, params, _G, _VERSION, helper_count and on_epoch_end */
-    assert_true(set_value(&out, "globals") > 20);
+    /* pairs(_G) iterates the real globals: 17 base functions (assert error getmetatable
+     * ipairs next pairs pcall print rawequal rawget rawlen select setmetatable tonumber
+     * tostring type xpcall), _G, _VERSION, string, table, math, utf8, log, params,
+     * helper_count and on_epoch_end */
+    assert_true(set_value(&out, "globals") == 27);
     assert_true(set_value(&out, "mt_hidden") == 1);
     assert_true(set_value(&out, "string_mt_hidden") == 1);
     assert_true(set_value(&out, "method") == 6);
@@ -560,6 +585,7 @@ int main(void)
         cmocka_unit_test(test_budget_is_per_call_and_policy_recovers),
         cmocka_unit_test(test_string_doubling_hits_memory_cap),
         cmocka_unit_test(test_memory_bombs_inside_pcall_are_not_swallowed),
+        cmocka_unit_test(test_limits_survive_close_and_handlers),
         cmocka_unit_test(test_sandbox_libraries),
         cmocka_unit_test(test_globals_are_read_only_after_setup),
         cmocka_unit_test(test_protected_metatables),

@@ -51,10 +51,10 @@ static bv_compute *cpu_create(const bv_opts *opts, bv_error *err)
         free(c);
         return NULL;
     }
-    /* BLAS runs only on the calling thread while our workers sleep, so giving OpenBLAS the
-     * same count does not oversubscribe. The setting is process-wide: the last instance
-     * created wins. */
-    openblas_set_num_threads(threads);
+    /* OpenBLAS runs single-threaded inside our pool's tasks (cpu_gemm splits C into row
+     * bands): one threading system, and no OpenBLAS threads spinning in sched_yield
+     * between calls while our workers want the cores (measured: ~20% of a GCN epoch). */
+    openblas_set_num_threads(1);
     return c;
 }
 

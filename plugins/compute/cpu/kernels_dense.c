@@ -1,4 +1,4 @@
-/* Dense kernels of the CPU plugin: gemm through OpenBLAS (on the calling thread), and the
+/* Dense kernels of the CPU plugin: gemm through OpenBLAS in row bands over the pool, and the
  * elementwise ops, bias ops, Adam and sum_squares split statically over the pool. Every
  * kernel here but gemm gives the same bits for any thread count. */
 #include <limits.h>
@@ -37,6 +37,31 @@ static void scale_matrix(int64_t m, int64_t n, float beta, float *cm, int64_t ld
     }
 }
 
+typedef struct gemm_ctx {
+    bool trans_a, trans_b;
+    int64_t m;
+    int n, k, lda, ldb, ldc;
+    float alpha, beta;
+    const float *a, *b;
+    float *cm;
+} gemm_ctx;
+
+/* One band of rows of C per task; OpenBLAS itself runs single-threaded (see cpu_create),
+ * so the pool is the only threading system and nothing spins between calls. */
+static void gemm_task(void *arg, int tid, int ntasks)
+{
+    const gemm_ctx *g = arg;
+    int64_t b, e;
+    cpu_split(g->m, tid, ntasks, &b, &e);
+    for (int64_t r = b; r < e; r += INT_MAX) {
+        int rows = (int)(e - r < INT_MAX ? e - r : INT_MAX);
+        const float *ar = g->trans_a ? g->a + r : g->a + r * g->lda;
+        cblas_sgemm(CblasRowMajor, g->trans_a ? CblasTrans : CblasNoTrans,
+                    g->trans_b ? CblasTrans : CblasNoTrans, rows, g->n, g->k, g->alpha, ar,
+                    g->lda, g->b, g->ldb, g->beta, g->cm + r * g->ldc, g->ldc);
+    }
+}
+
 void cpu_gemm(bv_compute *c, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
               float alpha, const float *a, int64_t lda, const float *b, int64_t ldb,
               float beta, float *cm, int64_t ldc)
@@ -47,16 +72,16 @@ void cpu_gemm(bv_compute *c, bool trans_a, bool trans_b, int64_t m, int64_t n, i
         scale_matrix(m, n, beta, cm, ldc);
         return;
     }
-    int in = blas_int(n, "n"), ik = blas_int(k, "k");
-    int ilda = blas_int(lda, "lda"), ildb = blas_int(ldb, "ldb"), ildc = blas_int(ldc, "ldc");
-    /* Rows of C in chunks OpenBLAS can index; one chunk in every realistic case. */
-    for (int64_t r = 0; r < m; r += INT_MAX) {
-        int rows = (int)(m - r < INT_MAX ? m - r : INT_MAX);
-        const float *ar = trans_a ? a + r : a + r * lda;
-        cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
-                    trans_b ? CblasTrans : CblasNoTrans, rows, in, ik, alpha, ar, ilda, b,
-                    ildb, beta, cm + r * ldc, ildc);
-    }
+    gemm_ctx g = {.trans_a = trans_a, .trans_b = trans_b, .m = m, .n = blas_int(n, "n"),
+                  .k = blas_int(k, "k"), .lda = blas_int(lda, "lda"),
+                  .ldb = blas_int(ldb, "ldb"), .ldc = blas_int(ldc, "ldc"), .alpha = alpha,
+                  .beta = beta, .a = a, .b = b, .cm = cm};
+    /* bands of at least 16 rows and ~1 MFLOP each, or it is not worth waking the pool */
+    int64_t flops = m * n * k;
+    int tasks = c->nthreads;
+    while (tasks > 1 && (m / tasks < 16 || flops / tasks < (1 << 20)))
+        tasks--;
+    cpu_pool_run(c->pool, tasks, gemm_task, &g);
 }
 
 /* ---- relu ---------------------------------------------------------------------------- */
@@ -124,6 +149,11 @@ static void dropout_task(void *arg, int tid, int ntasks)
     const float *in = d->in;
     float *out = d->out;
     for (int64_t i = b; i < e; i++) {
+        /* a zero stays zero whatever the mask says: skip its hash (sparse features) */
+        if (in[i] == 0.0f) {
+            out[i] = in[i];
+            continue;
+        }
         float u = cpu_dropout_uniform(d->key, d->offset + (uint64_t)i);
         out[i] = u >= d->p ? in[i] * d->scale : 0.0f;
     }
