@@ -89,6 +89,16 @@ void bv_registry_free(bv_registry *r)
     free(r);
 }
 
+/* Size of the ops table a model for `engine` must provide; 0 for an unknown engine. */
+size_t bv_model_ops_size_for_engine(bv_engine_kind engine)
+{
+    switch (engine) {
+    case BV_ENGINE_GRAPH: return sizeof(bv_model_ops);
+    case BV_ENGINE_SEQUENCE: return 0; /* until seqmodel.h lands */
+    }
+    return 0;
+}
+
 /* Smallest ops table each kind must provide (ABI 1.0). */
 static size_t min_ops_size(bv_plugin_kind kind)
 {
@@ -208,9 +218,17 @@ static void load_record(bv_plugin_record *rec)
              d->name ? d->name : "(null)", kind, rec->name);
         return;
     }
-    if (!d->ops || d->ops_size < min_ops_size(rec->kind)) {
-        fail(rec, BV_LOAD_INCOMPLETE, "%s: ops table is %zu bytes, a %s plugin needs %zu",
-             rec->path, d->ops ? d->ops_size : 0, kind, min_ops_size(rec->kind));
+    size_t need = min_ops_size(rec->kind);
+    if (rec->kind == BV_KIND_MODEL && d->ops && d->ops_size >= sizeof(bv_engine_kind) &&
+        *(const bv_engine_kind *)d->ops != BV_ENGINE_GRAPH)
+        need = bv_model_ops_size_for_engine(*(const bv_engine_kind *)d->ops);
+    if (!d->ops || d->ops_size < need || need == 0) {
+        if (need == 0)
+            fail(rec, BV_LOAD_INCOMPLETE, "%s: model ops table names unknown engine %d",
+                 rec->path, (int)*(const bv_engine_kind *)d->ops);
+        else
+            fail(rec, BV_LOAD_INCOMPLETE, "%s: ops table is %zu bytes, a %s plugin needs %zu",
+                 rec->path, d->ops ? d->ops_size : 0, kind, need);
         return;
     }
     rec->desc = d;

@@ -55,4 +55,8 @@ const bv_plugin *bv_registry_get(bv_registry *r, bv_plugin_kind kind, const char
 /* Names of the loadable plugins of a kind (for did-you-mean); returns count. */
 size_t bv_registry_names(bv_registry *r, bv_plugin_kind kind, const char **names, size_t max);
 
+/* Size of the ops table a model plugin for that engine must have (0: unknown engine). */
+#include "bivouac/model.h"
+size_t bv_model_ops_size_for_engine(bv_engine_kind engine);
+
 #endif

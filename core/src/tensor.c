@@ -108,15 +108,26 @@ void bv_csr_free(bv_csr *m)
 
 bv_csr *bv_csr_transpose(const bv_csr *m)
 {
+    return bv_csr_transpose_perm(m, NULL);
+}
+
+bv_csr *bv_csr_transpose_perm(const bv_csr *m, int64_t **perm)
+{
     bv_csr *t = bv_csr_new(m->ncols, m->nrows, m->nnz);
     if (!t)
         return NULL;
+    int64_t *p = NULL;
+    if (perm && !(p = malloc((size_t)(m->nnz ? m->nnz : 1) * sizeof *p))) {
+        bv_csr_free(t);
+        return NULL;
+    }
     for (int64_t e = 0; e < m->nnz; e++)
         t->rowptr[m->colidx[e] + 1]++;
     for (int64_t r = 0; r < t->nrows; r++)
         t->rowptr[r + 1] += t->rowptr[r];
     int64_t *next = malloc((size_t)(t->nrows + 1) * sizeof *next);
     if (!next) {
+        free(p);
         bv_csr_free(t);
         return NULL;
     }
@@ -127,8 +138,12 @@ bv_csr *bv_csr_transpose(const bv_csr *m)
             int64_t dst = next[m->colidx[e]]++;
             t->colidx[dst] = (int32_t)r;
             t->values[dst] = m->values ? m->values[e] : 1.0f;
+            if (p)
+                p[dst] = e;
         }
     }
     free(next);
+    if (perm)
+        *perm = p;
     return t;
 }

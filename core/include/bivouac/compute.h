@@ -88,6 +88,67 @@ typedef struct bv_compute_ops {
     void (*axpy)(bv_compute *c, int64_t n, float alpha, const float *x, float *y);
     /* sum of x[i]^2, accumulated in double */
     double (*sum_squares)(bv_compute *c, int64_t n, const float *x);
+
+    /* ---- ABI 1.1: activations and edge kernels for attention over graphs (GAT) ----
+     * Edge arrays are laid out [edge][head]: value h of edge e is v[e * heads + h], where
+     * e is the edge's position in `a` (a CSR over destination rows; self loops are
+     * ordinary entries). A call over rows [row_begin, row_end) reads and writes the edge
+     * arrays from index a->rowptr[row_begin] on: edge e of the range is element
+     * (e - a->rowptr[row_begin]) of the array. Per-vertex arrays are row-major with an
+     * explicit row stride (floats), so a kernel can read a window of wider rows. */
+
+    /* y = x > 0 ? x : slope * x; backward uses the forward input x. */
+    void (*leaky_relu_forward)(bv_compute *c, int64_t n, float slope, const float *x, float *y);
+    void (*leaky_relu_backward)(bv_compute *c, int64_t n, float slope, const float *x,
+                                const float *dy, float *dx);
+    /* y = x > 0 ? x : exp(x) - 1; backward uses the forward input x. */
+    void (*elu_forward)(bv_compute *c, int64_t n, const float *x, float *y);
+    void (*elu_backward)(bv_compute *c, int64_t n, const float *x, const float *dy, float *dx);
+
+    /* Attention logits: out[e, h] = src[col(e) * src_stride + h] + dst[row(e) * dst_stride + h]
+     * for the edges of rows [row_begin, row_end). src is indexed by global vertex, dst by
+     * row - row_begin (the interval's own rows). */
+    void (*edge_scores)(bv_compute *c, const bv_csr *a, int64_t row_begin, int64_t row_end,
+                        int heads, const float *src, int64_t src_stride, const float *dst,
+                        int64_t dst_stride, float *out);
+    /* Backward of edge_scores: ddst[(row - row_begin) * dst_stride + h] (+)= sum over the
+     * row's edges of dout[e, h] (accumulate picks +=), and dsrc[col(e) * src_stride + h] +=
+     * dout[e, h] for every edge (always accumulates; in edge order, so deterministic). */
+    void (*edge_scores_backward)(bv_compute *c, const bv_csr *a, int64_t row_begin,
+                                 int64_t row_end, int heads, const float *dout, float *dsrc,
+                                 int64_t src_stride, float *ddst, int64_t dst_stride,
+                                 bool accumulate);
+    /* Per destination row and head, a numerically stable softmax over the row's edges
+     * (max subtracted): alpha[e, h] = exp(z[e, h] - m) / sum. An empty row writes nothing. */
+    void (*edge_softmax)(bv_compute *c, const bv_csr *a, int64_t row_begin, int64_t row_end,
+                         int heads, const float *z, float *alpha);
+    /* dz[e, h] = alpha[e, h] * (dalpha[e, h] - sum over the row's edges f of
+     * alpha[f, h] * dalpha[f, h]). */
+    void (*edge_softmax_backward)(bv_compute *c, const bv_csr *a, int64_t row_begin,
+                                  int64_t row_end, int heads, const float *alpha,
+                                  const float *dalpha, float *dz);
+    /* Multi-head weighted aggregation (GA with attention): for each row v in the range,
+     * head h and j < head_dim:
+     *   y[(v - row_begin) * heads * head_dim + h * head_dim + j] =
+     *       sum over v's edges e of w[e, h] * x[col(e) * x_stride + h * head_dim + j]. */
+    void (*gather_heads)(bv_compute *c, const bv_csr *a, int64_t row_begin, int64_t row_end,
+                         int heads, int64_t head_dim, const float *w, const float *x,
+                         int64_t x_stride, float *y);
+    /* Its backward with respect to x, over ALL rows of at = transpose of a, where
+     * perm[t] is the index in a of at's edge t (bv_csr_transpose_perm):
+     *   dx[u * x_stride + h * head_dim + j] += sum over at's row u edges t of
+     *       w[perm[t], h] * dy[col_at(t) * heads * head_dim + h * head_dim + j].
+     * Each dx row is written by one thread: deterministic for any thread count. */
+    void (*gather_heads_backward_x)(bv_compute *c, const bv_csr *at, const int64_t *perm,
+                                    int heads, int64_t head_dim, const float *w,
+                                    const float *dy, float *dx, int64_t x_stride);
+    /* Its backward with respect to w (a sampled dense-dense product, SDDMM):
+     *   dw[e, h] = sum_j dy[(v - row_begin) * heads * head_dim + h * head_dim + j] *
+     *              x[col(e) * x_stride + h * head_dim + j]   for the edges of the range. */
+    void (*gather_heads_backward_w)(bv_compute *c, const bv_csr *a, int64_t row_begin,
+                                    int64_t row_end, int heads, int64_t head_dim,
+                                    const float *dy, const float *x, int64_t x_stride,
+                                    float *dw);
 } bv_compute_ops;
 
 #ifdef __cplusplus

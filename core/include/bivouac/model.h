@@ -32,6 +32,14 @@ extern "C" {
 
 typedef struct bv_model bv_model;
 
+/* Which engine drives a model plugin. The ops table of every model plugin starts with
+ * this field, so the core can tell a graph model (this header's bv_model_ops) from a
+ * layered sequence model (seqmodel.h) before using anything else in the table. */
+typedef enum bv_engine_kind {
+    BV_ENGINE_GRAPH = 0,   /* Dorylus graph engine: bv_model_ops below */
+    BV_ENGINE_SEQUENCE = 1 /* layer-by-layer / pipeline engine: see seqmodel.h */
+} bv_engine_kind;
+
 typedef enum bv_stage_kind {
     BV_STAGE_TENSOR = 1, /* ApplyVertex on a tensor worker */
     BV_STAGE_GATHER = 2  /* Gather with the GCN-normalised adjacency on the graph server */
@@ -78,6 +86,7 @@ typedef struct bv_task_ctx {
 } bv_task_ctx;
 
 typedef struct bv_model_ops {
+    bv_engine_kind engine; /* BV_ENGINE_GRAPH (0, so a table that omits it is a graph model) */
     bv_model *(*create)(const bv_opts *opts, const bv_graph_shape *shape, bv_error *err);
     void (*destroy)(bv_model *m);
 

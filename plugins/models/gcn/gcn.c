@@ -146,6 +146,7 @@ static bv_status gcn_loss(bv_model *m, const bv_task_ctx *ctx, const float *logi
 }
 
 static const bv_model_ops gcn_ops = {
+    .engine = BV_ENGINE_GRAPH,
     .create = gcn_create,
     .destroy = gcn_destroy,
     .param_count = gcn_param_count,
