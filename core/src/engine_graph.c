@@ -62,16 +62,49 @@ static bv_status engine_layout(bv_graph_engine *e, bv_error *err)
         e->param_off[i] = e->param_floats;
         e->param_floats += (size_t)(e->params[i]->rows * e->params[i]->cols);
     }
+    e->vin = calloc(e->nstages, sizeof *e->vin);
+    e->vin_width = calloc(e->nstages, sizeof *e->vin_width);
+    if (!e->vin || !e->vin_width)
+        return bv_error_set(err, BV_ERR_NOMEM, "out of memory");
+    int current = -1; /* the latest vertex array */
     int64_t width = e->cfg.data->num_features;
     for (size_t s = 0; s < e->nstages; s++) {
-        e->stages[s] = mo->stage(e->cfg.model, s);
-        if (e->stages[s]->in_dim != width)
+        const bv_stage *st = e->stages[s] = mo->stage(e->cfg.model, s);
+        e->vin[s] = current;
+        e->vin_width[s] = width;
+        bool windowed = st->kind == BV_STAGE_EDGE || (st->kind == BV_STAGE_GATHER && st->weighted);
+        if (windowed ? (st->in_offset < 0 || st->in_dim < 1 || st->in_offset + st->in_dim > width)
+                     : (st->in_dim != width || st->in_offset != 0))
             return bv_error_set(err, BV_ERR_PLUGIN,
-                                "model stage %s takes %lld values per vertex, but gets %lld",
-                                e->stages[s]->name, (long long)e->stages[s]->in_dim,
-                                (long long)width);
-        width = e->stages[s]->out_dim;
+                                "model stage %s reads %lld values per vertex from offset %lld, "
+                                "but its input has %lld", st->name, (long long)st->in_dim,
+                                (long long)st->in_offset, (long long)width);
+        if (st->kind == BV_STAGE_EDGE) {
+            if (st->heads < 1 || st->out_dim != st->heads || !mo->edge_forward ||
+                !mo->edge_backward)
+                return bv_error_set(err, BV_ERR_PLUGIN, "model stage %s: an edge stage needs "
+                                    "heads == out_dim and edge_forward/edge_backward", st->name);
+            e->has_edge_stages = true;
+            continue; /* its values live on the edges; the vertex array stays */
+        }
+        if (st->kind == BV_STAGE_GATHER) {
+            if (st->out_dim != st->in_dim)
+                return bv_error_set(err, BV_ERR_PLUGIN, "gather stage %s changes the width",
+                                    st->name);
+            if (st->weighted) {
+                const bv_stage *w = st->weights_stage < s ? e->stages[st->weights_stage] : NULL;
+                if (!w || w->kind != BV_STAGE_EDGE || w->heads != st->heads ||
+                    st->in_dim % st->heads != 0 || e->vin[st->weights_stage] != current)
+                    return bv_error_set(err, BV_ERR_PLUGIN, "gather stage %s must be weighted by "
+                                        "an earlier edge stage over the same vertex array with "
+                                        "as many heads", st->name);
+            }
+        }
+        current = (int)s;
+        width = st->out_dim;
     }
+    if (e->stages[e->nstages - 1]->kind == BV_STAGE_EDGE)
+        return bv_error_set(err, BV_ERR_PLUGIN, "the model's last stage is an edge stage");
     if (width != e->cfg.data->num_classes)
         return bv_error_set(err, BV_ERR_PLUGIN, "the model's last stage gives %lld values per "
                             "vertex, the dataset has %d classes", (long long)width,
@@ -147,6 +180,21 @@ bv_status bv_graph_engine_start(const bv_graph_engine_cfg *cfg, bv_graph_engine 
         if (!e->adj_norm_t)
             st = bv_error_set(err, BV_ERR_NOMEM, "out of memory for the normalised adjacency");
     }
+    if (st == BV_OK && e->has_edge_stages) {
+        /* A + I: Â's structure with unit weights (GAT attends over in-edges and self) */
+        e->adj_loops = bv_csr_new(e->adj_norm->nrows, e->adj_norm->ncols, e->adj_norm->nnz);
+        if (e->adj_loops) {
+            memcpy(e->adj_loops->rowptr, e->adj_norm->rowptr,
+                   (size_t)(e->adj_norm->nrows + 1) * sizeof(int64_t));
+            memcpy(e->adj_loops->colidx, e->adj_norm->colidx,
+                   (size_t)e->adj_norm->nnz * sizeof(int32_t));
+            free(e->adj_loops->values);
+            e->adj_loops->values = NULL;
+            e->adj_loops_t = bv_csr_transpose_perm(e->adj_loops, &e->loops_perm);
+        }
+        if (!e->adj_loops_t)
+            st = bv_error_set(err, BV_ERR_NOMEM, "out of memory for the graph with self loops");
+    }
     if (st == BV_OK) {
         e->transport = cfg->transport_ops->create(cfg->transport_opts, err);
         if (!e->transport)
@@ -205,6 +253,11 @@ void bv_graph_engine_stop(bv_graph_engine *e)
         t->destroy(e->transport);
     bv_csr_free(e->adj_norm);
     bv_csr_free(e->adj_norm_t);
+    bv_csr_free(e->adj_loops);
+    bv_csr_free(e->adj_loops_t);
+    free(e->loops_perm);
+    free(e->vin);
+    free(e->vin_width);
     free(e->tw_args);
     free(e->params);
     free(e->param_off);

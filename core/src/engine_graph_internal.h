@@ -23,9 +23,15 @@ struct bv_graph_engine {
     size_t nstages;
     const bv_stage **stages;
     int64_t *interval_begin; /* intervals + 1 */
+    int *vin;                /* per stage: the stage whose vertex array it reads; -1 features */
+    int64_t *vin_width;      /* floats per row of that array */
+    bool has_edge_stages;
     /* graph server data */
     bv_csr *adj_norm;   /* Â */
     bv_csr *adj_norm_t; /* Âᵀ for ∇GA */
+    bv_csr *adj_loops;  /* A + I, unweighted, for EDGE and weighted GATHER stages */
+    bv_csr *adj_loops_t;
+    int64_t *loops_perm; /* edge of adj_loops_t -> edge of adj_loops */
     /* addresses */
     char addr_coord[BV_ADDR_LEN], addr_gs[BV_ADDR_LEN], addr_ps[BV_ADDR_LEN];
     char addr_tw[BV_MAX_TENSOR_WORKERS][BV_ADDR_LEN];

@@ -1,6 +1,10 @@
 /* Experiment loading and validation (experiment.h). */
 #include "experiment.h"
 
+#include "bivouac/log.h"
+#include "train_seq.h" /* sequence models: schemas and data checks */
+
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +24,13 @@ static const bv_option train_schema[] = {
     BV_OPT_FLOAT_RANGE("beta2", "0.999", 0, 0.999999, "Adam beta2"),
     BV_OPT_FLOAT_RANGE("eps", "1e-8", 0, 1, "Adam epsilon"),
     BV_OPT_INT_RANGE("seed", "42", 0, 9007199254740992.0, "seed for weights and dropout"),
+    BV_OPT_CHOICE("select", "last", "last|best_val_accuracy|best_val_loss|best_val_both",
+                  "which epoch's model result.json reports: the last (Kipf & Welling), or "
+                  "the best on validation (best_val_both: accuracy and loss both at their "
+                  "best so far, as GAT's reference code saves its model)"),
+    BV_OPT_BOOLEAN("decay_in_loss", "true",
+                   "reported losses include the weight-decay term (Kipf's GCN does, GAT's "
+                   "code does not); early stopping sees what is reported"),
     BV_OPT_END,
 };
 
@@ -128,8 +139,9 @@ static void load_plugin_section(bv_experiment *x, bv_registry *reg, const bv_nod
             if (hint)
                 bv_diag_add(diag, pos, "unknown %s plugin '%s'; did you mean '%s'?", kind_name,
                             name, hint);
-            else
-                bv_diag_add(diag, pos, "unknown %s plugin '%s' (%s)", kind_name, name, err.msg);
+            else /* the registry's message ends "(searched P)" */
+                bv_diag_add(diag, pos, "unknown %s plugin '%s' %s", kind_name, name,
+                            strstr(err.msg, "(searched") ? strstr(err.msg, "(searched") : "");
         } else {
             bv_diag_add(diag, pos, "%s", err.msg);
         }
@@ -200,6 +212,28 @@ static void load_policy_params(bv_experiment *x, const bv_node *section, bv_diag
         }
         x->policy_params[x->npolicy_params++] =
             (bv_policy_param){params->keys[i], params->items[i]->scalar};
+    }
+}
+
+/* Compiles and sets the script up once, so a broken policy is found before anything runs:
+ * an error when on_error is stop, a warning (and a run without it) otherwise. */
+static void check_policy_script(bv_experiment *x, bv_diag *diag)
+{
+    bv_policy_limits lim = {bv_opts_int(&x->policy, "instructions"),
+                            (size_t)bv_opts_int(&x->policy, "memory_mb") << 20};
+    bv_policy *p = NULL;
+    bv_error err = {0};
+    if (bv_policy_load(bv_opts_str(&x->policy, "file"), x->policy_params, x->npolicy_params,
+                       &lim, &p, &err) == BV_OK) {
+        bv_policy_free(p);
+        return;
+    }
+    if (strcmp(bv_opts_str(&x->policy, "on_error"), "stop") == 0) {
+        /* where the YAML names the script, then the script's own position */
+        bv_diag_add(diag, &bv_opts_find(&x->policy, "file")->pos, "%s", err.msg);
+    } else {
+        bv_log(BV_LOG_WARN, "%s; the run goes on without the policy", err.msg);
+        x->policy_broken = true;
     }
 }
 
@@ -289,14 +323,24 @@ bv_status bv_experiment_load(const char *path, char *const *overrides, size_t no
                         "zmq", &x->transport, diag);
     load_resilience(x, reg, bv_node_get(root, "resilience"), diag);
 
+    /* ---- sequence models (seqmodel.h) have their own dataset and train schemas ---- */
+    bool sequence = x->model.plugin &&
+                    *(const bv_engine_kind *)x->model.plugin->ops == BV_ENGINE_SEQUENCE;
     const bv_node *dataset = bv_node_get(root, "dataset");
     if (!dataset)
         bv_diag_add(diag, &(bv_pos){root->pos.file, 1, 1},
-                    "missing section 'dataset' (e.g. dataset: {name: cora})");
+                    sequence ? "missing section 'dataset' (e.g. dataset: {text: input.txt})"
+                             : "missing section 'dataset' (e.g. dataset: {name: cora})");
+    else if (sequence)
+        bv_config_validate(dataset, "dataset", bv_seq_dataset_schema, NULL, &x->dataset, diag);
     else if (bv_config_validate(dataset, "dataset", dataset_schema, NULL, &x->dataset, diag) ==
              BV_OK)
         check_dataset(x, dataset, diag);
-    bv_config_validate(bv_node_get(root, "train"), "train", train_schema, NULL, &x->train, diag);
+    bv_config_validate(bv_node_get(root, "train"), "train",
+                       sequence ? bv_seq_train_schema : train_schema, NULL, &x->train, diag);
+    if (sequence && diag->count == before)
+        bv_seq_experiment_check(x, dataset, diag);
+    /* ---- end sequence models ---- */
     bv_config_validate(bv_node_get(root, "engine"), "engine", engine_schema, NULL, &x->engine,
                        diag);
     const bv_node *policy = bv_node_get(root, "policy");
@@ -308,14 +352,25 @@ bv_status bv_experiment_load(const char *path, char *const *overrides, size_t no
             const bv_opt_value *file = bv_opts_find(&x->policy, "file");
             FILE *f = fopen(file->v.s, "r");
             if (!f)
-                bv_diag_add(diag, &file->pos, "policy file %s cannot be read", file->v.s);
+                bv_diag_add(diag, &file->pos, "policy file %s cannot be read: %s", file->v.s,
+                            strerror(errno));
             else
                 fclose(f);
         }
         if (policy->kind == BV_NODE_MAP)
             load_policy_params(x, policy, diag);
+        if (x->has_policy && diag->count == before)
+            check_policy_script(x, diag);
     }
     if (diag->count > before) {
+        bv_experiment_free(x);
+        return BV_ERR_INVALID;
+    }
+    /* graph models only: a sequence model's table is seqmodel.h's */
+    if (*(const bv_engine_kind *)x->model.plugin->ops == BV_ENGINE_GRAPH)
+        bv_ops_copy(&x->model_ops, sizeof x->model_ops, x->model.plugin);
+    bv_ops_copy(&x->compute_ops, sizeof x->compute_ops, x->compute.plugin);
+    if (x->model_ops.validate && x->model_ops.validate(&x->model.opts, diag) != BV_OK) {
         bv_experiment_free(x);
         return BV_ERR_INVALID;
     }

@@ -6,7 +6,9 @@
 
 #include <stdbool.h>
 
+#include "bivouac/compute.h"
 #include "bivouac/error.h"
+#include "bivouac/model.h"
 #include "bivouac/options.h"
 #include "bivouac/plugin.h"
 #include "config.h"
@@ -25,10 +27,14 @@ typedef struct bv_experiment {
     char *name; /* `name:` or the file's base name without .yaml */
     bv_node *root;
     bv_section model, compute, transport;
+    /* the model's and compute backend's ops at this build's size (newer slots NULL) */
+    bv_model_ops model_ops;
+    bv_compute_ops compute_ops;
     bv_section resilience[BV_MAX_RESILIENCE];
     size_t nresilience;
     bv_opts dataset, train, engine, policy;
     bool has_policy;
+    bool policy_broken; /* it failed to load with on_error: continue; runs go on without it */
     bv_policy_param *policy_params;
     size_t npolicy_params;
     char *dataset_dir; /* resolved directory; NULL for a synthetic dataset */

@@ -14,20 +14,29 @@ typedef struct graph_server {
     bv_endpoint *inbox, *to_coord;
     bv_endpoint *to_tw[BV_MAX_TENSOR_WORKERS];
     bv_compute *compute;
-    float **act;  /* per stage output, num_nodes x out_dim */
-    float **dact; /* per stage d(output) */
+    float **act;  /* per stage output: num_nodes x out_dim (EDGE: nnz(A + I) x out_dim) */
+    float **dact; /* per stage d(output), accumulated over the stages that read it */
+    float *scratch; /* num_nodes x widest vertex array, for ∇GA */
     float grad_scale;
     bool *input_sent; /* per interval: its static input is at its tensor worker */
+    bool *graph_sent; /* per interval: its edges are at its tensor worker */
 } graph_server;
+
+static int64_t stage_rows(const graph_server *gs, size_t s)
+{
+    const bv_graph_engine *e = gs->e;
+    return e->stages[s]->kind == BV_STAGE_EDGE ? e->adj_loops->nnz : e->cfg.data->num_nodes;
+}
 
 /* Input rows of stage s for interval h, or none if the worker already keeps them. */
 static const float *task_input(graph_server *gs, size_t s, bv_task_hdr *h, size_t *bytes)
 {
     const bv_stage *st = gs->e->stages[s];
-    const float *in = (s == 0 ? gs->e->cfg.data->features : gs->act[s - 1]) +
+    int v = gs->e->vin[s];
+    const float *in = (v < 0 ? gs->e->cfg.data->features : gs->act[v]) +
                       h->row_begin * st->in_dim;
     *bytes = (size_t)(h->rows * st->in_dim) * sizeof(float);
-    if (s != 0)
+    if (v >= 0)
         return in;
     if (gs->input_sent[h->interval]) {
         h->flags |= BV_TASK_CACHED_INPUT;
@@ -41,7 +50,62 @@ static const float *task_input(graph_server *gs, size_t s, bv_task_hdr *h, size_
 
 static const float *stage_input(const graph_server *gs, size_t s)
 {
-    return s == 0 ? gs->e->cfg.data->features : gs->act[s - 1];
+    int v = gs->e->vin[s];
+    return v < 0 ? gs->e->cfg.data->features : gs->act[v];
+}
+
+/* Where the gradient of stage s's input accumulates (NULL: the features need none). */
+static float *stage_input_grad(const graph_server *gs, size_t s)
+{
+    int v = gs->e->vin[s];
+    return v < 0 ? NULL : gs->dact[v];
+}
+
+/* The window [in_offset, in_offset + in_dim) of rows [r0, r0 + rows) of stage s's input,
+ * packed. */
+static void pack_window(const graph_server *gs, size_t s, int64_t r0, int64_t rows, float *out)
+{
+    const bv_stage *st = gs->e->stages[s];
+    const float *in = stage_input(gs, s);
+    int64_t w = gs->e->vin_width[s];
+    for (int64_t i = 0; i < rows; i++)
+        memcpy(out + i * st->in_dim, in + (r0 + i) * w + st->in_offset,
+               (size_t)st->in_dim * sizeof(float));
+}
+
+/* Adds packed window gradients back into rows [r0, r0 + rows) of the input's gradient. */
+static void unpack_window_add(const graph_server *gs, size_t s, int64_t r0, int64_t rows,
+                              const float *d)
+{
+    const bv_stage *st = gs->e->stages[s];
+    float *din = stage_input_grad(gs, s);
+    int64_t w = gs->e->vin_width[s];
+    if (!din)
+        return;
+    for (int64_t i = 0; i < rows; i++) {
+        float *row = din + (r0 + i) * w + st->in_offset;
+        for (int64_t j = 0; j < st->in_dim; j++)
+            row[j] += d[i * st->in_dim + j];
+    }
+}
+
+/* The interval's edges as a CSR slice: rowptr rebased to 0, then colidx. */
+static size_t graph_slice_bytes(const graph_server *gs, int64_t r0, int64_t rows)
+{
+    const bv_csr *a = gs->e->adj_loops;
+    int64_t nnz = a->rowptr[r0 + rows] - a->rowptr[r0];
+    return (size_t)(rows + 1) * sizeof(int64_t) + (size_t)nnz * sizeof(int32_t);
+}
+
+static void pack_graph_slice(const graph_server *gs, int64_t r0, int64_t rows, uint8_t *out)
+{
+    const bv_csr *a = gs->e->adj_loops;
+    int64_t base = a->rowptr[r0];
+    int64_t *rp = (int64_t *)(void *)out;
+    for (int64_t i = 0; i <= rows; i++)
+        rp[i] = a->rowptr[r0 + i] - base;
+    memcpy(out + (size_t)(rows + 1) * sizeof(int64_t), a->colidx + base,
+           (size_t)(a->rowptr[r0 + rows] - base) * sizeof(int32_t));
 }
 
 static int64_t interval_rows(const bv_graph_engine *e, int i)
@@ -184,7 +248,8 @@ static bv_status gs_apply_vertex_backward(graph_server *gs, size_t s, const bv_t
         if (rc != BV_OK)
             return rc;
     }
-    bool want_din = st->needs_input_grad && s > 0;
+    float *din = stage_input_grad(gs, s);
+    bool want_din = st->needs_input_grad && din;
     for (int done = 0; done < e->cfg.intervals; done++) {
         bv_role_msg m;
         bv_status rc = gs_wait(gs, BV_MSG_BWD_RESULT, &m, err);
@@ -194,7 +259,8 @@ static bv_status gs_apply_vertex_backward(graph_server *gs, size_t s, const bv_t
         if (!interval_matches(e, &m.hdr, (int32_t)s) || m.hdr.na != want)
             rc = bv_error_set(err, BV_ERR_CORRUPT, "bad backward result for %s", st->name);
         else if (want_din)
-            memcpy(gs->dact[s - 1] + m.hdr.row_begin * st->in_dim, m.a, want);
+            e->cfg.compute_ops->axpy(gs->compute, m.hdr.rows * st->in_dim, 1.0f,
+                                     (const float *)m.a, din + m.hdr.row_begin * st->in_dim);
         bv_role_release(gs->t, &m);
         if (rc != BV_OK)
             return rc;
@@ -202,35 +268,215 @@ static bv_status gs_apply_vertex_backward(graph_server *gs, size_t s, const bv_t
     return BV_OK;
 }
 
+
+/* ApplyEdge (AE): each interval's in-edges go to a tensor worker with the attention
+ * inputs of every vertex (src) and of the interval's own vertices (dst). */
+static bv_status gs_apply_edge(graph_server *gs, size_t s, const bv_task_hdr *epoch,
+                               bv_error *err)
+{
+    bv_graph_engine *e = gs->e;
+    const bv_stage *st = e->stages[s];
+    int64_t n = e->cfg.data->num_nodes;
+    const bv_csr *a = e->adj_loops;
+    float *src = bv_alloc_aligned((size_t)(n * st->in_dim) * sizeof(float));
+    if (!src)
+        return bv_error_set(err, BV_ERR_NOMEM, "out of memory for %s's inputs", st->name);
+    pack_window(gs, s, 0, n, src);
+    bv_status rc = BV_OK;
+    for (int i = 0; i < e->cfg.intervals && rc == BV_OK; i++) {
+        bv_task_hdr h = *epoch;
+        h.stage = (int32_t)s;
+        h.interval = i;
+        h.row_begin = e->interval_begin[i];
+        h.rows = interval_rows(e, i);
+        h.edge_begin = a->rowptr[h.row_begin];
+        size_t gbytes = 0;
+        uint8_t *slice = NULL;
+        if (gs->graph_sent[i]) {
+            h.flags |= BV_TASK_CACHED_GRAPH;
+        } else {
+            gbytes = graph_slice_bytes(gs, h.row_begin, h.rows);
+            if (!(slice = malloc(gbytes))) {
+                rc = bv_error_set(err, BV_ERR_NOMEM, "out of memory for an edge slice");
+                break;
+            }
+            pack_graph_slice(gs, h.row_begin, h.rows, slice);
+            h.flags |= BV_TASK_KEEP_GRAPH;
+            gs->graph_sent[i] = true;
+        }
+        rc = bv_role_send(gs->t, gs->to_tw[i % e->cfg.tensor_workers], BV_MSG_EDGE_FWD_TASK,
+                          BV_ROLE_GS, &h, src, (size_t)(n * st->in_dim) * sizeof(float),
+                          src + h.row_begin * st->in_dim,
+                          (size_t)(h.rows * st->in_dim) * sizeof(float), slice, gbytes, err);
+        free(slice);
+    }
+    bv_free_aligned(src);
+    for (int done = 0; done < e->cfg.intervals && rc == BV_OK; done++) {
+        bv_role_msg m;
+        rc = gs_wait(gs, BV_MSG_EDGE_FWD_RESULT, &m, err);
+        if (rc != BV_OK)
+            break;
+        int64_t e0 = interval_matches(e, &m.hdr, (int32_t)s) ? a->rowptr[m.hdr.row_begin] : 0;
+        int64_t ne = a->rowptr[m.hdr.row_begin + m.hdr.rows] - e0;
+        if (!interval_matches(e, &m.hdr, (int32_t)s) ||
+            m.hdr.na != (uint64_t)(ne * st->out_dim) * sizeof(float))
+            rc = bv_error_set(err, BV_ERR_CORRUPT, "bad result for %s", st->name);
+        else
+            memcpy(gs->act[s] + e0 * st->out_dim, m.a, m.hdr.na);
+        bv_role_release(gs->t, &m);
+    }
+    return rc;
+}
+
+/* ∇AE: gradients of the attention inputs. Every interval's d(src) covers all vertices,
+ * so they are added in interval order (held back when they arrive early): the sum does
+ * not depend on which worker finished first. */
+static bv_status gs_apply_edge_backward(graph_server *gs, size_t s, const bv_task_hdr *epoch,
+                                        bv_error *err)
+{
+    bv_graph_engine *e = gs->e;
+    const bv_stage *st = e->stages[s];
+    int64_t n = e->cfg.data->num_nodes;
+    const bv_csr *a = e->adj_loops;
+    float *src = bv_alloc_aligned((size_t)(n * st->in_dim) * sizeof(float));
+    bv_role_msg *held = calloc((size_t)e->cfg.intervals, sizeof *held);
+    bool *have = calloc((size_t)e->cfg.intervals, sizeof *have);
+    bv_status rc = (src && held && have)
+                       ? BV_OK
+                       : bv_error_set(err, BV_ERR_NOMEM, "out of memory in ∇%s", st->name);
+    if (rc == BV_OK)
+        pack_window(gs, s, 0, n, src);
+    for (int i = 0; i < e->cfg.intervals && rc == BV_OK; i++) {
+        bv_task_hdr h = *epoch;
+        h.stage = (int32_t)s;
+        h.interval = i;
+        h.row_begin = e->interval_begin[i];
+        h.rows = interval_rows(e, i);
+        h.flags |= BV_TASK_CACHED_GRAPH; /* the forward pass sent it */
+        h.edge_begin = a->rowptr[h.row_begin];
+        int64_t e0 = a->rowptr[h.row_begin], ne = a->rowptr[h.row_begin + h.rows] - e0;
+        size_t half = (size_t)(ne * st->out_dim) * sizeof(float);
+        float *c = malloc(2 * half + 1);
+        if (!c) {
+            rc = bv_error_set(err, BV_ERR_NOMEM, "out of memory in ∇%s", st->name);
+            break;
+        }
+        memcpy(c, gs->act[s] + e0 * st->out_dim, half);
+        memcpy((char *)c + half, gs->dact[s] + e0 * st->out_dim, half);
+        rc = bv_role_send(gs->t, gs->to_tw[i % e->cfg.tensor_workers], BV_MSG_EDGE_BWD_TASK,
+                          BV_ROLE_GS, &h, src, (size_t)(n * st->in_dim) * sizeof(float),
+                          src + h.row_begin * st->in_dim,
+                          (size_t)(h.rows * st->in_dim) * sizeof(float), c, 2 * half, err);
+        free(c);
+    }
+    int next = 0;
+    for (int done = 0; done < e->cfg.intervals && rc == BV_OK; done++) {
+        bv_role_msg m;
+        rc = gs_wait(gs, BV_MSG_EDGE_BWD_RESULT, &m, err);
+        if (rc != BV_OK)
+            break;
+        if (!interval_matches(e, &m.hdr, (int32_t)s) ||
+            m.hdr.na != (uint64_t)(n * st->in_dim) * sizeof(float) ||
+            m.hdr.nb != (uint64_t)(m.hdr.rows * st->in_dim) * sizeof(float) ||
+            have[m.hdr.interval]) {
+            bv_role_release(gs->t, &m);
+            rc = bv_error_set(err, BV_ERR_CORRUPT, "bad result for ∇%s", st->name);
+            break;
+        }
+        held[m.hdr.interval] = m;
+        have[m.hdr.interval] = true;
+        for (; next < e->cfg.intervals && have[next]; next++) {
+            bv_role_msg *r = &held[next];
+            unpack_window_add(gs, s, 0, n, (const float *)r->a);
+            unpack_window_add(gs, s, r->hdr.row_begin, r->hdr.rows, (const float *)r->b);
+            bv_role_release(gs->t, r);
+            have[next] = false;
+        }
+    }
+    for (int i = 0; held && have && i < e->cfg.intervals; i++)
+        if (have[i])
+            bv_role_release(gs->t, &held[i]);
+    free(held);
+    free(have);
+    bv_free_aligned(src);
+    return rc;
+}
+
+/* GA: aggregation over in-edges, with Â or with an edge stage's per-head weights. */
+static void gs_gather(graph_server *gs, size_t s)
+{
+    bv_graph_engine *e = gs->e;
+    const bv_stage *st = e->stages[s];
+    const bv_compute_ops *k = e->cfg.compute_ops;
+    int64_t n = e->cfg.data->num_nodes;
+    if (!st->weighted) {
+        k->spmm(gs->compute, e->adj_norm, 0, n, stage_input(gs, s), st->in_dim, gs->act[s]);
+        return;
+    }
+    k->gather_heads(gs->compute, e->adj_loops, 0, n, st->heads, st->in_dim / st->heads,
+                    gs->act[st->weights_stage], stage_input(gs, s) + st->in_offset,
+                    e->vin_width[s], gs->act[s]);
+}
+
+/* ∇GA: the input's gradient flows back along reversed edges; a weighted gather also gives
+ * the gradient of its weights (one dot product per edge and head). */
+static void gs_gather_backward(graph_server *gs, size_t s)
+{
+    bv_graph_engine *e = gs->e;
+    const bv_stage *st = e->stages[s];
+    const bv_compute_ops *k = e->cfg.compute_ops;
+    int64_t n = e->cfg.data->num_nodes;
+    float *din = stage_input_grad(gs, s);
+    if (!st->weighted) {
+        if (din) {
+            k->spmm(gs->compute, e->adj_norm_t, 0, n, gs->dact[s], st->in_dim, gs->scratch);
+            k->axpy(gs->compute, n * st->in_dim, 1.0f, gs->scratch, din);
+        }
+        return;
+    }
+    int64_t hd = st->in_dim / st->heads;
+    if (din)
+        k->gather_heads_backward_x(gs->compute, e->adj_loops_t, e->loops_perm, st->heads, hd,
+                                   gs->act[st->weights_stage], gs->dact[s], din + st->in_offset,
+                                   e->vin_width[s]);
+    k->gather_heads_backward_w(gs->compute, e->adj_loops, 0, n, st->heads, hd, gs->dact[s],
+                               stage_input(gs, s) + st->in_offset, e->vin_width[s],
+                               gs->dact[st->weights_stage]);
+}
+
 static bv_status gs_epoch(graph_server *gs, const bv_task_hdr *cmd, bv_task_hdr *reply,
                           bv_error *err)
 {
     bv_graph_engine *e = gs->e;
-    int64_t n = e->cfg.data->num_nodes;
     bv_status rc = BV_OK;
     for (size_t s = 0; s < e->nstages && rc == BV_OK; s++) {
-        const bv_stage *st = e->stages[s];
-        if (st->kind == BV_STAGE_GATHER) /* GA */
-            e->cfg.compute_ops->spmm(gs->compute, e->adj_norm, 0, n, stage_input(gs, s),
-                                     st->in_dim, gs->act[s]);
-        else
-            rc = gs_apply_vertex(gs, s, cmd, err);
+        switch (e->stages[s]->kind) {
+        case BV_STAGE_GATHER: gs_gather(gs, s); break;
+        case BV_STAGE_EDGE: rc = gs_apply_edge(gs, s, cmd, err); break;
+        case BV_STAGE_TENSOR: rc = gs_apply_vertex(gs, s, cmd, err); break;
+        }
     }
     if (rc == BV_OK)
         rc = gs_loss(gs, cmd, reply->stats, err);
     int64_t grad_messages = 0;
+    if (cmd->training && rc == BV_OK) {
+        /* every stage's gradient accumulates over the stages that read it */
+        for (size_t s = 0; s + 1 < e->nstages; s++)
+            memset(gs->dact[s], 0,
+                   (size_t)(stage_rows(gs, s) * e->stages[s]->out_dim) * sizeof(float));
+    }
     for (size_t s = e->nstages; cmd->training && rc == BV_OK && s-- > 0;) {
-        const bv_stage *st = e->stages[s];
-        if (st->kind == BV_STAGE_GATHER) {
-            if (s > 0) /* ∇GA: gradients flow back along reversed edges */
-                e->cfg.compute_ops->spmm(gs->compute, e->adj_norm_t, 0, n, gs->dact[s],
-                                         st->in_dim, gs->dact[s - 1]);
-        } else {
+        switch (e->stages[s]->kind) {
+        case BV_STAGE_GATHER: gs_gather_backward(gs, s); break;
+        case BV_STAGE_EDGE: /* its task sends weight gradients too */
+            rc = gs_apply_edge_backward(gs, s, cmd, err);
+            grad_messages += e->cfg.intervals;
+            break;
+        case BV_STAGE_TENSOR:
             rc = gs_apply_vertex_backward(gs, s, cmd, err);
             grad_messages += e->cfg.intervals;
+            break;
         }
-        if (s > 0 && st->kind == BV_STAGE_TENSOR && !st->needs_input_grad)
-            break; /* nothing before this stage needs a gradient */
     }
     reply->step = grad_messages;
     return rc;
@@ -254,14 +500,21 @@ static bv_status gs_setup(graph_server *gs, bv_error *err)
     if (!gs->act || !gs->dact || !gs->input_sent)
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory in the graph server");
     int64_t n = e->cfg.data->num_nodes;
+    int64_t widest = e->cfg.data->num_features;
     for (size_t s = 0; s < e->nstages; s++) {
-        size_t bytes = (size_t)(n * e->stages[s]->out_dim) * sizeof(float);
+        if (e->stages[s]->kind != BV_STAGE_EDGE && e->stages[s]->out_dim > widest)
+            widest = e->stages[s]->out_dim;
+        size_t bytes = (size_t)(stage_rows(gs, s) * e->stages[s]->out_dim) * sizeof(float);
         gs->act[s] = bv_alloc_aligned(bytes);
         gs->dact[s] = bv_alloc_aligned(bytes);
         if (!gs->act[s] || !gs->dact[s])
             return bv_error_set(err, BV_ERR_NOMEM, "out of memory for %s's vertex arrays",
                                 e->stages[s]->name);
     }
+    gs->scratch = bv_alloc_aligned((size_t)(n * widest) * sizeof(float));
+    gs->graph_sent = calloc((size_t)e->cfg.intervals, sizeof *gs->graph_sent);
+    if (!gs->scratch || !gs->graph_sent)
+        return bv_error_set(err, BV_ERR_NOMEM, "out of memory in the graph server");
     int64_t train = 0;
     for (int64_t i = 0; i < n; i++)
         train += e->cfg.data->split[i] == BV_SPLIT_TRAIN && e->cfg.data->labels[i] >= 0;
@@ -279,6 +532,8 @@ static void gs_teardown(graph_server *gs)
     free(gs->act);
     free(gs->dact);
     free(gs->input_sent);
+    free(gs->graph_sent);
+    bv_free_aligned(gs->scratch);
     if (gs->compute)
         e->cfg.compute_ops->destroy(gs->compute);
     for (int i = 0; i < BV_MAX_TENSOR_WORKERS; i++)

@@ -49,8 +49,13 @@ static bv_status check_range(const bv_option *d, double v, const char *text, bv_
     if (!d->has_range || (v >= d->min && v <= d->max))
         return BV_OK;
     char lo[32], hi[32];
-    format_bound(lo, sizeof lo, d->min);
-    format_bound(hi, sizeof hi, d->max);
+    if (d->type == BV_OPT_INT) { /* integers print as integers, not 9.007199255e+15 */
+        snprintf(lo, sizeof lo, "%lld", (long long)d->min);
+        snprintf(hi, sizeof hi, "%lld", (long long)d->max);
+    } else {
+        format_bound(lo, sizeof lo, d->min);
+        format_bound(hi, sizeof hi, d->max);
+    }
     return bv_error_set(err, BV_ERR_INVALID, "'%s' must be in [%s, %s], got %s", d->name, lo,
                         hi, text);
 }

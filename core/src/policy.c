@@ -731,8 +731,8 @@ bv_status bv_policy_load(const char *path, const bv_policy_param *params, size_t
             return bv_error_set(err, BV_ERR_INVALID, "%s: policy parameter %zu has no name",
                                 path, i);
 
-    char *text;
-    size_t len;
+    char *text = NULL;
+    size_t len = 0;
     bv_status status = read_script(path, &text, &len, err);
     if (status != BV_OK)
         return status;

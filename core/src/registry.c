@@ -12,6 +12,7 @@
 #include "bivouac/compute.h"
 #include "bivouac/model.h"
 #include "bivouac/resilience.h"
+#include "bivouac/seqmodel.h"
 #include "bivouac/transport.h"
 
 static const bv_plugin_kind all_kinds[] = {BV_KIND_MODEL, BV_KIND_COMPUTE, BV_KIND_TRANSPORT,
@@ -93,18 +94,19 @@ void bv_registry_free(bv_registry *r)
 size_t bv_model_ops_size_for_engine(bv_engine_kind engine)
 {
     switch (engine) {
-    case BV_ENGINE_GRAPH: return sizeof(bv_model_ops);
-    case BV_ENGINE_SEQUENCE: return 0; /* until seqmodel.h lands */
+    case BV_ENGINE_GRAPH: return offsetof(bv_model_ops, edge_forward); /* ABI 1.0 table */
+    case BV_ENGINE_SEQUENCE: return sizeof(bv_seq_model_ops);
     }
     return 0;
 }
 
-/* Smallest ops table each kind must provide (ABI 1.0). */
+/* Smallest ops table each kind must provide: the ABI 1.0 table. Slots added by later
+ * minor versions are read through bv_ops_copy, which leaves them NULL for older plugins. */
 static size_t min_ops_size(bv_plugin_kind kind)
 {
     switch (kind) {
-    case BV_KIND_MODEL: return sizeof(bv_model_ops);
-    case BV_KIND_COMPUTE: return sizeof(bv_compute_ops);
+    case BV_KIND_MODEL: return offsetof(bv_model_ops, edge_forward);
+    case BV_KIND_COMPUTE: return offsetof(bv_compute_ops, leaky_relu_forward); /* ABI 1.0 */
     case BV_KIND_TRANSPORT: return offsetof(bv_transport_ops, close) + sizeof(void *);
     case BV_KIND_RESILIENCE: return sizeof(bv_resilience_ops);
     case BV_KIND_CLOUD: return 0;
@@ -183,7 +185,11 @@ static void load_record(bv_plugin_record *rec)
     rec->handle = dlopen(rec->path, RTLD_NOW | RTLD_LOCAL);
     if (!rec->handle) {
         const char *e = dlerror();
-        fail(rec, BV_LOAD_DLOPEN_FAILED, "%s: cannot load: %s", rec->path, e ? e : "?");
+        size_t plen = strlen(rec->path);
+        if (e && strncmp(e, rec->path, plen) == 0 && e[plen] == ':') /* dlerror names it */
+            fail(rec, BV_LOAD_DLOPEN_FAILED, "cannot load %s", e);
+        else
+            fail(rec, BV_LOAD_DLOPEN_FAILED, "%s: cannot load: %s", rec->path, e ? e : "?");
         return;
     }
     char sym[256];
@@ -278,6 +284,12 @@ static void scan_dirs(bv_registry *r, bv_plugin_kind kind, const char *name)
 void bv_registry_scan(bv_registry *r)
 {
     scan_dirs(r, 0, NULL);
+}
+
+void bv_ops_copy(void *dst, size_t dst_size, const bv_plugin *p)
+{
+    memset(dst, 0, dst_size);
+    memcpy(dst, p->ops, p->ops_size < dst_size ? p->ops_size : dst_size);
 }
 
 const bv_plugin *bv_registry_get(bv_registry *r, bv_plugin_kind kind, const char *name,

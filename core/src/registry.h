@@ -52,6 +52,10 @@ void bv_registry_scan(bv_registry *r);
 const bv_plugin *bv_registry_get(bv_registry *r, bv_plugin_kind kind, const char *name,
                                  bv_error *err);
 
+/* Copies a plugin's ops table into a table of this build's size, with the slots the
+ * plugin predates set to NULL ("optional slots may be NULL"). */
+void bv_ops_copy(void *dst, size_t dst_size, const bv_plugin *p);
+
 /* Names of the loadable plugins of a kind (for did-you-mean); returns count. */
 size_t bv_registry_names(bv_registry *r, bv_plugin_kind kind, const char **names, size_t max);
 

@@ -30,7 +30,13 @@ enum bv_msg_type {
     BV_MSG_SET_STATE,       /* coord -> PS: same layout as STATE */
     BV_MSG_ERROR,           /* any -> whoever waits: a = message text */
     BV_MSG_SHUTDOWN,        /* coord -> all */
-    BV_MSG_READY            /* role -> coord: inbox bound, ready for work */
+    BV_MSG_READY,           /* role -> coord: inbox bound, ready for work */
+    BV_MSG_EDGE_FWD_TASK,   /* GS -> TW: a = src windows (all vertices), b = dst windows,
+                               c = the interval's edges (rowptr int64 rows+1, colidx int32) */
+    BV_MSG_EDGE_FWD_RESULT, /* TW -> GS: a = values per edge */
+    BV_MSG_EDGE_BWD_TASK,   /* GS -> TW: a = src windows, b = dst windows,
+                               c = forward values then their gradient, per edge */
+    BV_MSG_EDGE_BWD_RESULT  /* TW -> GS: a = d(src windows), b = d(dst windows) */
 };
 
 /* Fixed part of every payload; multiple of 8 bytes so the arrays stay aligned. */
@@ -40,6 +46,7 @@ typedef struct bv_task_hdr {
     int64_t rows;
     int64_t version; /* weights version (PS steps) */
     int64_t step;    /* optimizer step (STATE) / expected gradient messages (STEP) */
+    int64_t edge_begin; /* EDGE tasks: global index of the interval's first edge */
     int32_t stage;
     int32_t interval;
     int32_t training;
@@ -57,6 +64,8 @@ typedef struct bv_task_hdr {
  * keeps the rows of each interval it was sent once (BV_TASK_KEEP_INPUT) and later tasks
  * on that interval carry no input (BV_TASK_CACHED_INPUT). */
 enum { BV_TASK_KEEP_INPUT = 1, BV_TASK_CACHED_INPUT = 2 };
+/* The same for an interval's edges (EDGE tasks): sent once, then kept by the worker. */
+enum { BV_TASK_KEEP_GRAPH = 4, BV_TASK_CACHED_GRAPH = 8 };
 
 /* Role ids (the wire header's sender). Tensor workers are BV_ROLE_TW + i. */
 enum { BV_ROLE_COORD = 1, BV_ROLE_GS = 2, BV_ROLE_PS = 3, BV_ROLE_TW = 16 };

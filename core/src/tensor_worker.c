@@ -22,7 +22,57 @@ typedef struct tensor_worker {
     float **grad_ptrs;
     float **kept;       /* per interval: kept static input rows (BV_TASK_KEEP_INPUT) */
     size_t *kept_bytes;
+    bv_csr **slices;    /* per interval: its in-edges (BV_TASK_KEEP_GRAPH) */
 } tensor_worker;
+
+/* The interval's edges: unpacked from the message the first time, then kept. */
+static const bv_csr *tw_graph(tensor_worker *w, const bv_role_msg *m, bv_error *err)
+{
+    const bv_task_hdr *h = &m->hdr;
+    if (h->flags & BV_TASK_CACHED_GRAPH) {
+        if (!w->slices[h->interval] || w->slices[h->interval]->nrows != h->rows) {
+            bv_error_set(err, BV_ERR_CORRUPT, "tensor worker %d keeps no edges for interval %d",
+                         w->index, h->interval);
+            return NULL;
+        }
+        return w->slices[h->interval];
+    }
+    size_t head = (size_t)(h->rows + 1) * sizeof(int64_t);
+    if (!(h->flags & BV_TASK_KEEP_GRAPH) || h->nc < head) {
+        bv_error_set(err, BV_ERR_CORRUPT, "edge task without its edges");
+        return NULL;
+    }
+    const int64_t *rp = (const int64_t *)(const void *)m->c;
+    int64_t nnz = rp[h->rows];
+    int64_t n = w->e->cfg.data->num_nodes;
+    if (rp[0] != 0 || nnz < 0 || h->nc != head + (size_t)nnz * sizeof(int32_t)) {
+        bv_error_set(err, BV_ERR_CORRUPT, "edge task with a malformed edge slice");
+        return NULL;
+    }
+    bv_csr *g = bv_csr_new(h->rows, n, nnz);
+    if (!g) {
+        bv_error_set(err, BV_ERR_NOMEM, "out of memory for an edge slice");
+        return NULL;
+    }
+    memcpy(g->rowptr, rp, head);
+    memcpy(g->colidx, m->c + head, (size_t)nnz * sizeof(int32_t));
+    free(g->values);
+    g->values = NULL;
+    for (int64_t i = 0; i < h->rows; i++) /* validated before use, like every message */
+        if (g->rowptr[i + 1] < g->rowptr[i])
+            nnz = -1;
+    for (int64_t e = 0; nnz >= 0 && e < g->nnz; e++)
+        if (g->colidx[e] < 0 || g->colidx[e] >= n)
+            nnz = -1;
+    if (nnz < 0) {
+        bv_csr_free(g);
+        bv_error_set(err, BV_ERR_CORRUPT, "edge slice names a vertex out of range");
+        return NULL;
+    }
+    bv_csr_free(w->slices[h->interval]);
+    w->slices[h->interval] = g;
+    return g;
+}
 
 /* The task's input rows: from the message, or kept from an earlier task. */
 static const float *tw_input(tensor_worker *w, const bv_role_msg *m, size_t want,
@@ -205,6 +255,91 @@ static bv_status tw_loss(tensor_worker *w, const bv_role_msg *m, bv_error *err)
     return st;
 }
 
+
+static bool edge_stage_ok(const tensor_worker *w, const bv_task_hdr *h)
+{
+    return h->stage >= 0 && (size_t)h->stage < w->e->nstages &&
+           w->e->stages[h->stage]->kind == BV_STAGE_EDGE && h->rows >= 0 &&
+           h->row_begin >= 0 && h->row_begin + h->rows <= w->e->cfg.data->num_nodes &&
+           h->interval >= 0 && h->interval < w->e->cfg.intervals;
+}
+
+static bv_status tw_edge_forward(tensor_worker *w, const bv_role_msg *m, bv_error *err)
+{
+    const bv_task_hdr *h = &m->hdr;
+    if (!edge_stage_ok(w, h))
+        return bv_error_set(err, BV_ERR_CORRUPT, "edge task names a bad stage or rows");
+    const bv_stage *s = w->e->stages[h->stage];
+    int64_t n = w->e->cfg.data->num_nodes;
+    if (h->na != (uint64_t)(n * s->in_dim) * sizeof(float) ||
+        h->nb != (uint64_t)(h->rows * s->in_dim) * sizeof(float))
+        return bv_error_set(err, BV_ERR_CORRUPT, "edge task for %s has wrong sizes", s->name);
+    const bv_csr *g = tw_graph(w, m, err);
+    if (!g)
+        return err->status;
+    bv_status st = tw_ensure_weights(w, h->version, err);
+    if (st != BV_OK)
+        return st;
+    size_t out_bytes = (size_t)(g->nnz * s->out_dim) * sizeof(float);
+    float *out = malloc(out_bytes + sizeof(float));
+    if (!out)
+        return bv_error_set(err, BV_ERR_NOMEM, "out of memory in %s", s->name);
+    bv_task_ctx ctx = tw_ctx(w, h);
+    ctx.edge_begin = h->edge_begin;
+    st = w->e->cfg.model_ops->edge_forward(w->e->cfg.model, (size_t)h->stage, &ctx, g,
+                                           (const float *)m->a, (const float *)m->b, out, err);
+    if (st == BV_OK)
+        st = bv_role_send(w->t, w->to_gs, BV_MSG_EDGE_FWD_RESULT, w->id, h, out, out_bytes, NULL,
+                          0, NULL, 0, err);
+    free(out);
+    return st;
+}
+
+static bv_status tw_edge_backward(tensor_worker *w, const bv_role_msg *m, bv_error *err)
+{
+    const bv_task_hdr *h = &m->hdr;
+    if (!edge_stage_ok(w, h))
+        return bv_error_set(err, BV_ERR_CORRUPT, "edge task names a bad stage or rows");
+    const bv_stage *s = w->e->stages[h->stage];
+    int64_t n = w->e->cfg.data->num_nodes;
+    const bv_csr *g = tw_graph(w, m, err);
+    if (!g)
+        return err->status;
+    size_t src_bytes = (size_t)(n * s->in_dim) * sizeof(float);
+    size_t dst_bytes = (size_t)(h->rows * s->in_dim) * sizeof(float);
+    size_t half = (size_t)(g->nnz * s->out_dim) * sizeof(float);
+    if (h->na != src_bytes || h->nb != dst_bytes || h->nc != 2 * half)
+        return bv_error_set(err, BV_ERR_CORRUPT, "edge backward task for %s has wrong sizes",
+                            s->name);
+    bv_status st = tw_ensure_weights(w, h->version, err);
+    if (st != BV_OK)
+        return st;
+    float *dsrc = calloc(1, src_bytes + sizeof(float));
+    float *ddst = calloc(1, dst_bytes + sizeof(float));
+    if (!dsrc || !ddst) {
+        free(dsrc);
+        free(ddst);
+        return bv_error_set(err, BV_ERR_NOMEM, "out of memory in ∇%s", s->name);
+    }
+    memset(w->grads, 0, w->e->param_floats * sizeof(float));
+    bv_task_ctx ctx = tw_ctx(w, h);
+    ctx.edge_begin = h->edge_begin;
+    const float *out = (const float *)m->c;
+    const float *dout = (const float *)(const void *)(m->c + half);
+    st = w->e->cfg.model_ops->edge_backward(w->e->cfg.model, (size_t)h->stage, &ctx, g,
+                                            (const float *)m->a, (const float *)m->b, out, dout,
+                                            dsrc, ddst, w->grad_ptrs, err);
+    if (st == BV_OK)
+        st = bv_role_send(w->t, w->to_ps, BV_MSG_GRADS, w->id, h, w->grads,
+                          w->e->param_floats * sizeof(float), NULL, 0, NULL, 0, err);
+    if (st == BV_OK)
+        st = bv_role_send(w->t, w->to_gs, BV_MSG_EDGE_BWD_RESULT, w->id, h, dsrc, src_bytes, ddst,
+                          dst_bytes, NULL, 0, err);
+    free(dsrc);
+    free(ddst);
+    return st;
+}
+
 static bv_status tw_setup(tensor_worker *w, bv_error *err)
 {
     bv_graph_engine *e = w->e;
@@ -229,8 +364,9 @@ static bv_status tw_setup(tensor_worker *w, bv_error *err)
     w->grad_ptrs = calloc(e->nparams + 1, sizeof(float *));
     w->kept = calloc((size_t)e->cfg.intervals, sizeof *w->kept);
     w->kept_bytes = calloc((size_t)e->cfg.intervals, sizeof *w->kept_bytes);
+    w->slices = calloc((size_t)e->cfg.intervals, sizeof *w->slices);
     if (!w->weights || !w->grads || !w->param_ptrs || !w->grad_ptrs || !w->kept ||
-        !w->kept_bytes)
+        !w->kept_bytes || !w->slices)
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory in tensor worker %d", w->index);
     for (size_t i = 0; i < e->nparams; i++) {
         w->param_ptrs[i] = w->weights + e->param_off[i];
@@ -255,6 +391,9 @@ static void tw_teardown(tensor_worker *w)
         free(w->kept[i]);
     free(w->kept);
     free(w->kept_bytes);
+    for (int i = 0; w->slices && i < w->e->cfg.intervals; i++)
+        bv_csr_free(w->slices[i]);
+    free(w->slices);
 }
 
 void *bv_tensor_worker_main(void *arg)
@@ -290,6 +429,10 @@ void *bv_tensor_worker_main(void *arg)
                 st = tw_backward(&w, &m, &task_err);
             else if (type == BV_MSG_LOSS_TASK)
                 st = tw_loss(&w, &m, &task_err);
+            else if (type == BV_MSG_EDGE_FWD_TASK)
+                st = tw_edge_forward(&w, &m, &task_err);
+            else if (type == BV_MSG_EDGE_BWD_TASK)
+                st = tw_edge_backward(&w, &m, &task_err);
             bv_role_release(w.t, &m);
             if (type == BV_MSG_SHUTDOWN)
                 break;

@@ -1,6 +1,7 @@
 /* The training loop of a graph model (train_graph.h). */
 #include "train_graph.h"
 
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,6 +36,7 @@ typedef struct run_state {
     bv_policy *policy;
     bool policy_active;
     bool policy_stops_on_error;
+    bool policy_failed; /* it failed (in this run or, replayed, before a resume) with stop */
     epoch_record *history;
     size_t nhistory, cap;
     double lr;
@@ -103,8 +105,9 @@ static bv_status policy_epoch_end(run_state *r, const epoch_record *rec, bool re
     if (bv_policy_call(r->policy, "epoch_end", m, sizeof m / sizeof m[0], &a, &perr) != BV_OK) {
         r->policy_active = false;
         if (r->policy_stops_on_error) {
-            snprintf(reason, reason_len, "policy error: %s", perr.msg);
+            snprintf(reason, reason_len, "policy error: %.280s", perr.msg);
             *stop = true;
+            r->policy_failed = true;
             return bv_error_set(err, BV_ERR_INVALID, "%s", perr.msg);
         }
         if (!replay)
@@ -255,7 +258,7 @@ static void finish(run_state *r)
 static bv_status setup(run_state *r, const bv_graph_dataset *data, bv_error *err)
 {
     const bv_experiment *x = r->x;
-    r->model_ops = x->model.plugin->ops;
+    r->model_ops = &x->model_ops;
     bv_graph_shape shape = {data->num_nodes, data->num_features, data->num_classes};
     r->model = r->model_ops->create(&x->model.opts, &shape, err);
     if (!r->model)
@@ -263,7 +266,7 @@ static bv_status setup(run_state *r, const bv_graph_dataset *data, bv_error *err
     bv_graph_engine_cfg cfg = {
         .model_ops = r->model_ops,
         .model = r->model,
-        .compute_ops = x->compute.plugin->ops,
+        .compute_ops = &x->compute_ops,
         .compute_opts = &x->compute.opts,
         .transport_ops = x->transport.plugin->ops,
         .transport_opts = &x->transport.opts,
@@ -293,7 +296,7 @@ static bv_status setup(run_state *r, const bv_graph_dataset *data, bv_error *err
         if (!r->res[i])
             return err->status ? err->status : BV_ERR_PLUGIN;
     }
-    if (x->has_policy) {
+    if (x->has_policy && !x->policy_broken) { /* a broken one was reported at validation */
         bv_policy_limits lim = {
             bv_opts_int(&x->policy, "instructions"),
             (size_t)bv_opts_int(&x->policy, "memory_mb") << 20,
@@ -311,6 +314,33 @@ static bv_status setup(run_state *r, const bv_graph_dataset *data, bv_error *err
         r->policy_stops_on_error = strcmp(bv_opts_str(&x->policy, "on_error"), "stop") == 0;
     }
     return BV_OK;
+}
+
+/* The epoch whose model result.json reports (train.select). Every epoch's test metrics
+ * are already in the history, so no weights need restoring. */
+static size_t select_epoch(const epoch_record *h, size_t n, const char *mode)
+{
+    size_t pick = n - 1;
+    if (strcmp(mode, "last") == 0)
+        return pick;
+    double best_acc = -1, best_loss = INFINITY;
+    for (size_t i = 0; i < n; i++) {
+        if (strcmp(mode, "best_val_accuracy") == 0) {
+            if (h[i].val_accuracy > best_acc)
+                best_acc = h[i].val_accuracy, pick = i;
+        } else if (strcmp(mode, "best_val_loss") == 0) {
+            if (h[i].val_loss < best_loss)
+                best_loss = h[i].val_loss, pick = i;
+        } else { /* best_val_both: GAT's execute_cora.py saves when both reach their best */
+            if (h[i].val_accuracy >= best_acc && h[i].val_loss <= best_loss)
+                pick = i;
+            if (h[i].val_accuracy > best_acc)
+                best_acc = h[i].val_accuracy;
+            if (h[i].val_loss < best_loss)
+                best_loss = h[i].val_loss;
+        }
+    }
+    return pick;
 }
 
 static void final_hash(run_state *r, bv_run_result *res)
@@ -336,6 +366,7 @@ bv_status bv_train_graph(const bv_experiment *x, const bv_graph_dataset *data,
     r.lr = bv_opts_float(&x->train, "lr");
     int64_t epochs = bv_opts_int(&x->train, "epochs");
     double wd = bv_opts_float(&x->train, "weight_decay");
+    double reported_wd = bv_opts_bool(&x->train, "decay_in_loss") ? wd : 0.0;
     bool stop = false;
     snprintf(res->stop_reason, sizeof res->stop_reason, "reached %lld epochs",
              (long long)epochs);
@@ -367,11 +398,11 @@ bv_status bv_train_graph(const bv_experiment *x, const bv_graph_dataset *data,
         /* Kipf's loss adds weight_decay * l2_loss(W) = wd/2 * sum(W^2) */
         epoch_record rec = {
             .epoch = epoch + 1,
-            .train_loss = tr.loss[0] + 0.5 * wd * tr.decay_sumsq,
+            .train_loss = tr.loss[0] + 0.5 * reported_wd * tr.decay_sumsq,
             .train_accuracy = tr.accuracy[0],
-            .val_loss = ev.loss[1] + 0.5 * wd * ev.decay_sumsq,
+            .val_loss = ev.loss[1] + 0.5 * reported_wd * ev.decay_sumsq,
             .val_accuracy = ev.accuracy[1],
-            .test_loss = ev.loss[2] + 0.5 * wd * ev.decay_sumsq,
+            .test_loss = ev.loss[2] + 0.5 * reported_wd * ev.decay_sumsq,
             .test_accuracy = ev.accuracy[2],
             .lr = r.lr,
             .seconds = r.wall_before + (now_seconds() - r.t0),
@@ -386,9 +417,8 @@ bv_status bv_train_graph(const bv_experiment *x, const bv_graph_dataset *data,
         }
         if (o->progress)
             show_progress(&r, &rec, epochs, best_val, session_start, session_epochs);
-        if (policy_epoch_end(&r, &rec, false, &stop, res->stop_reason,
-                             sizeof res->stop_reason, err) != BV_OK)
-            res->failed = true;
+        policy_epoch_end(&r, &rec, false, &stop, res->stop_reason, sizeof res->stop_reason,
+                         err);
         if (x->nresilience) {
             bv_state s = {0};
             st = snapshot(&r, &s, err);
@@ -403,12 +433,15 @@ bv_status bv_train_graph(const bv_experiment *x, const bv_graph_dataset *data,
     }
     if (o->progress && session_epochs)
         fputc('\n', stderr);
+    res->failed = r.policy_failed;
     if (st == BV_OK && r.nhistory > 0) {
         const epoch_record *last = &r.history[r.nhistory - 1];
         res->epochs = last->epoch;
         res->best_val_accuracy = best_val;
         res->val_accuracy = last->val_accuracy;
-        res->test_accuracy = last->test_accuracy;
+        size_t pick = select_epoch(r.history, r.nhistory, bv_opts_str(&x->train, "select"));
+        res->test_accuracy = r.history[pick].test_accuracy;
+        res->selected_epoch = r.history[pick].epoch;
         res->train_loss = last->train_loss;
         res->val_loss = last->val_loss;
         res->wall_seconds = r.wall_before + (now_seconds() - r.t0);

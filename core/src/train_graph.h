@@ -23,7 +23,8 @@ typedef struct bv_run_result {
     int64_t best_epoch;
     double best_val_accuracy;
     double val_accuracy;  /* final */
-    double test_accuracy; /* final model, as Kipf & Welling report */
+    double test_accuracy; /* of the selected epoch's model (train.select) */
+    int64_t selected_epoch;
     double train_loss;    /* final */
     double val_loss;      /* final */
     double wall_seconds;  /* including time before a resume */

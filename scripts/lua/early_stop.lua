@@ -14,6 +14,7 @@
 --   patience   epochs without improvement before stopping            (default 10)
 --   monitor    "val_loss" or "val_loss+val_accuracy"                  (default "val_loss")
 --   min_delta  how much a metric must beat its best to count as improved  (default 0)
+--   ties       true: a value equal to the best counts as improved (GAT's code) (default false)
 --
 -- Metrics read in on_epoch_end: val_loss, val_accuracy (GAT mode only), epoch (optional;
 -- the calls are counted when it is missing). Improvement is strict: a loss lower than the
@@ -44,6 +45,11 @@ if type(min_delta) ~= "number" or min_delta < 0 then
   error(("params.min_delta must be a number >= 0, got %s"):format(tostring(min_delta)))
 end
 
+-- ties = true counts an equal value as an improvement, as GAT's execute_cora.py does
+-- (`val_acc >= vacc_mx or val_loss <= vlss_mn`): on a plateau of equal accuracies it
+-- keeps training.
+local ties = params.ties == true
+
 local with_accuracy = monitor == "val_loss+val_accuracy"
 
 local best_loss, best_loss_epoch = math.huge, nil
@@ -72,12 +78,12 @@ function on_epoch_end(m)
   local improved = false
 
   local loss = metric(m, "val_loss")
-  if loss < best_loss - min_delta then
+  if loss < best_loss - min_delta or (ties and loss <= best_loss) then
     best_loss, best_loss_epoch, improved = loss, epoch, true
   end
   if with_accuracy then
     local accuracy = metric(m, "val_accuracy")
-    if accuracy > best_accuracy + min_delta then
+    if accuracy > best_accuracy + min_delta or (ties and accuracy >= best_accuracy) then
       best_accuracy, best_accuracy_epoch, improved = accuracy, epoch, true
     end
   end

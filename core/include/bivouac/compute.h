@@ -149,6 +149,57 @@ typedef struct bv_compute_ops {
                                     int64_t row_end, int heads, int64_t head_dim,
                                     const float *dy, const float *x, int64_t x_stride,
                                     float *dw);
+
+    /* ---- ABI 1.2: transformer kernels ----
+     * Token rows are row-major T x width (T = batch * seq, sequence-major). Every kernel
+     * here gives the same bits for any thread count (attention and gemm_batched run whole
+     * (batch, head) products on one thread each). */
+
+    /* Per row of cols: y = (x - mean) * rstd * gamma (+ beta; beta may be NULL), with
+     * rstd = 1 / sqrt(var + eps) (biased variance); mean and rstd (rows each) are kept
+     * for the backward. */
+    void (*layernorm_forward)(bv_compute *c, int64_t rows, int64_t cols, float eps,
+                              const float *x, const float *gamma, const float *beta,
+                              float *y, float *mean, float *rstd);
+    /* dx (+)= dL/dx (accumulate picks +=, for a residual stream); dgamma += sum over rows
+     * of dy * xhat; dbeta += sum of dy (dbeta may be NULL). */
+    void (*layernorm_backward)(bv_compute *c, int64_t rows, int64_t cols, const float *x,
+                               const float *gamma, const float *mean, const float *rstd,
+                               const float *dy, float *dx, bool accumulate, float *dgamma,
+                               float *dbeta);
+    /* Exact GELU, y = x * Phi(x) = 0.5 x (1 + erf(x / sqrt 2)); backward uses the input x.
+     * x and y (dy and dx) may alias. */
+    void (*gelu_forward)(bv_compute *c, int64_t n, const float *x, float *y);
+    void (*gelu_backward)(bv_compute *c, int64_t n, const float *x, const float *dy,
+                          float *dx);
+    /* count independent gemms (as gemm) on matrices stride_a/b/c floats apart. */
+    void (*gemm_batched)(bv_compute *c, int64_t count, bool trans_a, bool trans_b, int64_t m,
+                         int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
+                         int64_t stride_a, const float *b, int64_t ldb, int64_t stride_b,
+                         float beta, float *cm, int64_t ldc, int64_t stride_c);
+    /* Fused causal multi-head self-attention. qkv is T x 3C (C = heads * head_dim): Q in
+     * columns [0, C), K in [C, 2C), V in [2C, 3C), head h in columns h*head_dim.. of each.
+     * att (batch x heads x seq x seq) receives the probabilities softmax(Q K^T/sqrt(d))
+     * with position i attending to j <= i only (0 above the diagonal: no mask is built);
+     * out (T x C) = att V, head h in columns h*head_dim... */
+    void (*attention_forward)(bv_compute *c, int64_t batch, int64_t seq, int heads,
+                              int64_t head_dim, const float *qkv, float *att, float *out);
+    /* Its backward: dqkv (T x 3C) is written (not accumulated). scratch holds
+     * batch x heads x seq x seq floats. */
+    void (*attention_backward)(bv_compute *c, int64_t batch, int64_t seq, int heads,
+                               int64_t head_dim, const float *qkv, const float *att,
+                               const float *dout, float *scratch, float *dqkv);
+    /* out[b, s, :] = wte[tokens[b, s], :] + wpe[s, :] (wpe may be NULL). */
+    void (*embedding_forward)(bv_compute *c, int64_t batch, int64_t seq, int64_t dim,
+                              const int32_t *tokens, const float *wte, const float *wpe,
+                              float *out);
+    /* dwte[tokens[t], :] += dout[t, :] in token order; dwpe[s, :] += sum over the batch
+     * (dwpe may be NULL). */
+    void (*embedding_backward)(bv_compute *c, int64_t batch, int64_t seq, int64_t dim,
+                               const int32_t *tokens, const float *dout, float *dwte,
+                               float *dwpe);
+    /* x *= alpha */
+    void (*scale)(bv_compute *c, int64_t n, float alpha, float *x);
 } bv_compute_ops;
 
 #ifdef __cplusplus

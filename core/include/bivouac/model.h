@@ -42,17 +42,27 @@ typedef enum bv_engine_kind {
 
 typedef enum bv_stage_kind {
     BV_STAGE_TENSOR = 1, /* ApplyVertex on a tensor worker */
-    BV_STAGE_GATHER = 2  /* Gather with the GCN-normalised adjacency on the graph server */
+    BV_STAGE_GATHER = 2, /* Gather on the graph server: with Â, or weighted by an EDGE stage */
+    BV_STAGE_EDGE = 3    /* ApplyEdge on a tensor worker: values per edge of A + I */
 } bv_stage_kind;
 
+/* A stage reads the vertex array of the latest TENSOR or GATHER stage before it (the
+ * features for the first), and EDGE stages leave that array for the stages after them:
+ *   GAT layer: AV (Z and attention terms per vertex) -> AE (attention per edge, reads a
+ *   window of AV's rows) -> GA (aggregates a window of AV's rows weighted by AE). */
 typedef struct bv_stage {
     bv_stage_kind kind;
     const char *name; /* "AV0", "GA0", ... for logs and metrics */
-    int64_t in_dim;   /* floats per vertex in */
-    int64_t out_dim;  /* floats per vertex out (GATHER: == in_dim) */
+    int64_t in_dim;   /* floats read per vertex (EDGE, GATHER: the window's width) */
+    int64_t out_dim;  /* floats out per vertex (GATHER: == in_dim; EDGE: per edge == heads) */
     /* TENSOR only: does backward need the gradient of the input? false for the first
      * stage (the features), which saves the engine a whole ∇GA. */
     bool needs_input_grad;
+    /* ABI 1.1; all zero for GCN-style stages. */
+    int64_t in_offset;    /* EDGE, weighted GATHER: first float of the window in each row */
+    int heads;            /* EDGE: values per edge; weighted GATHER: in_dim = heads*head_dim */
+    bool weighted;        /* GATHER: weigh by an EDGE stage's values instead of Â */
+    size_t weights_stage; /* weighted GATHER: index of that EDGE stage */
 } bv_stage;
 
 typedef enum bv_init { BV_INIT_ZEROS = 0, BV_INIT_GLOROT_UNIFORM = 1 } bv_init;
@@ -83,6 +93,7 @@ typedef struct bv_task_ctx {
     int64_t rows;      /* vertices in the interval */
     int64_t num_nodes; /* all vertices (for global dropout indices) */
     float *const *params; /* current weights, in param_spec order */
+    int64_t edge_begin;   /* EDGE tasks: global index (in A + I) of the interval's first edge */
 } bv_task_ctx;
 
 typedef struct bv_model_ops {
@@ -110,6 +121,26 @@ typedef struct bv_model_ops {
     bv_status (*loss)(bv_model *m, const bv_task_ctx *ctx, const float *logits,
                       const int32_t *labels, const uint8_t *mask, float grad_scale,
                       float *dout, bv_xent_result *res, bv_error *err);
+
+    /* ABI 1.1, EDGE stages (NULL for models without them). a holds the interval's
+     * in-edges in A + I: ctx->rows rows (row i is vertex ctx->row_begin + i), columns
+     * are global source vertices, a->rowptr[0] == 0. src is every vertex's window
+     * (num_nodes x in_dim), dst the interval's rows' windows (rows x in_dim); out is
+     * a->nnz x out_dim. */
+    bv_status (*edge_forward)(bv_model *m, size_t stage, const bv_task_ctx *ctx,
+                              const bv_csr *a, const float *src, const float *dst, float *out,
+                              bv_error *err);
+    /* ADDS the gradients of src (num_nodes x in_dim) and dst (rows x in_dim), both zeroed
+     * by the caller, and of the weights into dparams. */
+    bv_status (*edge_backward)(bv_model *m, size_t stage, const bv_task_ctx *ctx,
+                               const bv_csr *a, const float *src, const float *dst,
+                               const float *out, const float *dout, float *dsrc, float *ddst,
+                               float *const *dparams, bv_error *err);
+
+    /* ABI 1.1, optional: checks that the options fit together (e.g. hidden divisible by
+     * heads) before anything runs; reports each problem at its option's position
+     * (opts->values[i].pos) with bv_diag_add. Returns BV_ERR_INVALID if any. */
+    bv_status (*validate)(const bv_opts *opts, bv_diag *diag);
 } bv_model_ops;
 
 #ifdef __cplusplus

@@ -12,6 +12,7 @@ enum { BV_EXIT_OK = 0, BV_EXIT_FAILED = 1, BV_EXIT_USAGE = 2 };
 int bv_cli_run(int argc, char **argv);
 int bv_cli_check(int argc, char **argv);
 int bv_cli_plugins(int argc, char **argv);
+int bv_cli_sample(int argc, char **argv); /* cli_sample.c: text from a sequence model */
 
 /* Prints every diagnostic as "file:line:col: error: msg" on stderr. */
 void bv_cli_print_diag(const bv_diag *d);

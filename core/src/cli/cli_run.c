@@ -18,6 +18,7 @@
 #include "json_out.h"
 #include "registry.h"
 #include "train_graph.h"
+#include "train_seq.h"
 
 #define MAX_OVERRIDES 256
 
@@ -118,6 +119,8 @@ static int write_run_file(const char *dir, const char *experiment, const run_arg
         /* values that look like YAML flow would be parsed; paths never start with [ or { */
         rc |= bv_config_override(root, set, &d) != BV_OK;
         rc |= bv_config_override(root, buf, &d) != BV_OK;
+        snprintf(buf, sizeof buf, "repeat=%lld", a->repeat);
+        rc |= bv_config_override(root, buf, &d) != BV_OK;
         free(set);
         for (size_t i = 0; i < a->noverrides && !rc; i++) {
             char key[64];
@@ -164,6 +167,9 @@ static int read_run_file(const char *dir, run_args *a, char **experiment, bv_nod
     }
     *experiment = exp->scalar;
     a->seed = strtoll(seed->scalar, NULL, 10);
+    const bv_node *repeat = bv_node_get(root, "repeat");
+    if (repeat && repeat->kind == BV_NODE_SCALAR)
+        a->repeat = strtoll(repeat->scalar, NULL, 10) > 0 ? strtoll(repeat->scalar, NULL, 10) : 1;
     const bv_node *ov = bv_node_get(root, "overrides");
     for (size_t i = 0; ov && ov->kind == BV_NODE_MAP && i < ov->count; i++)
         if (a->noverrides < MAX_OVERRIDES)
@@ -174,8 +180,9 @@ static int read_run_file(const char *dir, run_args *a, char **experiment, bv_nod
 
 static void write_run_fields(FILE *f, const bv_run_result *r, unsigned long long seed)
 {
-    fprintf(f, "\"seed\": %llu, \"epochs\": %lld, \"best_epoch\": %lld, ", seed,
-            (long long)r->epochs, (long long)r->best_epoch);
+    fprintf(f, "\"seed\": %llu, \"epochs\": %lld, \"best_epoch\": %lld, "
+               "\"selected_epoch\": %lld, ", seed, (long long)r->epochs,
+            (long long)r->best_epoch, (long long)r->selected_epoch);
     fputs("\"best_val_accuracy\": ", f);
     bv_json_number(f, r->best_val_accuracy);
     fputs(", \"val_accuracy\": ", f);
@@ -300,10 +307,16 @@ static int train_all(const bv_experiment *x, const bv_graph_dataset *data, const
             code = bv_cli_fail(BV_EXIT_FAILED, "cannot create %s: %s", dir, strerror(errno));
             break;
         }
+        /* Resuming --repeat seeds: those never started (no checkpoint directory) start;
+         * the others, finished or not, continue from their newest checkpoint. */
+        char ckpt[4300];
+        snprintf(ckpt, sizeof ckpt, "%s/checkpoints", dir);
+        struct stat ck;
+        bool started = n == 1 || (stat(ckpt, &ck) == 0 && S_ISDIR(ck.st_mode));
         bv_run_options o = {
             .out_dir = dir,
             .seed = seeds[i],
-            .resume = a->resume != NULL,
+            .resume = a->resume != NULL && started,
             .progress = !a->quiet && isatty(STDERR_FILENO),
             .kill_after_epoch = kill_env ? strtoll(kill_env, NULL, 10) : 0,
         };
@@ -385,7 +398,10 @@ int bv_cli_run(int argc, char **argv)
     }
     bv_diag_free(&d);
     bv_graph_dataset *data = NULL;
-    if (code == BV_EXIT_OK) {
+    /* sequence models (seqmodel.h) read their text themselves: train_seq.c */
+    bool sequence = code == BV_EXIT_OK &&
+                    *(const bv_engine_kind *)x->model.plugin->ops == BV_ENGINE_SEQUENCE;
+    if (code == BV_EXIT_OK && !sequence) {
         bv_error err = {0};
         if (bv_experiment_load_dataset(x, 0, &data, &err) != BV_OK)
             code = bv_cli_fail(err.status == BV_ERR_NOMEM ? BV_EXIT_FAILED : BV_EXIT_USAGE, "%s",
@@ -406,7 +422,8 @@ int bv_cli_run(int argc, char **argv)
                               write_experiment_copy(out, x) != 0))
                 code = bv_cli_fail(BV_EXIT_FAILED, "cannot write the run files in %s", out);
             if (code == BV_EXIT_OK)
-                code = train_all(x, data, out, &a, seed);
+                code = sequence ? bv_train_seq_main(x, out, seed, a.resume != NULL, a.quiet)
+                                : train_all(x, data, out, &a, seed);
         }
     }
     bv_graph_free(data);

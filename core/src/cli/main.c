@@ -1,6 +1,7 @@
 /* bivouac: train deep-learning models on cheap, unreliable compute. Entry point. */
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
@@ -20,6 +21,12 @@ static const char usage[] =
     "      --quiet                    no progress line\n"
     "  check EXP.yaml [-s KEY=VALUE]...   validate the experiment; report every error\n"
     "  plugins [--json]          list the plugins found, their options, and failures\n"
+    "  sample --checkpoint DIR [options]   generate text from a sequence model's checkpoint\n"
+    "      --prompt TEXT              text to continue (default: a newline)\n"
+    "      --tokens N                 tokens to generate (default 500)\n"
+    "      --temperature T            softmax temperature; 0 is greedy (default 0.8)\n"
+    "      --top-k K                  sample among the K likeliest tokens; 0: all (default 200)\n"
+    "      --seed N                   sampling seed (default 1337)\n"
     "\n"
     "  --help                    this text\n"
     "  --version                 print the version\n"
@@ -31,13 +38,39 @@ static const char usage[] =
     "\n"
     "exit status: 0 success, 1 the run failed, 2 bad usage or invalid input.\n";
 
+/* File order: by file, line, column; messages at the same place (and those without one,
+ * which go last) keep the order they were found in. */
+static const bv_diag *sort_diag;
+static int compare_diag(const void *a, const void *b)
+{
+    size_t i = *(const size_t *)a, j = *(const size_t *)b;
+    const bv_diag_entry *x = &sort_diag->entries[i], *y = &sort_diag->entries[j];
+    int c = (x->line <= 0) - (y->line <= 0);
+    if (!c && x->line > 0)
+        c = strcmp(x->file ? x->file : "", y->file ? y->file : "");
+    if (!c)
+        c = (x->line > y->line) - (x->line < y->line);
+    if (!c)
+        c = (x->col > y->col) - (x->col < y->col);
+    return c ? c : (i > j) - (i < j);
+}
+
 void bv_cli_print_diag(const bv_diag *d)
 {
     char line[BV_ERROR_MSG_MAX + 512];
+    size_t *order = malloc((d->count + 1) * sizeof *order);
+    for (size_t i = 0; i < d->count; i++)
+        if (order)
+            order[i] = i;
+    if (order) {
+        sort_diag = d;
+        qsort(order, d->count, sizeof *order, compare_diag);
+    }
     for (size_t i = 0; i < d->count; i++) {
-        bv_diag_format(d, i, line, sizeof line);
+        bv_diag_format(d, order ? order[i] : i, line, sizeof line);
         fprintf(stderr, "%s\n", line);
     }
+    free(order);
 }
 
 int bv_cli_fail(int code, const char *fmt, ...)
@@ -72,6 +105,8 @@ int main(int argc, char **argv)
         return bv_cli_check(argc - 1, argv + 1);
     if (!strcmp(cmd, "plugins"))
         return bv_cli_plugins(argc - 1, argv + 1);
+    if (!strcmp(cmd, "sample"))
+        return bv_cli_sample(argc - 1, argv + 1);
     fprintf(stderr, "bivouac: error: unknown command '%s'\n\n%s", cmd, usage);
     return BV_EXIT_USAGE;
 }

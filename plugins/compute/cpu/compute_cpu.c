@@ -8,6 +8,7 @@
 
 #include "bivouac/plugin.h"
 #include "cpu_internal.h"
+#include "kernels_transformer.h"
 
 #define CPU_MAX_THREADS 256
 
@@ -87,6 +88,28 @@ static const bv_compute_ops cpu_ops = {
     .bias_backward = cpu_bias_backward,
     .axpy = cpu_axpy,
     .sum_squares = cpu_sum_squares,
+    .leaky_relu_forward = cpu_leaky_relu_forward,
+    .leaky_relu_backward = cpu_leaky_relu_backward,
+    .elu_forward = cpu_elu_forward,
+    .elu_backward = cpu_elu_backward,
+    .edge_scores = cpu_edge_scores,
+    .edge_scores_backward = cpu_edge_scores_backward,
+    .edge_softmax = cpu_edge_softmax,
+    .edge_softmax_backward = cpu_edge_softmax_backward,
+    .gather_heads = cpu_gather_heads,
+    .gather_heads_backward_x = cpu_gather_heads_backward_x,
+    .gather_heads_backward_w = cpu_gather_heads_backward_w,
+    /* ABI 1.2: transformer kernels (kernels_transformer.c) */
+    .layernorm_forward = cpu_layernorm_forward,
+    .layernorm_backward = cpu_layernorm_backward,
+    .gelu_forward = cpu_gelu_forward,
+    .gelu_backward = cpu_gelu_backward,
+    .gemm_batched = cpu_gemm_batched,
+    .attention_forward = cpu_attention_forward,
+    .attention_backward = cpu_attention_backward,
+    .embedding_forward = cpu_embedding_forward,
+    .embedding_backward = cpu_embedding_backward,
+    .scale = cpu_scale,
 };
 
 static const bv_plugin cpu_plugin = {

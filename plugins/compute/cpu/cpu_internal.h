@@ -42,6 +42,40 @@ static inline int64_t cpu_block_size(int64_t n, int64_t min_block)
     return b < min_block ? min_block : b;
 }
 
+/* Row-parallel sparse kernels split rows [row_begin, row_end) of a CSR by their edge count,
+ * each row weighing nnz + 1 so empty rows (which may still need zeroing) count for something:
+ * W(i) = edges in [row_begin, i) + (i - row_begin), strictly increasing in i. Task tid of
+ * ntasks gets rows [*begin, *end); the split depends only on the CSR and ntasks, and each
+ * row goes to exactly one task. */
+static inline int64_t cpu_rows_work_before(const int64_t *rowptr, int64_t row_begin, int64_t i)
+{
+    return (rowptr[i] - rowptr[row_begin]) + (i - row_begin);
+}
+
+/* First row i in [row_begin, row_end] with W(i) >= target. */
+static inline int64_t cpu_row_at_work(const int64_t *rowptr, int64_t row_begin,
+                                      int64_t row_end, int64_t target)
+{
+    int64_t lo = row_begin, hi = row_end;
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo) / 2;
+        if (cpu_rows_work_before(rowptr, row_begin, mid) < target)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+static inline void cpu_split_rows_by_nnz(const int64_t *rowptr, int64_t row_begin,
+                                         int64_t row_end, int tid, int ntasks, int64_t *begin,
+                                         int64_t *end)
+{
+    int64_t total = cpu_rows_work_before(rowptr, row_begin, row_end);
+    *begin = cpu_row_at_work(rowptr, row_begin, row_end, total * tid / ntasks);
+    *end = cpu_row_at_work(rowptr, row_begin, row_end, total * (tid + 1) / ntasks);
+}
+
 /* Dropout's counter-based uniform: the (index+1)-th output of splitmix64 (Steele et al.,
  * "Fast splittable pseudorandom number generators", OOPSLA 2014) started at
  *     key = mix64(seed ^ mix64(stream + 0x9E3779B97F4A7C15)),
@@ -73,6 +107,11 @@ void cpu_gemm(bv_compute *c, bool trans_a, bool trans_b, int64_t m, int64_t n, i
               float beta, float *cm, int64_t ldc);
 void cpu_relu_forward(bv_compute *c, int64_t n, const float *x, float *y);
 void cpu_relu_backward(bv_compute *c, int64_t n, const float *y, const float *dy, float *dx);
+void cpu_leaky_relu_forward(bv_compute *c, int64_t n, float slope, const float *x, float *y);
+void cpu_leaky_relu_backward(bv_compute *c, int64_t n, float slope, const float *x,
+                             const float *dy, float *dx);
+void cpu_elu_forward(bv_compute *c, int64_t n, const float *x, float *y);
+void cpu_elu_backward(bv_compute *c, int64_t n, const float *x, const float *dy, float *dx);
 void cpu_dropout_forward(bv_compute *c, int64_t n, float p, uint64_t seed, uint64_t stream,
                          uint64_t offset, const float *x, float *y);
 void cpu_dropout_backward(bv_compute *c, int64_t n, float p, uint64_t seed, uint64_t stream,
@@ -88,6 +127,30 @@ double cpu_sum_squares(bv_compute *c, int64_t n, const float *x);
 /* kernels_sparse.c */
 void cpu_spmm(bv_compute *c, const bv_csr *a, int64_t row_begin, int64_t row_end,
               const float *x, int64_t f, float *y);
+
+/* kernels_edge.c */
+void cpu_edge_scores(bv_compute *c, const bv_csr *a, int64_t row_begin, int64_t row_end,
+                     int heads, const float *src, int64_t src_stride, const float *dst,
+                     int64_t dst_stride, float *out);
+void cpu_edge_scores_backward(bv_compute *c, const bv_csr *a, int64_t row_begin,
+                              int64_t row_end, int heads, const float *dout, float *dsrc,
+                              int64_t src_stride, float *ddst, int64_t dst_stride,
+                              bool accumulate);
+void cpu_edge_softmax(bv_compute *c, const bv_csr *a, int64_t row_begin, int64_t row_end,
+                      int heads, const float *z, float *alpha);
+void cpu_edge_softmax_backward(bv_compute *c, const bv_csr *a, int64_t row_begin,
+                               int64_t row_end, int heads, const float *alpha,
+                               const float *dalpha, float *dz);
+void cpu_gather_heads(bv_compute *c, const bv_csr *a, int64_t row_begin, int64_t row_end,
+                      int heads, int64_t head_dim, const float *w, const float *x,
+                      int64_t x_stride, float *y);
+void cpu_gather_heads_backward_x(bv_compute *c, const bv_csr *at, const int64_t *perm,
+                                 int heads, int64_t head_dim, const float *w, const float *dy,
+                                 float *dx, int64_t x_stride);
+void cpu_gather_heads_backward_w(bv_compute *c, const bv_csr *a, int64_t row_begin,
+                                 int64_t row_end, int heads, int64_t head_dim,
+                                 const float *dy, const float *x, int64_t x_stride,
+                                 float *dw);
 
 /* kernels_xent.c */
 void cpu_softmax_xent(bv_compute *c, int64_t n, int64_t k, const float *logits,

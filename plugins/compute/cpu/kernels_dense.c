@@ -1,6 +1,7 @@
 /* Dense kernels of the CPU plugin: gemm through OpenBLAS in row bands over the pool, and the
- * elementwise ops, bias ops, Adam and sum_squares split statically over the pool. Every
- * kernel here but gemm gives the same bits for any thread count. */
+ * elementwise ops (ReLU, leaky ReLU, ELU, dropout), bias ops, Adam and sum_squares split
+ * statically over the pool. Every kernel here but gemm gives the same bits for any thread
+ * count. */
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -127,6 +128,98 @@ void cpu_relu_backward(bv_compute *c, int64_t n, const float *y, const float *dy
 {
     relu_ctx r = {.n = n, .y = y, .dy = dy, .out = dx};
     cpu_pool_run(c->pool, cpu_tasks_for(c, n, CPU_GRAIN), relu_backward_task, &r);
+}
+
+/* ---- leaky ReLU and ELU (GAT: Veličković et al. 2018 §2.1 and its ELU hidden layer) ---- */
+
+typedef struct act_ctx {
+    int64_t n;
+    float slope;     /* leaky ReLU only */
+    const float *x;  /* the forward input, in both directions */
+    const float *dy; /* backward only */
+    float *out;
+} act_ctx;
+
+static void leaky_relu_forward_task(void *arg, int tid, int ntasks)
+{
+    const act_ctx *a = arg;
+    int64_t b, e;
+    cpu_split(a->n, tid, ntasks, &b, &e);
+    const float *x = a->x;
+    float *y = a->out;
+    float slope = a->slope;
+    for (int64_t i = b; i < e; i++) {
+        float v = x[i];
+        y[i] = v > 0.0f ? v : slope * v;
+    }
+}
+
+void cpu_leaky_relu_forward(bv_compute *c, int64_t n, float slope, const float *x, float *y)
+{
+    act_ctx a = {.n = n, .slope = slope, .x = x, .out = y};
+    cpu_pool_run(c->pool, cpu_tasks_for(c, n, CPU_GRAIN), leaky_relu_forward_task, &a);
+}
+
+static void leaky_relu_backward_task(void *arg, int tid, int ntasks)
+{
+    const act_ctx *a = arg;
+    int64_t b, e;
+    cpu_split(a->n, tid, ntasks, &b, &e);
+    const float *x = a->x, *dy = a->dy;
+    float *dx = a->out;
+    float slope = a->slope;
+    for (int64_t i = b; i < e; i++) {
+        float d = dy[i];
+        dx[i] = x[i] > 0.0f ? d : slope * d;
+    }
+}
+
+void cpu_leaky_relu_backward(bv_compute *c, int64_t n, float slope, const float *x,
+                             const float *dy, float *dx)
+{
+    act_ctx a = {.n = n, .slope = slope, .x = x, .dy = dy, .out = dx};
+    cpu_pool_run(c->pool, cpu_tasks_for(c, n, CPU_GRAIN), leaky_relu_backward_task, &a);
+}
+
+/* expm1f rather than expf(x) - 1: the same function, without the cancellation near 0. */
+static void elu_forward_task(void *arg, int tid, int ntasks)
+{
+    const act_ctx *a = arg;
+    int64_t b, e;
+    cpu_split(a->n, tid, ntasks, &b, &e);
+    const float *x = a->x;
+    float *y = a->out;
+    for (int64_t i = b; i < e; i++) {
+        float v = x[i];
+        y[i] = v > 0.0f ? v : expm1f(v);
+    }
+}
+
+void cpu_elu_forward(bv_compute *c, int64_t n, const float *x, float *y)
+{
+    act_ctx a = {.n = n, .x = x, .out = y};
+    /* exp costs more than a compare: split finer than the elementwise grain */
+    cpu_pool_run(c->pool, cpu_tasks_for(c, n, CPU_GRAIN / 4), elu_forward_task, &a);
+}
+
+/* d/dx (exp(x) - 1) = exp(x) for x <= 0. */
+static void elu_backward_task(void *arg, int tid, int ntasks)
+{
+    const act_ctx *a = arg;
+    int64_t b, e;
+    cpu_split(a->n, tid, ntasks, &b, &e);
+    const float *x = a->x, *dy = a->dy;
+    float *dx = a->out;
+    for (int64_t i = b; i < e; i++) {
+        float v = x[i], d = dy[i];
+        dx[i] = v > 0.0f ? d : d * expf(v);
+    }
+}
+
+void cpu_elu_backward(bv_compute *c, int64_t n, const float *x, const float *dy, float *dx)
+{
+    act_ctx a = {.n = n, .x = x, .dy = dy, .out = dx};
+    cpu_pool_run(c->pool, cpu_tasks_for(c, n, CPU_GRAIN / 4), elu_backward_task, &a);
 }
 
 /* ---- dropout ------------------------------------------------------------------------- */

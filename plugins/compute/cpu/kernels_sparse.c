@@ -13,27 +13,6 @@ typedef struct spmm_ctx {
     float *y;
 } spmm_ctx;
 
-/* Row weight is nnz + 1 so empty rows (which still need zeroing) count for something:
- * W(i) = edges in [row_begin, i) + (i - row_begin), strictly increasing in i. */
-static int64_t work_before(const spmm_ctx *s, int64_t i)
-{
-    return (s->a->rowptr[i] - s->a->rowptr[s->row_begin]) + (i - s->row_begin);
-}
-
-/* First row i in [row_begin, row_end] with W(i) >= target. */
-static int64_t row_at_work(const spmm_ctx *s, int64_t target)
-{
-    int64_t lo = s->row_begin, hi = s->row_end;
-    while (lo < hi) {
-        int64_t mid = lo + (hi - lo) / 2;
-        if (work_before(s, mid) < target)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo;
-}
-
 static void row_axpy(int64_t f, float w, const float *restrict xr, float *restrict yr)
 {
     for (int64_t j = 0; j < f; j++)
@@ -49,9 +28,8 @@ static void row_add(int64_t f, const float *restrict xr, float *restrict yr)
 static void spmm_task(void *arg, int tid, int ntasks)
 {
     const spmm_ctx *s = arg;
-    int64_t total = work_before(s, s->row_end);
-    int64_t b = row_at_work(s, total * tid / ntasks);
-    int64_t e = row_at_work(s, total * (tid + 1) / ntasks);
+    int64_t b, e;
+    cpu_split_rows_by_nnz(s->a->rowptr, s->row_begin, s->row_end, tid, ntasks, &b, &e);
     const int64_t *rowptr = s->a->rowptr;
     const int32_t *colidx = s->a->colidx;
     const float *values = s->a->values;

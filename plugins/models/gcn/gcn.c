@@ -16,7 +16,7 @@ struct bv_model {
     float dropout;
     bv_stage stages[2 * GCN_MAX_LAYERS];
     bv_param_spec params[GCN_MAX_LAYERS];
-    char names[3 * GCN_MAX_LAYERS][8];
+    char names[3 * GCN_MAX_LAYERS][16];
 };
 
 static const bv_option gcn_options[] = {
@@ -42,8 +42,10 @@ static bv_model *gcn_create(const bv_opts *opts, const bv_graph_shape *shape, bv
         snprintf(m->names[3 * l], sizeof m->names[0], "AV%d", l);
         snprintf(m->names[3 * l + 1], sizeof m->names[0], "GA%d", l);
         snprintf(m->names[3 * l + 2], sizeof m->names[0], "W%d", l);
-        m->stages[2 * l] = (bv_stage){BV_STAGE_TENSOR, m->names[3 * l], in, out, l > 0};
-        m->stages[2 * l + 1] = (bv_stage){BV_STAGE_GATHER, m->names[3 * l + 1], out, out, false};
+        m->stages[2 * l] = (bv_stage){.kind = BV_STAGE_TENSOR, .name = m->names[3 * l],
+                                      .in_dim = in, .out_dim = out, .needs_input_grad = l > 0};
+        m->stages[2 * l + 1] = (bv_stage){.kind = BV_STAGE_GATHER, .name = m->names[3 * l + 1],
+                                          .in_dim = out, .out_dim = out};
         m->params[l] = (bv_param_spec){m->names[3 * l + 2], in, out, l == 0,
                                        BV_INIT_GLOROT_UNIFORM};
     }

@@ -12,6 +12,7 @@
 
 #include "bivouac/compute.h"
 #include "bivouac/plugin.h"
+#include "bivouac/tensor.h"
 
 const bv_plugin *bv_compute_cpu_plugin(void);
 
@@ -91,8 +92,12 @@ static void test_descriptor_names_the_plugin_and_its_options(void **state)
     assert_true(t->has_range);
     assert_true(t->min == 0 && t->max == 256);
     assert_non_null(t->doc);
+    /* every slot filled; ABI 1.0 has 15 slots and 1.1 adds 11 for GAT, ending with
+     * gather_heads_backward_w (later minors append after it) */
     const bv_compute_ops *o = pl->ops;
     void (*const *slot)(void) = (void (*const *)(void))o;
+    assert_int_equal(offsetof(bv_compute_ops, gather_heads_backward_w) / sizeof *slot, 25);
+    assert_true(sizeof *o / sizeof *slot >= 26);
     for (size_t i = 0; i < sizeof *o / sizeof *slot; i++)
         assert_non_null(slot[i]);
 }
@@ -682,6 +687,421 @@ static void test_sum_squares_in_double_and_same_for_any_threads(void **state)
     free(x);
 }
 
+/* ---- leaky ReLU and ELU -------------------------------------------------------------- */
+
+static void test_leaky_relu_forward_and_backward_match_reference_in_place(void **state)
+{
+    (void)state;
+    bv_compute *c = make_compute(3);
+    const int64_t n = 100003;
+    const float slope = 0.2f;
+    float *x = random_floats(n, -1, 1);
+    x[0] = 0.0f; /* x == 0 takes the negative branch: slope * 0 */
+    float *y = malloc((size_t)n * sizeof *y);
+    ops()->leaky_relu_forward(c, n, slope, x, y);
+    for (int64_t i = 0; i < n; i++)
+        assert_true(y[i] == (x[i] > 0 ? x[i] : slope * x[i]));
+    float *dy = random_floats(n, -1, 1);
+    float *dx = malloc((size_t)n * sizeof *dx);
+    ops()->leaky_relu_backward(c, n, slope, x, dy, dx);
+    for (int64_t i = 0; i < n; i++)
+        assert_true(dx[i] == (x[i] > 0 ? dy[i] : slope * dy[i]));
+    ops()->leaky_relu_backward(c, n, slope, x, dy, dy); /* dy and dx alias */
+    assert_memory_equal(dx, dy, (size_t)n * sizeof *dx);
+    ops()->leaky_relu_forward(c, n, slope, x, x); /* x and y alias */
+    assert_memory_equal(x, y, (size_t)n * sizeof *x);
+    free(x);
+    free(y);
+    free(dy);
+    free(dx);
+    ops()->destroy(c);
+}
+
+static void test_elu_forward_and_backward_match_reference(void **state)
+{
+    (void)state;
+    bv_compute *c = make_compute(3);
+    const int64_t n = 100003;
+    float *x = random_floats(n, -6, 3);
+    x[0] = 0.0f;
+    x[1] = -1e-6f; /* exp(x) - 1 in float would cancel here; expm1 does not */
+    float *y = malloc((size_t)n * sizeof *y);
+    ops()->elu_forward(c, n, x, y);
+    for (int64_t i = 0; i < n; i++) {
+        if (x[i] > 0)
+            assert_true(y[i] == x[i]);
+        else
+            assert_close(y[i], expm1((double)x[i]), 2e-7, 1e-9);
+    }
+    float *dy = random_floats(n, -1, 1);
+    float *dx = malloc((size_t)n * sizeof *dx);
+    ops()->elu_backward(c, n, x, dy, dx);
+    for (int64_t i = 0; i < n; i++) {
+        if (x[i] > 0)
+            assert_true(dx[i] == dy[i]);
+        else
+            assert_close(dx[i], (double)dy[i] * exp((double)x[i]), 3e-7, 1e-12);
+    }
+    float *y1 = malloc((size_t)n * sizeof *y1);
+    bv_compute *c1 = make_compute(1);
+    ops()->elu_forward(c1, n, x, y1);
+    assert_memory_equal(y, y1, (size_t)n * sizeof *y);
+    ops()->destroy(c1);
+    ops()->elu_forward(c, n, x, x); /* in place */
+    assert_memory_equal(x, y, (size_t)n * sizeof *x);
+    free(x);
+    free(y);
+    free(y1);
+    free(dy);
+    free(dx);
+    ops()->destroy(c);
+}
+
+/* ---- edge kernels -------------------------------------------------------------------- */
+
+/* Edge arrays of a row range get a guard tail that no kernel may touch. */
+#define GUARD 16
+#define SENTINEL 12345.0f
+
+static int64_t range_edges(const bv_csr *a, int64_t rb, int64_t re)
+{
+    return a->rowptr[re] - a->rowptr[rb];
+}
+
+static float *edge_array(int64_t edges, int heads, float lo, float hi)
+{
+    float *v = random_floats(edges * heads + GUARD, lo, hi);
+    for (int g = 0; g < GUARD; g++)
+        v[edges * heads + g] = SENTINEL;
+    return v;
+}
+
+static void assert_guard_intact(const float *v, int64_t n)
+{
+    for (int g = 0; g < GUARD; g++)
+        assert_true(v[n + g] == SENTINEL);
+}
+
+static float *copy_floats(const float *v, int64_t n)
+{
+    float *c = malloc((size_t)(n > 0 ? n : 1) * sizeof *c);
+    memcpy(c, v, (size_t)n * sizeof *c);
+    return c;
+}
+
+static void check_edge_scores(bv_compute *c, const bv_csr *a, int64_t rb, int64_t re, int heads)
+{
+    int64_t ss = heads + 3, ds = heads + 2, ne = range_edges(a, rb, re), base = a->rowptr[rb];
+    float *src = random_floats(a->ncols * ss, -1, 1);
+    float *dst = random_floats((re - rb) * ds, -1, 1);
+    float *out = edge_array(ne, heads, 100, 200);
+    ops()->edge_scores(c, a, rb, re, heads, src, ss, dst, ds, out);
+    for (int64_t i = rb; i < re; i++)
+        for (int64_t e = a->rowptr[i]; e < a->rowptr[i + 1]; e++)
+            for (int h = 0; h < heads; h++)
+                assert_true(out[(e - base) * heads + h] ==
+                            src[a->colidx[e] * ss + h] + dst[(i - rb) * ds + h]);
+    assert_guard_intact(out, ne * heads);
+    free(src);
+    free(dst);
+    free(out);
+}
+
+static void test_edge_scores_adds_source_and_destination_terms_over_subranges(void **state)
+{
+    (void)state;
+    bv_compute *c = make_compute(3);
+    bv_csr a = random_csr(200, 150, 12, false);
+    for (int heads = 1; heads <= 4; heads += 3) {
+        check_edge_scores(c, &a, 0, a.nrows, heads);
+        check_edge_scores(c, &a, 13, 171, heads);
+        check_edge_scores(c, &a, 5, 6, heads); /* one empty row */
+        check_edge_scores(c, &a, 6, 7, heads);
+    }
+    free_csr(&a);
+    ops()->destroy(c);
+}
+
+static void check_edge_scores_backward(bv_compute *c, const bv_csr *a, int64_t rb, int64_t re,
+                                       int heads, bool accumulate)
+{
+    int64_t ss = heads + 3, ds = heads + 2, ne = range_edges(a, rb, re), base = a->rowptr[rb];
+    float *dout = edge_array(ne, heads, -1, 1);
+    float *dsrc = random_floats(a->ncols * ss, -1, 1);
+    float *ddst = random_floats((re - rb) * ds, -1, 1);
+    float *dsrc_want = copy_floats(dsrc, a->ncols * ss);
+    float *ddst_want = copy_floats(ddst, (re - rb) * ds);
+    ops()->edge_scores_backward(c, a, rb, re, heads, dout, dsrc, ss, ddst, ds, accumulate);
+    for (int64_t i = rb; i < re; i++)
+        for (int h = 0; h < heads; h++) {
+            float sum = 0.0f;
+            for (int64_t e = a->rowptr[i]; e < a->rowptr[i + 1]; e++)
+                sum += dout[(e - base) * heads + h];
+            float *d = &ddst_want[(i - rb) * ds + h];
+            *d = accumulate ? *d + sum : sum;
+        }
+    for (int64_t e = a->rowptr[rb]; e < a->rowptr[re]; e++) /* the serial scatter */
+        for (int h = 0; h < heads; h++)
+            dsrc_want[a->colidx[e] * ss + h] += dout[(e - base) * heads + h];
+    assert_memory_equal(ddst, ddst_want, (size_t)((re - rb) * ds) * sizeof(float));
+    assert_memory_equal(dsrc, dsrc_want, (size_t)(a->ncols * ss) * sizeof(float));
+    free(dout);
+    free(dsrc);
+    free(ddst);
+    free(dsrc_want);
+    free(ddst_want);
+}
+
+static void test_edge_scores_backward_sums_per_row_and_scatters_in_edge_order(void **state)
+{
+    (void)state;
+    bv_compute *c = make_compute(3);
+    bv_csr a = random_csr(200, 150, 12, false);
+    for (int accumulate = 0; accumulate <= 1; accumulate++)
+        for (int heads = 1; heads <= 4; heads += 3) {
+            check_edge_scores_backward(c, &a, 0, a.nrows, heads, accumulate);
+            check_edge_scores_backward(c, &a, 13, 171, heads, accumulate);
+            check_edge_scores_backward(c, &a, 5, 6, heads, accumulate);
+        }
+    free_csr(&a);
+    ops()->destroy(c);
+}
+
+static void check_edge_softmax(bv_compute *c, const bv_csr *a, int64_t rb, int64_t re, int heads)
+{
+    int64_t ne = range_edges(a, rb, re), base = a->rowptr[rb];
+    float *z = edge_array(ne, heads, -5, 5);
+    if (ne > 0)
+        z[0] = 1000.0f; /* must not overflow: the row max is subtracted */
+    float *alpha = edge_array(ne, heads, 100, 200);
+    ops()->edge_softmax(c, a, rb, re, heads, z, alpha);
+    for (int64_t i = rb; i < re; i++)
+        for (int h = 0; h < heads; h++) {
+            int64_t e0 = a->rowptr[i] - base, e1 = a->rowptr[i + 1] - base;
+            double mx = -INFINITY, sum = 0.0, total = 0.0;
+            for (int64_t e = e0; e < e1; e++)
+                mx = fmax(mx, z[e * heads + h]);
+            for (int64_t e = e0; e < e1; e++)
+                sum += exp((double)z[e * heads + h] - mx);
+            for (int64_t e = e0; e < e1; e++) {
+                assert_close(alpha[e * heads + h], exp((double)z[e * heads + h] - mx) / sum,
+                             1e-6, 1e-9);
+                total += alpha[e * heads + h];
+            }
+            if (e1 > e0)
+                assert_close(total, 1.0, 1e-6, 0);
+        }
+    assert_guard_intact(alpha, ne * heads);
+
+    /* backward */
+    float *dalpha = edge_array(ne, heads, -1, 1);
+    float *dz = edge_array(ne, heads, 100, 200);
+    ops()->edge_softmax_backward(c, a, rb, re, heads, alpha, dalpha, dz);
+    for (int64_t i = rb; i < re; i++)
+        for (int h = 0; h < heads; h++) {
+            int64_t e0 = a->rowptr[i] - base, e1 = a->rowptr[i + 1] - base;
+            double dot = 0.0;
+            for (int64_t e = e0; e < e1; e++)
+                dot += (double)alpha[e * heads + h] * dalpha[e * heads + h];
+            for (int64_t e = e0; e < e1; e++)
+                assert_close(dz[e * heads + h],
+                             alpha[e * heads + h] * (dalpha[e * heads + h] - dot), 1e-5, 1e-7);
+        }
+    assert_guard_intact(dz, ne * heads);
+    ops()->edge_softmax_backward(c, a, rb, re, heads, alpha, dalpha, dalpha); /* in place */
+    assert_memory_equal(dz, dalpha, (size_t)(ne * heads) * sizeof(float));
+    ops()->edge_softmax(c, a, rb, re, heads, z, z); /* in place */
+    assert_memory_equal(z, alpha, (size_t)(ne * heads) * sizeof(float));
+    free(z);
+    free(alpha);
+    free(dalpha);
+    free(dz);
+}
+
+static void test_edge_softmax_and_backward_match_reference_over_subranges(void **state)
+{
+    (void)state;
+    bv_compute *c = make_compute(3);
+    bv_csr a = random_csr(200, 150, 12, false);
+    for (int heads = 1; heads <= 4; heads += 3) {
+        check_edge_softmax(c, &a, 0, a.nrows, heads);
+        check_edge_softmax(c, &a, 13, 171, heads);
+        check_edge_softmax(c, &a, 5, 6, heads);
+        check_edge_softmax(c, &a, 6, 8, heads);
+    }
+    free_csr(&a);
+    ops()->destroy(c);
+}
+
+static void check_gather_heads(bv_compute *c, const bv_csr *a, int64_t rb, int64_t re,
+                               int heads, int64_t d)
+{
+    int64_t width = heads * d, xs = width + 5, ne = range_edges(a, rb, re), base = a->rowptr[rb];
+    float *w = edge_array(ne, heads, -1, 1);
+    float *x = random_floats(a->ncols * xs, -1, 1);
+    float *y = random_floats((re - rb) * width, 100, 200); /* overwritten, empty rows too */
+    ops()->gather_heads(c, a, rb, re, heads, d, w, x, xs, y);
+    for (int64_t i = rb; i < re; i++)
+        for (int h = 0; h < heads; h++)
+            for (int64_t j = 0; j < d; j++) {
+                float s = 0.0f; /* the documented sum in edge order, in float */
+                for (int64_t e = a->rowptr[i]; e < a->rowptr[i + 1]; e++)
+                    s += w[(e - base) * heads + h] * x[a->colidx[e] * xs + h * d + j];
+                if (y[(i - rb) * width + h * d + j] != s)
+                    fail_msg("gather_heads row %lld head %d j %lld: got %.9g want %.9g",
+                             (long long)i, h, (long long)j, y[(i - rb) * width + h * d + j], s);
+            }
+
+    /* backward w.r.t. the weights (SDDMM) */
+    float *dy = random_floats((re - rb) * width, -1, 1);
+    float *dw = edge_array(ne, heads, 100, 200);
+    ops()->gather_heads_backward_w(c, a, rb, re, heads, d, dy, x, xs, dw);
+    for (int64_t i = rb; i < re; i++)
+        for (int64_t e = a->rowptr[i]; e < a->rowptr[i + 1]; e++)
+            for (int h = 0; h < heads; h++) {
+                double s = 0.0, mag = 0.0;
+                for (int64_t j = 0; j < d; j++) {
+                    double t = (double)dy[(i - rb) * width + h * d + j] *
+                               x[a->colidx[e] * xs + h * d + j];
+                    s += t;
+                    mag += fabs(t);
+                }
+                assert_close(dw[(e - base) * heads + h], s, 0, 1e-6 * (mag + 1e-3));
+            }
+    assert_guard_intact(dw, ne * heads);
+    free(w);
+    free(x);
+    free(y);
+    free(dy);
+    free(dw);
+}
+
+static void test_gather_heads_and_backward_w_match_reference(void **state)
+{
+    (void)state;
+    bv_compute *c = make_compute(3);
+    bv_csr a = random_csr(200, 150, 12, false);
+    const int heads[] = {1, 3, 2};
+    const int64_t dims[] = {8, 13, 1};
+    for (int t = 0; t < 3; t++) {
+        check_gather_heads(c, &a, 0, a.nrows, heads[t], dims[t]);
+        check_gather_heads(c, &a, 13, 171, heads[t], dims[t]);
+        check_gather_heads(c, &a, 5, 6, heads[t], dims[t]);
+    }
+    free_csr(&a);
+    ops()->destroy(c);
+}
+
+/* dx through the transpose and perm, against the scatter over a's own edges: a's rows in
+ * ascending order reach each column u in the transpose's (stable) order, so they agree. */
+static void check_gather_heads_backward_x(bv_compute *c, const bv_csr *a, int heads, int64_t d)
+{
+    int64_t width = heads * d, xs = width + 5;
+    int64_t *perm = NULL;
+    bv_csr *at = bv_csr_transpose_perm(a, &perm);
+    assert_non_null(at);
+    float *w = random_floats(a->nnz * heads, -1, 1);
+    float *dy = random_floats(a->nrows * width, -1, 1);
+    float *dx = random_floats(a->ncols * xs, -1, 1); /* accumulated into */
+    float *want = copy_floats(dx, a->ncols * xs);
+    ops()->gather_heads_backward_x(c, at, perm, heads, d, w, dy, dx, xs);
+    for (int64_t v = 0; v < a->nrows; v++)
+        for (int64_t e = a->rowptr[v]; e < a->rowptr[v + 1]; e++)
+            for (int h = 0; h < heads; h++)
+                for (int64_t j = 0; j < d; j++)
+                    want[a->colidx[e] * xs + h * d + j] +=
+                        w[e * heads + h] * dy[v * width + h * d + j];
+    assert_memory_equal(dx, want, (size_t)(a->ncols * xs) * sizeof(float));
+    free(w);
+    free(dy);
+    free(dx);
+    free(want);
+    free(perm);
+    bv_csr_free(at);
+}
+
+static void test_gather_heads_backward_x_through_transpose_matches_scatter(void **state)
+{
+    (void)state;
+    bv_compute *c = make_compute(3);
+    bv_csr a = random_csr(200, 150, 12, false);
+    check_gather_heads_backward_x(c, &a, 1, 8);
+    check_gather_heads_backward_x(c, &a, 3, 13);
+    check_gather_heads_backward_x(c, &a, 4, 1);
+    free_csr(&a);
+    ops()->destroy(c);
+}
+
+/* Every ABI 1.1 kernel on a graph big enough to split, on 1 and 3 threads. */
+static void test_edge_kernels_are_bit_identical_for_1_and_3_threads(void **state)
+{
+    (void)state;
+    const int heads = 4;
+    const int64_t d = 8, width = heads * d, rb = 17, re = 2900;
+    bv_csr a = random_csr(3000, 3000, 16, false);
+    int64_t *perm = NULL;
+    bv_csr *at = bv_csr_transpose_perm(&a, &perm);
+    int64_t ne = range_edges(&a, rb, re), rows = re - rb;
+    float *src = random_floats(a.ncols * heads, -1, 1);
+    float *dst = random_floats(rows * heads, -1, 1);
+    float *x = random_floats(a.ncols * width, -1, 1);
+    float *dy = random_floats(a.nrows * width, -1, 1);
+    float *dedge = random_floats(a.nnz * heads, -1, 1);
+    float *dsrc0 = random_floats(a.ncols * heads, -1, 1);
+    float *dx0 = random_floats(a.ncols * width, -1, 1);
+    struct {
+        float *z, *alpha, *dz, *dsrc, *ddst, *y, *dw, *dx;
+    } r[2];
+    for (int t = 0; t < 2; t++) {
+        bv_compute *c = make_compute(t == 0 ? 1 : 3);
+        r[t].z = calloc((size_t)(ne * heads), sizeof(float));
+        r[t].alpha = calloc((size_t)(ne * heads), sizeof(float));
+        r[t].dz = calloc((size_t)(ne * heads), sizeof(float));
+        r[t].dsrc = copy_floats(dsrc0, a.ncols * heads);
+        r[t].ddst = calloc((size_t)(rows * heads), sizeof(float));
+        r[t].y = calloc((size_t)(rows * width), sizeof(float));
+        r[t].dw = calloc((size_t)(ne * heads), sizeof(float));
+        r[t].dx = copy_floats(dx0, a.ncols * width);
+        ops()->edge_scores(c, &a, rb, re, heads, src, heads, dst, heads, r[t].z);
+        ops()->leaky_relu_forward(c, ne * heads, 0.2f, r[t].z, r[t].z);
+        ops()->edge_softmax(c, &a, rb, re, heads, r[t].z, r[t].alpha);
+        ops()->edge_softmax_backward(c, &a, rb, re, heads, r[t].alpha, dedge, r[t].dz);
+        ops()->edge_scores_backward(c, &a, rb, re, heads, r[t].dz, r[t].dsrc, heads, r[t].ddst,
+                                    heads, false);
+        ops()->gather_heads(c, &a, rb, re, heads, d, r[t].alpha, x, width, r[t].y);
+        ops()->gather_heads_backward_w(c, &a, rb, re, heads, d, dy, x, width, r[t].dw);
+        ops()->gather_heads_backward_x(c, at, perm, heads, d, dedge, dy, r[t].dx, width);
+        ops()->destroy(c);
+    }
+    assert_memory_equal(r[0].alpha, r[1].alpha, (size_t)(ne * heads) * sizeof(float));
+    assert_memory_equal(r[0].dz, r[1].dz, (size_t)(ne * heads) * sizeof(float));
+    assert_memory_equal(r[0].dsrc, r[1].dsrc, (size_t)(a.ncols * heads) * sizeof(float));
+    assert_memory_equal(r[0].ddst, r[1].ddst, (size_t)(rows * heads) * sizeof(float));
+    assert_memory_equal(r[0].y, r[1].y, (size_t)(rows * width) * sizeof(float));
+    assert_memory_equal(r[0].dw, r[1].dw, (size_t)(ne * heads) * sizeof(float));
+    assert_memory_equal(r[0].dx, r[1].dx, (size_t)(a.ncols * width) * sizeof(float));
+    for (int t = 0; t < 2; t++) {
+        free(r[t].z);
+        free(r[t].alpha);
+        free(r[t].dz);
+        free(r[t].dsrc);
+        free(r[t].ddst);
+        free(r[t].y);
+        free(r[t].dw);
+        free(r[t].dx);
+    }
+    free(src);
+    free(dst);
+    free(x);
+    free(dy);
+    free(dedge);
+    free(dsrc0);
+    free(dx0);
+    free(perm);
+    bv_csr_free(at);
+    free_csr(&a);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -704,6 +1124,14 @@ int main(void)
         cmocka_unit_test(test_bias_backward_sums_rows_and_accumulates),
         cmocka_unit_test(test_axpy_adds_scaled_vector),
         cmocka_unit_test(test_sum_squares_in_double_and_same_for_any_threads),
+        cmocka_unit_test(test_leaky_relu_forward_and_backward_match_reference_in_place),
+        cmocka_unit_test(test_elu_forward_and_backward_match_reference),
+        cmocka_unit_test(test_edge_scores_adds_source_and_destination_terms_over_subranges),
+        cmocka_unit_test(test_edge_scores_backward_sums_per_row_and_scatters_in_edge_order),
+        cmocka_unit_test(test_edge_softmax_and_backward_match_reference_over_subranges),
+        cmocka_unit_test(test_gather_heads_and_backward_w_match_reference),
+        cmocka_unit_test(test_gather_heads_backward_x_through_transpose_matches_scatter),
+        cmocka_unit_test(test_edge_kernels_are_bit_identical_for_1_and_3_threads),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

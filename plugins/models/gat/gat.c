@@ -1,0 +1,465 @@
+/* GAT (Veličković et al., ICLR 2018) as graph-engine stages. Layer l with K heads of F'
+ * units each:
+ *   AV_l  (vertex): x = dropout(act(in)), Z = x W_l, and per head the two attention terms
+ *                   s_src = Z_h · a_src_h, s_dst = Z_h · a_dst_h; row = [Z | s_src | s_dst]
+ *                   (act = identity for l = 0, ELU(in + b_{l-1}) after).
+ *   AE_l  (edge):   α = dropout(softmax over v's in-edges (and self) of
+ *                   LeakyReLU(s_src[u] + s_dst[v])), per head — Dorylus's AE task.
+ *   GA_l  (gather): out[v, h] = Σ_u α[uv, h] Z[u, h]  (heads concatenated).
+ *   OUT   (vertex): logits = mean over the output heads + b_out.
+ * Weight decay applies to W and a, not to biases, as in the reference implementation. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bivouac.h"
+
+#define GAT_MAX_LAYERS 4
+#define GAT_STAGES_PER_LAYER 3
+
+/* parameter slots of layer l: W, a_src, a_dst, b (bias added after aggregation) */
+enum { P_W = 0, P_ASRC = 1, P_ADST = 2, P_B = 3, P_PER_LAYER = 4 };
+
+struct bv_model {
+    int layers;
+    int heads[GAT_MAX_LAYERS];
+    int64_t head_dim[GAT_MAX_LAYERS];
+    int64_t in_width[GAT_MAX_LAYERS];
+    float dropout, attn_dropout, slope;
+    size_t nstages, nparams;
+    bv_stage stages[GAT_MAX_LAYERS * GAT_STAGES_PER_LAYER + 1];
+    bv_param_spec params[GAT_MAX_LAYERS * P_PER_LAYER];
+    char names[GAT_MAX_LAYERS * (GAT_STAGES_PER_LAYER + P_PER_LAYER) + 1][12];
+};
+
+static const bv_option gat_options[] = {
+    BV_OPT_INT_RANGE("layers", "2", 1, GAT_MAX_LAYERS, "attention layers"),
+    BV_OPT_INT_RANGE("heads", "8", 1, 64, "attention heads of each hidden layer"),
+    BV_OPT_INT_RANGE("hidden", "64", 1, 65536,
+                     "hidden width of each hidden layer: heads x units per head, concatenated"),
+    BV_OPT_INT_RANGE("out_heads", "1", 1, 64, "heads of the output layer (averaged)"),
+    BV_OPT_FLOAT_RANGE("dropout", "0.6", 0, 0.99, "dropout on each layer's input"),
+    BV_OPT_FLOAT_RANGE("attn_dropout", "0.6", 0, 0.99, "dropout on attention coefficients"),
+    BV_OPT_FLOAT_RANGE("negative_slope", "0.2", 0, 1, "LeakyReLU slope of attention logits"),
+    BV_OPT_END,
+};
+
+static bv_status gat_validate(const bv_opts *opts, bv_diag *diag)
+{
+    int64_t heads = bv_opts_int(opts, "heads"), hidden = bv_opts_int(opts, "hidden");
+    if (hidden % heads == 0)
+        return BV_OK;
+    const bv_opt_value *v = bv_opts_find(opts, bv_opts_find(opts, "hidden")->from_user
+                                                   ? "hidden"
+                                                   : "heads");
+    bv_diag_add(diag, v->pos.file ? &v->pos : NULL,
+                "'hidden' (%lld) must be a multiple of 'heads' (%lld): each head gets "
+                "hidden / heads units", (long long)hidden, (long long)heads);
+    return BV_ERR_INVALID;
+}
+
+static char *name_slot(bv_model *m, size_t *next, const char *fmt, int l)
+{
+    char *n = m->names[(*next)++];
+    snprintf(n, sizeof m->names[0], fmt, l);
+    return n;
+}
+
+static bv_model *gat_create(const bv_opts *opts, const bv_graph_shape *shape, bv_error *err)
+{
+    bv_model *m = calloc(1, sizeof *m);
+    if (!m) {
+        bv_error_set(err, BV_ERR_NOMEM, "out of memory");
+        return NULL;
+    }
+    m->layers = (int)bv_opts_int(opts, "layers");
+    m->dropout = (float)bv_opts_float(opts, "dropout");
+    m->attn_dropout = (float)bv_opts_float(opts, "attn_dropout");
+    m->slope = (float)bv_opts_float(opts, "negative_slope");
+    int hidden_heads = (int)bv_opts_int(opts, "heads");
+    int64_t hidden = bv_opts_int(opts, "hidden");
+    size_t names = 0;
+    int64_t width = shape->num_features;
+    for (int l = 0; l < m->layers; l++) {
+        bool last = l == m->layers - 1;
+        int k = last ? (int)bv_opts_int(opts, "out_heads") : hidden_heads;
+        int64_t hd = last ? shape->num_classes : hidden / hidden_heads;
+        m->heads[l] = k;
+        m->head_dim[l] = hd;
+        m->in_width[l] = width;
+        int64_t z = k * hd;
+        size_t av = m->nstages;
+        m->stages[m->nstages++] = (bv_stage){
+            .kind = BV_STAGE_TENSOR, .name = name_slot(m, &names, "AV%d", l),
+            .in_dim = width, .out_dim = z + 2 * k, .needs_input_grad = l > 0};
+        size_t ae = m->nstages;
+        m->stages[m->nstages++] = (bv_stage){
+            .kind = BV_STAGE_EDGE, .name = name_slot(m, &names, "AE%d", l), .in_dim = 2 * k,
+            .out_dim = k, .in_offset = z, .heads = k};
+        m->stages[m->nstages++] = (bv_stage){
+            .kind = BV_STAGE_GATHER, .name = name_slot(m, &names, "GA%d", l), .in_dim = z,
+            .out_dim = z, .heads = k, .weighted = true, .weights_stage = ae};
+        (void)av;
+        bv_param_spec *p = &m->params[l * P_PER_LAYER];
+        p[P_W] = (bv_param_spec){name_slot(m, &names, "W%d", l), width, z, true,
+                                 BV_INIT_GLOROT_UNIFORM};
+        p[P_ASRC] = (bv_param_spec){name_slot(m, &names, "a_src%d", l), k, hd, true,
+                                    BV_INIT_GLOROT_UNIFORM};
+        p[P_ADST] = (bv_param_spec){name_slot(m, &names, "a_dst%d", l), k, hd, true,
+                                    BV_INIT_GLOROT_UNIFORM};
+        p[P_B] = (bv_param_spec){name_slot(m, &names, "b%d", l), 1, last ? hd : z, false,
+                                 BV_INIT_ZEROS};
+        width = z;
+    }
+    m->stages[m->nstages++] = (bv_stage){
+        .kind = BV_STAGE_TENSOR, .name = "OUT", .in_dim = width,
+        .out_dim = shape->num_classes, .needs_input_grad = true};
+    m->nparams = (size_t)m->layers * P_PER_LAYER;
+    return m;
+}
+
+static void gat_destroy(bv_model *m)
+{
+    free(m);
+}
+
+static size_t gat_param_count(const bv_model *m)
+{
+    return m->nparams;
+}
+
+static const bv_param_spec *gat_param(const bv_model *m, size_t i)
+{
+    return &m->params[i];
+}
+
+static size_t gat_stage_count(const bv_model *m)
+{
+    return m->nstages;
+}
+
+static const bv_stage *gat_stage(const bv_model *m, size_t i)
+{
+    return &m->stages[i];
+}
+
+static uint64_t stream_of(const bv_task_ctx *ctx, size_t stage)
+{
+    return (uint64_t)ctx->epoch * 64 + stage;
+}
+
+/* a = act(in): identity for the first layer, ELU(in + b_{l-1}) after. */
+static void av_activation(const bv_model *m, int l, const bv_task_ctx *ctx, const float *in,
+                          float *a)
+{
+    int64_t w = m->in_width[l], n = ctx->rows * w;
+    if (l == 0) {
+        memcpy(a, in, (size_t)n * sizeof *a);
+        return;
+    }
+    const float *b = ctx->params[(l - 1) * P_PER_LAYER + P_B];
+    for (int64_t r = 0; r < ctx->rows; r++)
+        for (int64_t j = 0; j < w; j++)
+            a[r * w + j] = in[r * w + j] + b[j];
+    ctx->k->elu_forward(ctx->compute, n, a, a);
+}
+
+/* Dropout streams of AV_l: each head drops its own input elements (the reference
+ * attn_head applies tf.nn.dropout to the input once per head), and the projected features
+ * are dropped again before aggregation, while the attention terms use them undropped. */
+static uint64_t input_offset(const bv_task_ctx *ctx, int64_t w, int h)
+{
+    return ((uint64_t)h * (uint64_t)ctx->num_nodes + (uint64_t)ctx->row_begin) * (uint64_t)w;
+}
+
+static uint64_t features_stream(const bv_task_ctx *ctx, size_t stage)
+{
+    return stream_of(ctx, stage) + 32;
+}
+
+/* x_h = dropout_h(a); Z_h = x_h W_h (head h's columns of Z) */
+static void av_project_head(const bv_model *m, int l, size_t stage, const bv_task_ctx *ctx,
+                            int h, const float *a, float *x, float *zb)
+{
+    int64_t hd = m->head_dim[l], z = m->heads[l] * hd, w = m->in_width[l];
+    int64_t n = ctx->rows * w;
+    const float *W = ctx->params[l * P_PER_LAYER + P_W];
+    if (ctx->training && m->dropout > 0)
+        ctx->k->dropout_forward(ctx->compute, n, m->dropout, ctx->seed, stream_of(ctx, stage),
+                                input_offset(ctx, w, h), a, x);
+    else
+        memcpy(x, a, (size_t)n * sizeof *x);
+    ctx->k->gemm(ctx->compute, false, false, ctx->rows, hd, w, 1.0f, x, w, W + h * hd, z, 0.0f,
+                 zb + h * hd, z);
+}
+
+static bv_status av_forward(bv_model *m, int l, size_t stage, const bv_task_ctx *ctx,
+                            const float *in, float *out, bv_error *err)
+{
+    int k = m->heads[l];
+    int64_t hd = m->head_dim[l], z = k * hd, w = m->in_width[l], ow = z + 2 * k;
+    float *a = malloc((size_t)(ctx->rows * w + 1) * sizeof *a);
+    float *x = malloc((size_t)(ctx->rows * w + 1) * sizeof *x);
+    float *zb = malloc((size_t)(ctx->rows * z + 1) * sizeof *zb);
+    if (!a || !x || !zb) {
+        free(a);
+        free(x);
+        free(zb);
+        return bv_error_set(err, BV_ERR_NOMEM, "out of memory in AV%d", l);
+    }
+    av_activation(m, l, ctx, in, a);
+    for (int h = 0; h < k; h++)
+        av_project_head(m, l, stage, ctx, h, a, x, zb);
+    float *const *p = ctx->params + l * P_PER_LAYER;
+    for (int64_t r = 0; r < ctx->rows; r++) {
+        float *row = out + r * ow;
+        for (int h = 0; h < k; h++) {
+            const float *zh = zb + r * z + h * hd;
+            float s = 0, d = 0;
+            for (int64_t f = 0; f < hd; f++) {
+                s += zh[f] * p[P_ASRC][h * hd + f];
+                d += zh[f] * p[P_ADST][h * hd + f];
+            }
+            row[z + h] = s;
+            row[z + k + h] = d;
+        }
+        memcpy(row, zb + r * z, (size_t)z * sizeof *row);
+    }
+    if (ctx->training && m->dropout > 0) /* Z is dropped for aggregation only */
+        for (int64_t r = 0; r < ctx->rows; r++)
+            ctx->k->dropout_forward(ctx->compute, z, m->dropout, ctx->seed,
+                                    features_stream(ctx, stage),
+                                    (uint64_t)((ctx->row_begin + r) * z), out + r * ow,
+                                    out + r * ow);
+    free(a);
+    free(x);
+    free(zb);
+    return BV_OK;
+}
+
+static bv_status av_backward(bv_model *m, int l, size_t stage, const bv_task_ctx *ctx,
+                             const float *in, const float *out, const float *dout, float *din,
+                             float *const *dparams, bv_error *err)
+{
+    int k = m->heads[l];
+    int64_t hd = m->head_dim[l], z = k * hd, w = m->in_width[l], ow = z + 2 * k;
+    int64_t n = ctx->rows * w;
+    float *const *p = ctx->params + l * P_PER_LAYER;
+    float *const *dp = dparams + l * P_PER_LAYER;
+    float *a = malloc((size_t)(n + 1) * sizeof *a);
+    float *x = malloc((size_t)(n + 1) * sizeof *x);
+    float *dx = din ? malloc((size_t)(n + 1) * sizeof *dx) : NULL;
+    float *zb = malloc((size_t)(ctx->rows * z + 1) * sizeof *zb);
+    float *dz = malloc((size_t)(ctx->rows * z + 1) * sizeof *dz);
+    if (!a || !x || (din && !dx) || !zb || !dz) {
+        free(a);
+        free(x);
+        free(dx);
+        free(zb);
+        free(dz);
+        return bv_error_set(err, BV_ERR_NOMEM, "out of memory in backward of AV%d", l);
+    }
+    av_activation(m, l, ctx, in, a); /* rematerialised, with the undropped Z */
+    for (int h = 0; h < k; h++)
+        av_project_head(m, l, stage, ctx, h, a, x, zb);
+    /* dZ = dropout'(dZ for aggregation) + ds_src a_src + ds_dst a_dst; the a's gradients */
+    for (int64_t r = 0; r < ctx->rows; r++) {
+        const float *drow = dout + r * ow;
+        float *dzr = dz + r * z;
+        memcpy(dzr, drow, (size_t)z * sizeof *dzr);
+        if (ctx->training && m->dropout > 0)
+            ctx->k->dropout_backward(ctx->compute, z, m->dropout, ctx->seed,
+                                     features_stream(ctx, stage),
+                                     (uint64_t)((ctx->row_begin + r) * z), dzr, dzr);
+        for (int h = 0; h < k; h++) {
+            float ds = drow[z + h], dd = drow[z + k + h];
+            for (int64_t f = 0; f < hd; f++) {
+                int64_t j = h * hd + f;
+                dzr[j] += ds * p[P_ASRC][j] + dd * p[P_ADST][j];
+                dp[P_ASRC][j] += ds * zb[r * z + j];
+                dp[P_ADST][j] += dd * zb[r * z + j];
+            }
+        }
+    }
+    if (din)
+        memset(din, 0, (size_t)n * sizeof *din);
+    for (int h = 0; h < k; h++) {
+        /* x_h again (its mask), then dW_h += x_h^T dZ_h and din += mask_h(dZ_h W_h^T) */
+        if (ctx->training && m->dropout > 0)
+            ctx->k->dropout_forward(ctx->compute, n, m->dropout, ctx->seed,
+                                    stream_of(ctx, stage), input_offset(ctx, w, h), a, x);
+        else
+            memcpy(x, a, (size_t)n * sizeof *x);
+        ctx->k->gemm(ctx->compute, true, false, w, hd, ctx->rows, 1.0f, x, w, dz + h * hd, z,
+                     1.0f, dp[P_W] + h * hd, z);
+        if (!din)
+            continue;
+        ctx->k->gemm(ctx->compute, false, true, ctx->rows, w, hd, 1.0f, dz + h * hd, z,
+                     p[P_W] + h * hd, z, 0.0f, dx, w);
+        if (ctx->training && m->dropout > 0)
+            ctx->k->dropout_backward(ctx->compute, n, m->dropout, ctx->seed,
+                                     stream_of(ctx, stage), input_offset(ctx, w, h), dx, dx);
+        ctx->k->axpy(ctx->compute, n, 1.0f, dx, din);
+    }
+    if (din) { /* back through ELU(in + b) */
+        const float *b = ctx->params[(l - 1) * P_PER_LAYER + P_B];
+        float *db = dparams[(l - 1) * P_PER_LAYER + P_B];
+        for (int64_t r = 0; r < ctx->rows; r++)
+            for (int64_t j = 0; j < w; j++)
+                a[r * w + j] = in[r * w + j] + b[j];
+        ctx->k->elu_backward(ctx->compute, n, a, din, din);
+        ctx->k->bias_backward(ctx->compute, ctx->rows, w, din, db, true);
+    }
+    (void)out;
+    free(a);
+    free(x);
+    free(dx);
+    free(zb);
+    free(dz);
+    return BV_OK;
+}
+
+/* OUT: logits = mean over heads + b_out */
+static bv_status out_forward(bv_model *m, const bv_task_ctx *ctx, const float *in, float *out)
+{
+    int l = m->layers - 1, k = m->heads[l];
+    int64_t c = m->head_dim[l];
+    const float *b = ctx->params[l * P_PER_LAYER + P_B];
+    for (int64_t r = 0; r < ctx->rows; r++)
+        for (int64_t j = 0; j < c; j++) {
+            float s = 0;
+            for (int h = 0; h < k; h++)
+                s += in[r * k * c + h * c + j];
+            out[r * c + j] = s / (float)k + b[j];
+        }
+    return BV_OK;
+}
+
+static bv_status out_backward(bv_model *m, const bv_task_ctx *ctx, const float *dout,
+                              float *din, float *const *dparams)
+{
+    int l = m->layers - 1, k = m->heads[l];
+    int64_t c = m->head_dim[l];
+    ctx->k->bias_backward(ctx->compute, ctx->rows, c, dout, dparams[l * P_PER_LAYER + P_B],
+                          true);
+    for (int64_t r = 0; r < ctx->rows; r++)
+        for (int h = 0; h < k; h++)
+            for (int64_t j = 0; j < c; j++)
+                din[r * k * c + h * c + j] = dout[r * c + j] / (float)k;
+    return BV_OK;
+}
+
+static bv_status gat_tensor_forward(bv_model *m, size_t stage, const bv_task_ctx *ctx,
+                                    const float *in, float *out, bv_error *err)
+{
+    if (stage == m->nstages - 1)
+        return out_forward(m, ctx, in, out);
+    return av_forward(m, (int)(stage / GAT_STAGES_PER_LAYER), stage, ctx, in, out, err);
+}
+
+static bv_status gat_tensor_backward(bv_model *m, size_t stage, const bv_task_ctx *ctx,
+                                     const float *in, const float *out, const float *dout,
+                                     float *din, float *const *dparams, bv_error *err)
+{
+    if (stage == m->nstages - 1)
+        return out_backward(m, ctx, dout, din, dparams);
+    return av_backward(m, (int)(stage / GAT_STAGES_PER_LAYER), stage, ctx, in, out, dout, din,
+                       dparams, err);
+}
+
+/* logits -> LeakyReLU -> softmax per destination; `pre` keeps the logits for backward */
+static void attention(const bv_model *m, int k, const bv_task_ctx *ctx, const bv_csr *a,
+                      const float *src, const float *dst, float *pre, float *alpha)
+{
+    ctx->k->edge_scores(ctx->compute, a, 0, a->nrows, k, src, 2 * k, dst + k, 2 * k, pre);
+    ctx->k->leaky_relu_forward(ctx->compute, a->nnz * k, m->slope, pre, alpha);
+    ctx->k->edge_softmax(ctx->compute, a, 0, a->nrows, k, alpha, alpha);
+}
+
+static bv_status gat_edge_forward(bv_model *m, size_t stage, const bv_task_ctx *ctx,
+                                  const bv_csr *a, const float *src, const float *dst,
+                                  float *out, bv_error *err)
+{
+    int k = m->heads[stage / GAT_STAGES_PER_LAYER];
+    float *pre = malloc((size_t)(a->nnz * k + 1) * sizeof *pre);
+    if (!pre)
+        return bv_error_set(err, BV_ERR_NOMEM, "out of memory in AE");
+    attention(m, k, ctx, a, src, dst, pre, out);
+    if (ctx->training && m->attn_dropout > 0)
+        ctx->k->dropout_forward(ctx->compute, a->nnz * k, m->attn_dropout, ctx->seed,
+                                stream_of(ctx, stage), (uint64_t)(ctx->edge_begin * k), out, out);
+    free(pre);
+    return BV_OK;
+}
+
+static bv_status gat_edge_backward(bv_model *m, size_t stage, const bv_task_ctx *ctx,
+                                   const bv_csr *a, const float *src, const float *dst,
+                                   const float *out, const float *dout, float *dsrc,
+                                   float *ddst, float *const *dparams, bv_error *err)
+{
+    int k = m->heads[stage / GAT_STAGES_PER_LAYER];
+    int64_t n = a->nnz * k;
+    float *pre = malloc((size_t)(n + 1) * sizeof *pre);
+    float *alpha = malloc((size_t)(n + 1) * sizeof *alpha);
+    float *d = malloc((size_t)(n + 1) * sizeof *d);
+    if (!pre || !alpha || !d) {
+        free(pre);
+        free(alpha);
+        free(d);
+        return bv_error_set(err, BV_ERR_NOMEM, "out of memory in ∇AE");
+    }
+    attention(m, k, ctx, a, src, dst, pre, alpha); /* rematerialised: α before dropout */
+    memcpy(d, dout, (size_t)n * sizeof *d);
+    if (ctx->training && m->attn_dropout > 0)
+        ctx->k->dropout_backward(ctx->compute, n, m->attn_dropout, ctx->seed,
+                                 stream_of(ctx, stage), (uint64_t)(ctx->edge_begin * k), d, d);
+    ctx->k->edge_softmax_backward(ctx->compute, a, 0, a->nrows, k, alpha, d, d);
+    ctx->k->leaky_relu_backward(ctx->compute, n, m->slope, pre, d, d);
+    /* s_src is the window's first k floats, s_dst the next k */
+    ctx->k->edge_scores_backward(ctx->compute, a, 0, a->nrows, k, d, dsrc, 2 * k, ddst + k,
+                                 2 * k, true);
+    (void)out;
+    (void)dparams;
+    free(pre);
+    free(alpha);
+    free(d);
+    return BV_OK;
+}
+
+static bv_status gat_loss(bv_model *m, const bv_task_ctx *ctx, const float *logits,
+                          const int32_t *labels, const uint8_t *mask, float grad_scale,
+                          float *dout, bv_xent_result *res, bv_error *err)
+{
+    ctx->k->softmax_xent(ctx->compute, ctx->rows, m->stages[m->nstages - 1].out_dim, logits,
+                         labels, mask, grad_scale, dout, res);
+    (void)err;
+    return BV_OK;
+}
+
+static const bv_model_ops gat_ops = {
+    .engine = BV_ENGINE_GRAPH,
+    .create = gat_create,
+    .destroy = gat_destroy,
+    .param_count = gat_param_count,
+    .param = gat_param,
+    .stage_count = gat_stage_count,
+    .stage = gat_stage,
+    .tensor_forward = gat_tensor_forward,
+    .tensor_backward = gat_tensor_backward,
+    .loss = gat_loss,
+    .edge_forward = gat_edge_forward,
+    .edge_backward = gat_edge_backward,
+    .validate = gat_validate,
+};
+
+/* The edge kernels arrived with compute ABI 1.1. */
+static const bv_plugin gat_plugin = {
+    BV_PLUGIN_HEADER(BV_KIND_MODEL, "gat", "0.1.0",
+                     "graph attention network (Velickovic et al. 2018)"),
+    .options = gat_options,
+    .ops = &gat_ops,
+    .ops_size = sizeof gat_ops,
+};
+
+BV_PLUGIN_ENTRY(model, gat, gat_plugin)

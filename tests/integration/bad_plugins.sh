@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# Broken plugins (tests/plugins, built into $BIVOUAC_BUILD_DIR/test-plugins/<case>/): an
+# experiment that names one fails with the registry's reason and the file's path, exit 2,
+# nothing written; `bivouac plugins` lists each under "not loaded:"; a good experiment is
+# not disturbed by broken plugins on the path. Environment: see bad_lib.bash.
+set -euo pipefail
+# shellcheck source=bad_lib.bash
+source "$(dirname "${BASH_SOURCE[0]}")/bad_lib.bash"
+B=$BIVOUAC
+plugins=$BIVOUAC_PLUGIN_PATH
+tp="$BIVOUAC_BUILD_DIR/test-plugins"
+[[ -f $tp/badabi/model_badabi.so ]] ||
+    { echo "FAIL: no test plugins in $tp (tests/plugins not built?)"; exit 1; }
+tp=$(realpath "$tp")
+# The version this bivouac speaks, from the header it was built with.
+hdr="$BIVOUAC_SOURCE_DIR/core/include/bivouac/plugin.h"
+abi="$(sed -n 's/^#define BV_ABI_MAJOR \([0-9]*\).*/\1/p' "$hdr").$(sed -n 's/^#define BV_ABI_MINOR \([0-9]*\).*/\1/p' "$hdr")"
+[[ $abi =~ ^[0-9]+\.[0-9]+$ ]] || { echo "FAIL: no BV_ABI_MAJOR/MINOR in $hdr"; exit 1; }
+# The smallest model ops table the registry accepts changes with the ABI, so the checks
+# mask it as <N> (in stdout too, for `bivouac plugins`).
+mask_ops='s/a model plugin needs [0-9]+$/a model plugin needs <N>/'
+stderr_filter=$mask_ops
+
+# expect_plugin_fail CASE "reason": check and run of plugin_CASE.yaml, with only that
+# case's directory in front of the build's plugins.
+expect_plugin_fail() {
+    local c=$1 reason=$2 f="$EXP/plugin_$1.yaml"
+    t "$c: check names the file and the reason"
+    BIVOUAC_PLUGIN_PATH="$tp/$c:$plugins" \
+        expect_fail 2 "$f:2:17: error: $reason
+$f: 1 error" "$B" check "$f"
+    t "$c: run exits 2 and writes nothing"
+    BIVOUAC_PLUGIN_PATH="$tp/$c:$plugins" \
+        expect_run_fail 2 "$f:2:17: error: $reason" "$f"
+}
+
+expect_plugin_fail badabi \
+    "$tp/badabi/model_badabi.so: built for plugin ABI 9.0, this bivouac speaks $abi"
+expect_plugin_fail noentry \
+    "$tp/noentry/model_noentry.so: missing entry symbol bv_model_noentry_plugin"
+expect_plugin_fail mismatch \
+    "$tp/mismatch/model_mismatch.so: descriptor says model 'other', the file name says model 'mismatch'"
+expect_plugin_fail undefined \
+    "cannot load $tp/undefined/model_undefined.so: undefined symbol: bv_test_symbol_nobody_defines"
+expect_plugin_fail incomplete \
+    "$tp/incomplete/model_incomplete.so: ops table is 8 bytes, a model plugin needs <N>"
+expect_plugin_fail noprobe "model plugin 'noprobe' cannot run here: no test accelerator here"
+
+all="$tp/badabi:$tp/noentry:$tp/mismatch:$tp/undefined:$tp/incomplete:$tp/noprobe:$plugins"
+
+t "a file that is not a shared object: dlopen's reason is kept"
+mkdir -p "$tmp/garbage"
+# longer than an ELF header, so the loader reads the magic rather than "file too short"
+printf 'not an ELF file%.0s\n' {1..10} >"$tmp/garbage/model_garbage.so"
+printf 'model: {plugin: garbage}\ndataset: {name: cora}\n' >"$tmp/garbage.yaml"
+BIVOUAC_PLUGIN_PATH="$tmp/garbage:$plugins" \
+    expect_fail 2 "$tmp/garbage.yaml:1:17: error: cannot load $tmp/garbage/model_garbage.so: invalid ELF header
+$tmp/garbage.yaml: 1 error" "$B" check "$tmp/garbage.yaml"
+
+t "bivouac plugins lists every broken plugin under 'not loaded:', in path order"
+BIVOUAC_PLUGIN_PATH="$all" capture "$B" plugins
+: >"$why"
+s=0
+[[ $rc == 0 ]] || { echo "exit status $rc, expected 0" >>"$why"; s=1; }
+[[ -s $tmp/stderr ]] && { echo "stderr not empty:" >>"$why"; cat "$tmp/stderr" >>"$why"; s=1; }
+sed -n '/^not loaded:$/,$p' "$tmp/stdout" | sed -E "$mask_ops" >"$tmp/stderr" # for stderr_is
+stderr_is "not loaded:
+  $tp/badabi/model_badabi.so: built for plugin ABI 9.0, this bivouac speaks $abi
+  $tp/noentry/model_noentry.so: missing entry symbol bv_model_noentry_plugin
+  $tp/mismatch/model_mismatch.so: descriptor says model 'other', the file name says model 'mismatch'
+  cannot load $tp/undefined/model_undefined.so: undefined symbol: bv_test_symbol_nobody_defines
+  $tp/incomplete/model_incomplete.so: ops table is 8 bytes, a model plugin needs <N>" || s=1
+report $s "$B" plugins
+
+t "bivouac plugins --json marks each broken plugin loaded: false with its reason"
+BIVOUAC_PLUGIN_PATH="$all" capture "$B" plugins --json
+: >"$why"
+s=0
+[[ $rc == 0 ]] || { echo "exit status $rc, expected 0" >>"$why"; s=1; }
+jq -r '.plugins[] | select(.loaded == false) | "\(.kind) \(.name): \(.error)"' \
+    "$tmp/stdout" 2>&1 | sed -E "$mask_ops" >"$tmp/stderr" || { echo "not JSON" >>"$why"; s=1; }
+stderr_is "model badabi: $tp/badabi/model_badabi.so: built for plugin ABI 9.0, this bivouac speaks $abi
+model noentry: $tp/noentry/model_noentry.so: missing entry symbol bv_model_noentry_plugin
+model mismatch: $tp/mismatch/model_mismatch.so: descriptor says model 'other', the file name says model 'mismatch'
+model undefined: cannot load $tp/undefined/model_undefined.so: undefined symbol: bv_test_symbol_nobody_defines
+model incomplete: $tp/incomplete/model_incomplete.so: ops table is 8 bytes, a model plugin needs <N>" || s=1
+report $s "$B" plugins --json
+
+t "broken plugins on the path do not disturb an experiment that does not name them"
+BIVOUAC_PLUGIN_PATH="$all" expect_exit 0 "" "$B" check "$EXP/base.yaml"
+
+t "a misspelt plugin name is matched only against plugins that loaded"
+f="$EXP/unknown_plugin_nohint.yaml"
+BIVOUAC_PLUGIN_PATH="$all" expect_fail 2 "$f:2:17: error: unknown model plugin 'zzyzx' (searched $all)
+$f: 1 error" "$B" check "$f"
+
+finish
