@@ -23,7 +23,42 @@ typedef struct tensor_worker {
     float **kept;       /* per interval: kept static input rows (BV_TASK_KEEP_INPUT) */
     size_t *kept_bytes;
     bv_csr **slices;    /* per interval: its in-edges (BV_TASK_KEEP_GRAPH) */
+    bv_csr **kept_csr;  /* per interval: the kept input as CSR when it is sparse */
 } tensor_worker;
+
+/* The kept input rows as a CSR, if at most a quarter of them is nonzero (bag-of-words
+ * features: ~1 %): then the model can skip the zeros (ctx.sparse_in). */
+static bv_csr *sparse_rows(const float *x, int64_t rows, int64_t cols)
+{
+    int64_t nnz = 0;
+    for (int64_t i = 0; i < rows * cols; i++)
+        nnz += x[i] != 0.0f;
+    if (nnz * 4 > rows * cols)
+        return NULL;
+    bv_csr *a = bv_csr_new(rows, cols, nnz);
+    if (!a)
+        return NULL;
+    int64_t k = 0;
+    for (int64_t i = 0; i < rows; i++) {
+        a->rowptr[i] = k;
+        for (int64_t j = 0; j < cols; j++)
+            if (x[i * cols + j] != 0.0f) {
+                a->colidx[k] = (int32_t)j;
+                a->values[k++] = x[i * cols + j];
+            }
+    }
+    a->rowptr[rows] = k;
+    return a;
+}
+
+/* ctx.sparse_in for a task of a stage that reads the features */
+static const bv_csr *tw_sparse_input(const tensor_worker *w, const bv_task_hdr *h)
+{
+    if (w->e->vin[h->stage] >= 0 || h->interval < 0 || h->interval >= w->e->cfg.intervals)
+        return NULL;
+    const bv_csr *a = w->kept_csr[h->interval];
+    return a && a->nrows == h->rows ? a : NULL;
+}
 
 /* The interval's edges: unpacked from the message the first time, then kept. */
 static const bv_csr *tw_graph(tensor_worker *w, const bv_role_msg *m, bv_error *err)
@@ -106,6 +141,10 @@ static const float *tw_input(tensor_worker *w, const bv_role_msg *m, size_t want
         }
         memcpy(w->kept[h->interval], m->a, want);
         w->kept_bytes[h->interval] = want;
+        bv_csr_free(w->kept_csr[h->interval]);
+        w->kept_csr[h->interval] =
+            sparse_rows(w->kept[h->interval], h->rows, (int64_t)(want / sizeof(float)) /
+                                                           (h->rows ? h->rows : 1));
     }
     return (const float *)m->a;
 }
@@ -174,6 +213,7 @@ static bv_status tw_forward(tensor_worker *w, const bv_role_msg *m, bv_error *er
     if (!out)
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory in %s", s->name);
     bv_task_ctx ctx = tw_ctx(w, h);
+    ctx.sparse_in = tw_sparse_input(w, h);
     st = w->e->cfg.model_ops->tensor_forward(w->e->cfg.model, (size_t)h->stage, &ctx, in, out,
                                              err);
     if (st == BV_OK)
@@ -204,6 +244,7 @@ static bv_status tw_backward(tensor_worker *w, const bv_role_msg *m, bv_error *e
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory in backward of %s", s->name);
     memset(w->grads, 0, w->e->param_floats * sizeof(float));
     bv_task_ctx ctx = tw_ctx(w, h);
+    ctx.sparse_in = tw_sparse_input(w, h);
     st = w->e->cfg.model_ops->tensor_backward(w->e->cfg.model, (size_t)h->stage, &ctx, in,
                                               (const float *)m->b,
                                               (const float *)m->c, din, w->grad_ptrs, err);
@@ -365,8 +406,9 @@ static bv_status tw_setup(tensor_worker *w, bv_error *err)
     w->kept = calloc((size_t)e->cfg.intervals, sizeof *w->kept);
     w->kept_bytes = calloc((size_t)e->cfg.intervals, sizeof *w->kept_bytes);
     w->slices = calloc((size_t)e->cfg.intervals, sizeof *w->slices);
+    w->kept_csr = calloc((size_t)e->cfg.intervals, sizeof *w->kept_csr);
     if (!w->weights || !w->grads || !w->param_ptrs || !w->grad_ptrs || !w->kept ||
-        !w->kept_bytes || !w->slices)
+        !w->kept_bytes || !w->slices || !w->kept_csr)
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory in tensor worker %d", w->index);
     for (size_t i = 0; i < e->nparams; i++) {
         w->param_ptrs[i] = w->weights + e->param_off[i];
@@ -394,6 +436,9 @@ static void tw_teardown(tensor_worker *w)
     for (int i = 0; w->slices && i < w->e->cfg.intervals; i++)
         bv_csr_free(w->slices[i]);
     free(w->slices);
+    for (int i = 0; w->kept_csr && i < w->e->cfg.intervals; i++)
+        bv_csr_free(w->kept_csr[i]);
+    free(w->kept_csr);
 }
 
 void *bv_tensor_worker_main(void *arg)

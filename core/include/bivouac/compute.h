@@ -200,6 +200,23 @@ typedef struct bv_compute_ops {
                                float *dwpe);
     /* x *= alpha */
     void (*scale)(bv_compute *c, int64_t n, float alpha, float *x);
+
+    /* ---- ABI 1.3: a sparse first layer (bag-of-words features are ~99 % zeros) ----
+     * For the rows of a (a CSR with values), with inverted dropout on a's values using
+     * the same mask as dropout_forward: element (i, col) has index
+     * offset + i * row_stride + col. p == 0 means no dropout.
+     *   y[i * ldy + j] = sum_e keep(e) * a.values[e] / (1 - p) * x[col(e) * ldx + j],
+     * j < f. Each row by one thread, in edge order. */
+    void (*spmm_dropout)(bv_compute *c, const bv_csr *a, float p, uint64_t seed,
+                         uint64_t stream, uint64_t offset, int64_t row_stride, const float *x,
+                         int64_t ldx, int64_t f, float *y, int64_t ldy);
+    /* Its gradient with respect to x:
+     *   dx[col(e) * lddx + j] += keep(e) * a.values[e] / (1 - p) * dy[i * lddy + j],
+     * in edge order (deterministic for any thread count). */
+    void (*spmm_dropout_backward_x)(bv_compute *c, const bv_csr *a, float p, uint64_t seed,
+                                    uint64_t stream, uint64_t offset, int64_t row_stride,
+                                    const float *dy, int64_t lddy, int64_t f, float *dx,
+                                    int64_t lddx);
 } bv_compute_ops;
 
 #ifdef __cplusplus

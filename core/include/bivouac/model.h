@@ -94,6 +94,10 @@ typedef struct bv_task_ctx {
     int64_t num_nodes; /* all vertices (for global dropout indices) */
     float *const *params; /* current weights, in param_spec order */
     int64_t edge_begin;   /* EDGE tasks: global index (in A + I) of the interval's first edge */
+    /* ABI 1.3: for a TENSOR stage that reads the features, the same rows as a CSR when
+     * they are sparse (NULL otherwise): rows = ctx->rows, cols = the input width, values
+     * set. A model may use it (spmm_dropout) instead of the dense input. */
+    const bv_csr *sparse_in;
 } bv_task_ctx;
 
 typedef struct bv_model_ops {

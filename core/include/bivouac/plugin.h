@@ -17,7 +17,7 @@ extern "C" {
 /* Major: incompatible change, the core refuses the plugin. Minor: additions at the end of
  * an ops table; the core checks ops_size before using a later slot. */
 #define BV_ABI_MAJOR 1
-#define BV_ABI_MINOR 2
+#define BV_ABI_MINOR 3
 
 typedef enum bv_plugin_kind {
     BV_KIND_MODEL = 1,

@@ -110,6 +110,8 @@ static const bv_compute_ops cpu_ops = {
     .embedding_forward = cpu_embedding_forward,
     .embedding_backward = cpu_embedding_backward,
     .scale = cpu_scale,
+    .spmm_dropout = cpu_spmm_dropout,
+    .spmm_dropout_backward_x = cpu_spmm_dropout_backward_x,
 };
 
 static const bv_plugin cpu_plugin = {

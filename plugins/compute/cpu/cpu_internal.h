@@ -125,6 +125,13 @@ void cpu_axpy(bv_compute *c, int64_t n, float alpha, const float *x, float *y);
 double cpu_sum_squares(bv_compute *c, int64_t n, const float *x);
 
 /* kernels_sparse.c */
+void cpu_spmm_dropout(bv_compute *c, const bv_csr *a, float p, uint64_t seed, uint64_t stream,
+                      uint64_t offset, int64_t row_stride, const float *x, int64_t ldx,
+                      int64_t f, float *y, int64_t ldy);
+void cpu_spmm_dropout_backward_x(bv_compute *c, const bv_csr *a, float p, uint64_t seed,
+                                 uint64_t stream, uint64_t offset, int64_t row_stride,
+                                 const float *dy, int64_t lddy, int64_t f, float *dx,
+                                 int64_t lddx);
 void cpu_spmm(bv_compute *c, const bv_csr *a, int64_t row_begin, int64_t row_end,
               const float *x, int64_t f, float *y);
 

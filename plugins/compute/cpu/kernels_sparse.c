@@ -59,3 +59,90 @@ void cpu_spmm(bv_compute *c, const bv_csr *a, int64_t row_begin, int64_t row_end
         ntasks = (int)rows;
     cpu_pool_run(c->pool, ntasks, spmm_task, &s);
 }
+
+/* ---- spmm with dropout on the sparse values (a sparse first layer) ------------------ */
+
+typedef struct spmm_dropout_ctx {
+    const bv_csr *a;
+    float p, scale;
+    uint64_t key, offset;
+    int64_t row_stride;
+    const float *x;
+    int64_t ldx, f;
+    float *y;
+    int64_t ldy;
+} spmm_dropout_ctx;
+
+/* The dropped-out value of edge k of row i: the mask dropout_forward would give the
+ * dense element (i, col), so the sparse and dense paths train the same model. */
+static inline float kept_value(const spmm_dropout_ctx *s, int64_t i, int64_t k)
+{
+    float v = s->a->values[k];
+    if (s->p <= 0.0f)
+        return v;
+    uint64_t index = s->offset + (uint64_t)(i * s->row_stride + s->a->colidx[k]);
+    return cpu_dropout_uniform(s->key, index) >= s->p ? v * s->scale : 0.0f;
+}
+
+static void spmm_dropout_task(void *arg, int tid, int ntasks)
+{
+    const spmm_dropout_ctx *s = arg;
+    int64_t b, e;
+    cpu_split_rows_by_nnz(s->a->rowptr, 0, s->a->nrows, tid, ntasks, &b, &e);
+    for (int64_t i = b; i < e; i++) {
+        float *yr = s->y + i * s->ldy;
+        memset(yr, 0, (size_t)s->f * sizeof *yr);
+        for (int64_t k = s->a->rowptr[i]; k < s->a->rowptr[i + 1]; k++) {
+            float w = kept_value(s, i, k);
+            if (w != 0.0f)
+                row_axpy(s->f, w, s->x + (int64_t)s->a->colidx[k] * s->ldx, yr);
+        }
+    }
+}
+
+static spmm_dropout_ctx spmm_dropout_setup(const bv_csr *a, float p, uint64_t seed,
+                                           uint64_t stream, uint64_t offset,
+                                           int64_t row_stride)
+{
+    spmm_dropout_ctx s = {.a = a, .p = p >= 1.0f ? 1.0f : p, .offset = offset,
+                          .row_stride = row_stride};
+    s.scale = p > 0.0f && p < 1.0f ? 1.0f / (1.0f - p) : 1.0f;
+    s.key = cpu_dropout_key(seed, stream);
+    return s;
+}
+
+void cpu_spmm_dropout(bv_compute *c, const bv_csr *a, float p, uint64_t seed, uint64_t stream,
+                      uint64_t offset, int64_t row_stride, const float *x, int64_t ldx,
+                      int64_t f, float *y, int64_t ldy)
+{
+    if (a->nrows <= 0 || f <= 0)
+        return;
+    spmm_dropout_ctx s = spmm_dropout_setup(a, p, seed, stream, offset, row_stride);
+    s.x = x;
+    s.ldx = ldx;
+    s.f = f;
+    s.y = y;
+    s.ldy = ldy;
+    int ntasks = cpu_tasks_for(c, (a->nnz + a->nrows) * f, CPU_GRAIN);
+    if (ntasks > a->nrows)
+        ntasks = (int)a->nrows;
+    cpu_pool_run(c->pool, ntasks, spmm_dropout_task, &s);
+}
+
+/* The weight gradient scatters into rows of dx named by columns: one pass in edge order on
+ * the calling thread keeps every sum in a fixed order (the first layer's nnz x f is
+ * small next to the rest of an epoch). */
+void cpu_spmm_dropout_backward_x(bv_compute *c, const bv_csr *a, float p, uint64_t seed,
+                                 uint64_t stream, uint64_t offset, int64_t row_stride,
+                                 const float *dy, int64_t lddy, int64_t f, float *dx,
+                                 int64_t lddx)
+{
+    (void)c;
+    spmm_dropout_ctx s = spmm_dropout_setup(a, p, seed, stream, offset, row_stride);
+    for (int64_t i = 0; i < a->nrows; i++)
+        for (int64_t k = a->rowptr[i]; k < a->rowptr[i + 1]; k++) {
+            float w = kept_value(&s, i, k);
+            if (w != 0.0f)
+                row_axpy(f, w, dy + i * lddy, dx + (int64_t)a->colidx[k] * lddx);
+        }
+}

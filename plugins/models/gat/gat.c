@@ -178,6 +178,18 @@ static uint64_t features_stream(const bv_task_ctx *ctx, size_t stage)
     return stream_of(ctx, stage) + 32;
 }
 
+/* The first layer on sparse features (ctx->sparse_in, compute ABI 1.3): each head's
+ * dropout(X) W_h over X's nonzeros only, with the dense path's masks. */
+static bool gat_sparse(const bv_task_ctx *ctx, int l)
+{
+    return l == 0 && ctx->sparse_in && ctx->k->spmm_dropout && ctx->k->spmm_dropout_backward_x;
+}
+
+static float gat_rate(const bv_model *m, const bv_task_ctx *ctx)
+{
+    return ctx->training ? m->dropout : 0.0f;
+}
+
 /* x_h = dropout_h(a); Z_h = x_h W_h (head h's columns of Z) */
 static void av_project_head(const bv_model *m, int l, size_t stage, const bv_task_ctx *ctx,
                             int h, const float *a, float *x, float *zb)
@@ -185,6 +197,12 @@ static void av_project_head(const bv_model *m, int l, size_t stage, const bv_tas
     int64_t hd = m->head_dim[l], z = m->heads[l] * hd, w = m->in_width[l];
     int64_t n = ctx->rows * w;
     const float *W = ctx->params[l * P_PER_LAYER + P_W];
+    if (gat_sparse(ctx, l)) {
+        ctx->k->spmm_dropout(ctx->compute, ctx->sparse_in, gat_rate(m, ctx), ctx->seed,
+                             stream_of(ctx, stage), input_offset(ctx, w, h), w, W + h * hd, z,
+                             hd, zb + h * hd, z);
+        return;
+    }
     if (ctx->training && m->dropout > 0)
         ctx->k->dropout_forward(ctx->compute, n, m->dropout, ctx->seed, stream_of(ctx, stage),
                                 input_offset(ctx, w, h), a, x);
@@ -208,7 +226,8 @@ static bv_status av_forward(bv_model *m, int l, size_t stage, const bv_task_ctx 
         free(zb);
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory in AV%d", l);
     }
-    av_activation(m, l, ctx, in, a);
+    if (!gat_sparse(ctx, l))
+        av_activation(m, l, ctx, in, a);
     for (int h = 0; h < k; h++)
         av_project_head(m, l, stage, ctx, h, a, x, zb);
     float *const *p = ctx->params + l * P_PER_LAYER;
@@ -260,7 +279,8 @@ static bv_status av_backward(bv_model *m, int l, size_t stage, const bv_task_ctx
         free(dz);
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory in backward of AV%d", l);
     }
-    av_activation(m, l, ctx, in, a); /* rematerialised, with the undropped Z */
+    if (!gat_sparse(ctx, l))
+        av_activation(m, l, ctx, in, a); /* rematerialised, with the undropped Z */
     for (int h = 0; h < k; h++)
         av_project_head(m, l, stage, ctx, h, a, x, zb);
     /* dZ = dropout'(dZ for aggregation) + ds_src a_src + ds_dst a_dst; the a's gradients */
@@ -285,6 +305,13 @@ static bv_status av_backward(bv_model *m, int l, size_t stage, const bv_task_ctx
     if (din)
         memset(din, 0, (size_t)n * sizeof *din);
     for (int h = 0; h < k; h++) {
+        if (gat_sparse(ctx, l)) { /* the first layer: X needs no gradient */
+            ctx->k->spmm_dropout_backward_x(ctx->compute, ctx->sparse_in, gat_rate(m, ctx),
+                                            ctx->seed, stream_of(ctx, stage),
+                                            input_offset(ctx, w, h), w, dz + h * hd, z, hd,
+                                            dp[P_W] + h * hd, z);
+            continue;
+        }
         /* x_h again (its mask), then dW_h += x_h^T dZ_h and din += mask_h(dZ_h W_h^T) */
         if (ctx->training && m->dropout > 0)
             ctx->k->dropout_forward(ctx->compute, n, m->dropout, ctx->seed,

@@ -93,10 +93,29 @@ static void gcn_stage_input(const bv_model *m, size_t stage, const bv_task_ctx *
                                 (uint64_t)(ctx->row_begin * s->in_dim), buf, buf);
 }
 
+/* The first layer on sparse features: dropout(X) W0 over X's nonzeros only, with the
+ * dense path's dropout mask (ctx->sparse_in, compute ABI 1.3). */
+static bool gcn_sparse(const bv_task_ctx *ctx, size_t stage)
+{
+    return stage == 0 && ctx->sparse_in && ctx->k->spmm_dropout && ctx->k->spmm_dropout_backward_x;
+}
+
+static float gcn_rate(const bv_model *m, const bv_task_ctx *ctx)
+{
+    return ctx->training ? m->dropout : 0.0f;
+}
+
 static bv_status gcn_tensor_forward(bv_model *m, size_t stage, const bv_task_ctx *ctx,
                                     const float *in, float *out, bv_error *err)
 {
     const bv_stage *s = &m->stages[stage];
+    if (gcn_sparse(ctx, stage)) {
+        ctx->k->spmm_dropout(ctx->compute, ctx->sparse_in, gcn_rate(m, ctx), ctx->seed,
+                             (uint64_t)ctx->epoch * 64 + stage,
+                             (uint64_t)(ctx->row_begin * s->in_dim), s->in_dim, ctx->params[0],
+                             s->out_dim, s->out_dim, out, s->out_dim);
+        return BV_OK;
+    }
     float *buf = malloc((size_t)(ctx->rows * s->in_dim + 1) * sizeof *buf);
     if (!buf)
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory in %s", s->name);
@@ -113,6 +132,13 @@ static bv_status gcn_tensor_backward(bv_model *m, size_t stage, const bv_task_ct
 {
     const bv_stage *s = &m->stages[stage];
     int64_t n = ctx->rows * s->in_dim;
+    if (gcn_sparse(ctx, stage)) { /* dW0 += dropout(X)^T dout; X needs no gradient */
+        ctx->k->spmm_dropout_backward_x(ctx->compute, ctx->sparse_in, gcn_rate(m, ctx),
+                                        ctx->seed, (uint64_t)ctx->epoch * 64 + stage,
+                                        (uint64_t)(ctx->row_begin * s->in_dim), s->in_dim, dout,
+                                        s->out_dim, s->out_dim, dparams[0], s->out_dim);
+        return BV_OK;
+    }
     float *buf = malloc((size_t)(n + 1) * sizeof *buf);
     if (!buf)
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory in backward of %s", s->name);
