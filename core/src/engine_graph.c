@@ -44,6 +44,35 @@ static bv_status coord_wait(bv_graph_engine *e, uint16_t type, bv_role_msg *m, b
     }
 }
 
+/* adj + I as a structure-only CSR, each self loop in its sorted place. */
+static bv_csr *csr_with_self_loops(const bv_csr *adj)
+{
+    int64_t n = adj->nrows;
+    bv_csr *a = bv_csr_new(n, adj->ncols, adj->nnz + n);
+    if (!a)
+        return NULL;
+    free(a->values);
+    a->values = NULL;
+    int64_t k = 0;
+    for (int64_t i = 0; i < n; i++) {
+        a->rowptr[i] = k;
+        bool placed = false;
+        for (int64_t e = adj->rowptr[i]; e < adj->rowptr[i + 1]; e++) {
+            if (!placed && adj->colidx[e] > i) {
+                a->colidx[k++] = (int32_t)i;
+                placed = true;
+            }
+            if (adj->colidx[e] != i) /* the datasets have none; never count one twice */
+                a->colidx[k++] = adj->colidx[e];
+        }
+        if (!placed)
+            a->colidx[k++] = (int32_t)i;
+    }
+    a->rowptr[n] = k;
+    a->nnz = k;
+    return a;
+}
+
 static bv_status engine_layout(bv_graph_engine *e, bv_error *err)
 {
     const bv_model_ops *mo = e->cfg.model_ops;
@@ -91,6 +120,7 @@ static bv_status engine_layout(bv_graph_engine *e, bv_error *err)
             if (st->out_dim != st->in_dim)
                 return bv_error_set(err, BV_ERR_PLUGIN, "gather stage %s changes the width",
                                     st->name);
+            e->has_norm_gathers |= !st->weighted;
             if (st->weighted) {
                 const bv_stage *w = st->weights_stage < s ? e->stages[st->weights_stage] : NULL;
                 if (!w || w->kind != BV_STAGE_EDGE || w->heads != st->heads ||
@@ -174,24 +204,17 @@ bv_status bv_graph_engine_start(const bv_graph_engine_cfg *cfg, bv_graph_engine 
         snprintf(e->addr_tw_weights[i], BV_ADDR_LEN, "inproc://bv%d-tw%d-weights", id, i);
     }
     bv_status st = engine_layout(e, err);
-    if (st == BV_OK) {
+    if (st == BV_OK && e->has_norm_gathers) {
         e->adj_norm = bv_graph_gcn_norm_adj(cfg->data);
         e->adj_norm_t = e->adj_norm ? bv_csr_transpose(e->adj_norm) : NULL;
         if (!e->adj_norm_t)
             st = bv_error_set(err, BV_ERR_NOMEM, "out of memory for the normalised adjacency");
     }
     if (st == BV_OK && e->has_edge_stages) {
-        /* A + I: Â's structure with unit weights (GAT attends over in-edges and self) */
-        e->adj_loops = bv_csr_new(e->adj_norm->nrows, e->adj_norm->ncols, e->adj_norm->nnz);
-        if (e->adj_loops) {
-            memcpy(e->adj_loops->rowptr, e->adj_norm->rowptr,
-                   (size_t)(e->adj_norm->nrows + 1) * sizeof(int64_t));
-            memcpy(e->adj_loops->colidx, e->adj_norm->colidx,
-                   (size_t)e->adj_norm->nnz * sizeof(int32_t));
-            free(e->adj_loops->values);
-            e->adj_loops->values = NULL;
-            e->adj_loops_t = bv_csr_transpose_perm(e->adj_loops, &e->loops_perm);
-        }
+        /* A + I, unweighted (GAT attends over in-edges and self) */
+        e->adj_loops = csr_with_self_loops(&cfg->data->adj);
+        e->adj_loops_t =
+            e->adj_loops ? bv_csr_transpose_perm(e->adj_loops, &e->loops_perm) : NULL;
         if (!e->adj_loops_t)
             st = bv_error_set(err, BV_ERR_NOMEM, "out of memory for the graph with self loops");
     }

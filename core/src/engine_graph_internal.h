@@ -26,6 +26,7 @@ struct bv_graph_engine {
     int *vin;                /* per stage: the stage whose vertex array it reads; -1 features */
     int64_t *vin_width;      /* floats per row of that array */
     bool has_edge_stages;
+    bool has_norm_gathers; /* some GATHER uses Â (else Â is never built) */
     /* graph server data */
     bv_csr *adj_norm;   /* Â */
     bv_csr *adj_norm_t; /* Âᵀ for ∇GA */

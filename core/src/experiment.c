@@ -370,6 +370,7 @@ bv_status bv_experiment_load(const char *path, char *const *overrides, size_t no
     if (*(const bv_engine_kind *)x->model.plugin->ops == BV_ENGINE_GRAPH)
         bv_ops_copy(&x->model_ops, sizeof x->model_ops, x->model.plugin);
     bv_ops_copy(&x->compute_ops, sizeof x->compute_ops, x->compute.plugin);
+    bv_ops_copy(&x->transport_ops, sizeof x->transport_ops, x->transport.plugin);
     if (x->model_ops.validate && x->model_ops.validate(&x->model.opts, diag) != BV_OK) {
         bv_experiment_free(x);
         return BV_ERR_INVALID;

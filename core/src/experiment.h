@@ -9,6 +9,7 @@
 #include "bivouac/compute.h"
 #include "bivouac/error.h"
 #include "bivouac/model.h"
+#include "bivouac/transport.h"
 #include "bivouac/options.h"
 #include "bivouac/plugin.h"
 #include "config.h"
@@ -30,6 +31,7 @@ typedef struct bv_experiment {
     /* the model's and compute backend's ops at this build's size (newer slots NULL) */
     bv_model_ops model_ops;
     bv_compute_ops compute_ops;
+    bv_transport_ops transport_ops;
     bv_section resilience[BV_MAX_RESILIENCE];
     size_t nresilience;
     bv_opts dataset, train, engine, policy;

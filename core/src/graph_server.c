@@ -20,6 +20,7 @@ typedef struct graph_server {
     float grad_scale;
     bool *input_sent; /* per interval: its static input is at its tensor worker */
     bool *graph_sent; /* per interval: its edges are at its tensor worker */
+    bool keep_features; /* sparse features: tensor workers keep them (dense: sent each time) */
 } graph_server;
 
 static int64_t stage_rows(const graph_server *gs, size_t s)
@@ -36,7 +37,7 @@ static const float *task_input(graph_server *gs, size_t s, bv_task_hdr *h, size_
     const float *in = (v < 0 ? gs->e->cfg.data->features : gs->act[v]) +
                       h->row_begin * st->in_dim;
     *bytes = (size_t)(h->rows * st->in_dim) * sizeof(float);
-    if (v >= 0)
+    if (v >= 0 || !gs->keep_features)
         return in;
     if (gs->input_sent[h->interval]) {
         h->flags |= BV_TASK_CACHED_INPUT;
@@ -140,265 +141,309 @@ static bool interval_matches(const bv_graph_engine *e, const bv_task_hdr *h, int
            h->rows == interval_rows(e, h->interval);
 }
 
-static bv_status gs_apply_vertex(graph_server *gs, size_t s, const bv_task_hdr *epoch,
-                                 bv_error *err)
+/* One kind of task over every interval of a stage: how to send interval i, and what to
+ * do with a result (which the handler releases). */
+typedef struct task_kind {
+    uint16_t result_type;
+    bv_status (*send)(graph_server *gs, size_t s, const bv_task_hdr *epoch, int i, void *ctx,
+                      bv_error *err);
+    bv_status (*take)(graph_server *gs, size_t s, bv_role_msg *m, void *ctx, bv_error *err);
+} task_kind;
+
+static bv_task_hdr interval_hdr(const graph_server *gs, size_t s, const bv_task_hdr *epoch,
+                                int i)
 {
-    bv_graph_engine *e = gs->e;
-    const bv_stage *st = e->stages[s];
-    for (int i = 0; i < e->cfg.intervals; i++) {
-        bv_task_hdr h = *epoch;
-        h.stage = (int32_t)s;
-        h.interval = i;
-        h.row_begin = e->interval_begin[i];
-        h.rows = interval_rows(e, i);
-        size_t in_bytes;
-        const float *in = task_input(gs, s, &h, &in_bytes);
-        bv_status rc = bv_role_send(gs->t, gs->to_tw[i % e->cfg.tensor_workers],
-                                    BV_MSG_FWD_TASK, BV_ROLE_GS, &h, in, in_bytes, NULL, 0,
-                                    NULL, 0, err);
-        if (rc != BV_OK)
-            return rc;
-    }
-    for (int done = 0; done < e->cfg.intervals; done++) {
-        bv_role_msg m;
-        bv_status rc = gs_wait(gs, BV_MSG_FWD_RESULT, &m, err);
-        if (rc != BV_OK)
-            return rc;
-        if (!interval_matches(e, &m.hdr, (int32_t)s) ||
-            m.hdr.na != (uint64_t)(m.hdr.rows * st->out_dim) * sizeof(float))
-            rc = bv_error_set(err, BV_ERR_CORRUPT, "bad result for %s", st->name);
-        else /* Scatter: the rows land where the next stage reads them */
-            memcpy(gs->act[s] + m.hdr.row_begin * st->out_dim, m.a, m.hdr.na);
-        bv_role_release(gs->t, &m);
-        if (rc != BV_OK)
-            return rc;
-    }
-    return BV_OK;
+    const bv_graph_engine *e = gs->e;
+    bv_task_hdr h = *epoch;
+    h.stage = (int32_t)s;
+    h.interval = i;
+    h.row_begin = e->interval_begin[i];
+    h.rows = interval_rows(e, i);
+    if (e->adj_loops)
+        h.edge_begin = e->adj_loops->rowptr[h.row_begin];
+    return h;
 }
+
+/* Sends the intervals' tasks with at most two per tensor worker in flight, so queued
+ * messages never hold more than a few intervals' data (a 1M-vertex graph's ApplyEdge
+ * tasks each carry every vertex's attention inputs). */
+static bv_status gs_run_tasks(graph_server *gs, size_t s, const bv_task_hdr *epoch,
+                              const task_kind *kind, void *ctx, bv_error *err)
+{
+    int n = gs->e->cfg.intervals, window = 2 * gs->e->cfg.tensor_workers, sent = 0;
+    bv_status rc = BV_OK;
+    while (rc == BV_OK && sent < n && sent < window)
+        rc = kind->send(gs, s, epoch, sent++, ctx, err);
+    for (int done = 0; rc == BV_OK && done < n; done++) {
+        bv_role_msg m;
+        rc = gs_wait(gs, kind->result_type, &m, err);
+        if (rc == BV_OK)
+            rc = kind->take(gs, s, &m, ctx, err);
+        if (rc == BV_OK && sent < n)
+            rc = kind->send(gs, s, epoch, sent++, ctx, err);
+    }
+    return rc;
+}
+
+static bv_endpoint *worker_of(const graph_server *gs, int i)
+{
+    return gs->to_tw[i % gs->e->cfg.tensor_workers];
+}
+
+/* ---- AV: ApplyVertex ---- */
+
+static bv_status av_send(graph_server *gs, size_t s, const bv_task_hdr *epoch, int i,
+                         void *ctx, bv_error *err)
+{
+    bv_task_hdr h = interval_hdr(gs, s, epoch, i);
+    size_t in_bytes;
+    const float *in = task_input(gs, s, &h, &in_bytes);
+    (void)ctx;
+    return bv_role_send(gs->t, worker_of(gs, i), BV_MSG_FWD_TASK, BV_ROLE_GS, &h, in, in_bytes,
+                        NULL, 0, NULL, 0, err);
+}
+
+static bv_status av_take(graph_server *gs, size_t s, bv_role_msg *m, void *ctx, bv_error *err)
+{
+    const bv_stage *st = gs->e->stages[s];
+    bv_status rc = BV_OK;
+    if (!interval_matches(gs->e, &m->hdr, (int32_t)s) ||
+        m->hdr.na != (uint64_t)(m->hdr.rows * st->out_dim) * sizeof(float))
+        rc = bv_error_set(err, BV_ERR_CORRUPT, "bad result for %s", st->name);
+    else /* Scatter: the rows land where the next stage reads them */
+        memcpy(gs->act[s] + m->hdr.row_begin * st->out_dim, m->a, m->hdr.na);
+    bv_role_release(gs->t, m);
+    (void)ctx;
+    return rc;
+}
+
+static const task_kind apply_vertex = {BV_MSG_FWD_RESULT, av_send, av_take};
+
+/* ---- the loss ---- */
+
+typedef struct loss_ctx {
+    double *per; /* 9 stats per interval */
+} loss_ctx;
+
+static bv_status loss_send(graph_server *gs, size_t s, const bv_task_hdr *epoch, int i,
+                           void *ctx, bv_error *err)
+{
+    const bv_graph_dataset *d = gs->e->cfg.data;
+    int64_t k = gs->e->stages[s]->out_dim;
+    bv_task_hdr h = interval_hdr(gs, s, epoch, i);
+    h.grad_scale = gs->grad_scale;
+    (void)ctx;
+    return bv_role_send(gs->t, worker_of(gs, i), BV_MSG_LOSS_TASK, BV_ROLE_GS, &h,
+                        gs->act[s] + h.row_begin * k, (size_t)(h.rows * k) * sizeof(float),
+                        d->labels + h.row_begin, (size_t)h.rows * sizeof(int32_t),
+                        d->split + h.row_begin, (size_t)h.rows, err);
+}
+
+static bv_status loss_take(graph_server *gs, size_t s, bv_role_msg *m, void *ctx, bv_error *err)
+{
+    loss_ctx *lc = ctx;
+    int64_t k = gs->e->stages[s]->out_dim;
+    size_t want = m->hdr.training ? (size_t)(m->hdr.rows * k) * sizeof(float) : 0;
+    bv_status rc = BV_OK;
+    if (!interval_matches(gs->e, &m->hdr, (int32_t)s) || m->hdr.na != want) {
+        rc = bv_error_set(err, BV_ERR_CORRUPT, "bad loss result");
+    } else {
+        memcpy(lc->per + 9 * m->hdr.interval, m->hdr.stats, sizeof m->hdr.stats);
+        if (want)
+            memcpy(gs->dact[s] + m->hdr.row_begin * k, m->a, want);
+    }
+    bv_role_release(gs->t, m);
+    return rc;
+}
+
+static const task_kind loss_task = {BV_MSG_LOSS_RESULT, loss_send, loss_take};
 
 static bv_status gs_loss(graph_server *gs, const bv_task_hdr *epoch, double stats[9],
                          bv_error *err)
 {
     bv_graph_engine *e = gs->e;
-    size_t last = e->nstages - 1;
-    int64_t k = e->stages[last]->out_dim;
-    const bv_graph_dataset *d = e->cfg.data;
-    for (int i = 0; i < e->cfg.intervals; i++) {
-        bv_task_hdr h = *epoch;
-        h.stage = (int32_t)last;
-        h.interval = i;
-        h.row_begin = e->interval_begin[i];
-        h.rows = interval_rows(e, i);
-        h.grad_scale = gs->grad_scale;
-        bv_status rc = bv_role_send(
-            gs->t, gs->to_tw[i % e->cfg.tensor_workers], BV_MSG_LOSS_TASK, BV_ROLE_GS, &h,
-            gs->act[last] + h.row_begin * k, (size_t)(h.rows * k) * sizeof(float),
-            d->labels + h.row_begin, (size_t)h.rows * sizeof(int32_t), d->split + h.row_begin,
-            (size_t)h.rows, err);
-        if (rc != BV_OK)
-            return rc;
-    }
-    double *per = calloc((size_t)e->cfg.intervals * 9, sizeof *per);
-    if (!per)
+    loss_ctx lc = {calloc((size_t)e->cfg.intervals * 9, sizeof(double))};
+    if (!lc.per)
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory");
-    bv_status rc = BV_OK;
-    for (int done = 0; done < e->cfg.intervals && rc == BV_OK; done++) {
-        bv_role_msg m;
-        rc = gs_wait(gs, BV_MSG_LOSS_RESULT, &m, err);
-        if (rc != BV_OK)
-            break;
-        size_t want = epoch->training ? (size_t)(m.hdr.rows * k) * sizeof(float) : 0;
-        if (!interval_matches(e, &m.hdr, (int32_t)last) || m.hdr.na != want) {
-            rc = bv_error_set(err, BV_ERR_CORRUPT, "bad loss result");
-        } else {
-            memcpy(per + 9 * m.hdr.interval, m.hdr.stats, sizeof m.hdr.stats);
-            if (want)
-                memcpy(gs->dact[last] + m.hdr.row_begin * k, m.a, want);
-        }
-        bv_role_release(gs->t, &m);
-    }
+    bv_status rc = gs_run_tasks(gs, e->nstages - 1, epoch, &loss_task, &lc, err);
     /* sums in interval order: the same result whatever order the replies came in */
     for (int j = 0; j < 9; j++)
         stats[j] = 0;
     for (int i = 0; i < e->cfg.intervals; i++)
         for (int j = 0; j < 9; j++)
-            stats[j] += per[9 * i + j];
-    free(per);
+            stats[j] += lc.per[9 * i + j];
+    free(lc.per);
     return rc;
 }
 
-static bv_status gs_apply_vertex_backward(graph_server *gs, size_t s, const bv_task_hdr *epoch,
-                                          bv_error *err)
+/* ---- ∇AV ---- */
+
+static bv_status avb_send(graph_server *gs, size_t s, const bv_task_hdr *epoch, int i,
+                          void *ctx, bv_error *err)
 {
-    bv_graph_engine *e = gs->e;
-    const bv_stage *st = e->stages[s];
-    for (int i = 0; i < e->cfg.intervals; i++) {
-        bv_task_hdr h = *epoch;
-        h.stage = (int32_t)s;
-        h.interval = i;
-        h.row_begin = e->interval_begin[i];
-        h.rows = interval_rows(e, i);
-        size_t out_bytes = (size_t)(h.rows * st->out_dim) * sizeof(float);
-        size_t in_bytes;
-        const float *in = task_input(gs, s, &h, &in_bytes);
-        bv_status rc = bv_role_send(
-            gs->t, gs->to_tw[i % e->cfg.tensor_workers], BV_MSG_BWD_TASK, BV_ROLE_GS, &h, in,
-            in_bytes, gs->act[s] + h.row_begin * st->out_dim, out_bytes,
-            gs->dact[s] + h.row_begin * st->out_dim, out_bytes, err);
-        if (rc != BV_OK)
-            return rc;
-    }
+    const bv_stage *st = gs->e->stages[s];
+    bv_task_hdr h = interval_hdr(gs, s, epoch, i);
+    size_t out_bytes = (size_t)(h.rows * st->out_dim) * sizeof(float), in_bytes;
+    const float *in = task_input(gs, s, &h, &in_bytes);
+    (void)ctx;
+    return bv_role_send(gs->t, worker_of(gs, i), BV_MSG_BWD_TASK, BV_ROLE_GS, &h, in, in_bytes,
+                        gs->act[s] + h.row_begin * st->out_dim, out_bytes,
+                        gs->dact[s] + h.row_begin * st->out_dim, out_bytes, err);
+}
+
+static bv_status avb_take(graph_server *gs, size_t s, bv_role_msg *m, void *ctx, bv_error *err)
+{
+    const bv_stage *st = gs->e->stages[s];
     float *din = stage_input_grad(gs, s);
-    bool want_din = st->needs_input_grad && din;
-    for (int done = 0; done < e->cfg.intervals; done++) {
-        bv_role_msg m;
-        bv_status rc = gs_wait(gs, BV_MSG_BWD_RESULT, &m, err);
-        if (rc != BV_OK)
-            return rc;
-        size_t want = st->needs_input_grad ? (size_t)(m.hdr.rows * st->in_dim) * sizeof(float) : 0;
-        if (!interval_matches(e, &m.hdr, (int32_t)s) || m.hdr.na != want)
-            rc = bv_error_set(err, BV_ERR_CORRUPT, "bad backward result for %s", st->name);
-        else if (want_din)
-            e->cfg.compute_ops->axpy(gs->compute, m.hdr.rows * st->in_dim, 1.0f,
-                                     (const float *)m.a, din + m.hdr.row_begin * st->in_dim);
-        bv_role_release(gs->t, &m);
-        if (rc != BV_OK)
-            return rc;
+    size_t want = st->needs_input_grad ? (size_t)(m->hdr.rows * st->in_dim) * sizeof(float) : 0;
+    bv_status rc = BV_OK;
+    if (!interval_matches(gs->e, &m->hdr, (int32_t)s) || m->hdr.na != want)
+        rc = bv_error_set(err, BV_ERR_CORRUPT, "bad backward result for %s", st->name);
+    else if (want && din) /* rows of one interval: no other task adds to them */
+        gs->e->cfg.compute_ops->axpy(gs->compute, m->hdr.rows * st->in_dim, 1.0f,
+                                     (const float *)m->a, din + m->hdr.row_begin * st->in_dim);
+    bv_role_release(gs->t, m);
+    (void)ctx;
+    return rc;
+}
+
+static const task_kind apply_vertex_backward = {BV_MSG_BWD_RESULT, avb_send, avb_take};
+
+/* ---- AE: ApplyEdge ---- */
+
+typedef struct edge_ctx {
+    float *src;        /* every vertex's window of the stage's input */
+    bv_role_msg *held; /* ∇AE results that arrived before their turn */
+    bool *have;
+    int next;
+} edge_ctx;
+
+static bv_status ae_send(graph_server *gs, size_t s, const bv_task_hdr *epoch, int i,
+                         void *ctx, bv_error *err)
+{
+    edge_ctx *ec = ctx;
+    const bv_stage *st = gs->e->stages[s];
+    int64_t n = gs->e->cfg.data->num_nodes;
+    bv_task_hdr h = interval_hdr(gs, s, epoch, i);
+    size_t gbytes = 0;
+    uint8_t *slice = NULL;
+    if (gs->graph_sent[i]) {
+        h.flags |= BV_TASK_CACHED_GRAPH;
+    } else {
+        gbytes = graph_slice_bytes(gs, h.row_begin, h.rows);
+        if (!(slice = malloc(gbytes)))
+            return bv_error_set(err, BV_ERR_NOMEM, "out of memory for an edge slice");
+        pack_graph_slice(gs, h.row_begin, h.rows, slice);
+        h.flags |= BV_TASK_KEEP_GRAPH;
+        gs->graph_sent[i] = true;
+    }
+    bv_status rc = bv_role_send(gs->t, worker_of(gs, i), BV_MSG_EDGE_FWD_TASK, BV_ROLE_GS, &h,
+                                ec->src, (size_t)(n * st->in_dim) * sizeof(float),
+                                ec->src + h.row_begin * st->in_dim,
+                                (size_t)(h.rows * st->in_dim) * sizeof(float), slice, gbytes,
+                                err);
+    free(slice);
+    return rc;
+}
+
+static bv_status ae_take(graph_server *gs, size_t s, bv_role_msg *m, void *ctx, bv_error *err)
+{
+    const bv_stage *st = gs->e->stages[s];
+    const bv_csr *a = gs->e->adj_loops;
+    bv_status rc = BV_OK;
+    if (!interval_matches(gs->e, &m->hdr, (int32_t)s)) {
+        rc = bv_error_set(err, BV_ERR_CORRUPT, "bad result for %s", st->name);
+    } else {
+        int64_t e0 = a->rowptr[m->hdr.row_begin];
+        int64_t ne = a->rowptr[m->hdr.row_begin + m->hdr.rows] - e0;
+        if (m->hdr.na != (uint64_t)(ne * st->out_dim) * sizeof(float))
+            rc = bv_error_set(err, BV_ERR_CORRUPT, "bad result for %s", st->name);
+        else
+            memcpy(gs->act[s] + e0 * st->out_dim, m->a, m->hdr.na);
+    }
+    bv_role_release(gs->t, m);
+    (void)ctx;
+    return rc;
+}
+
+static const task_kind apply_edge = {BV_MSG_EDGE_FWD_RESULT, ae_send, ae_take};
+
+static bv_status aeb_send(graph_server *gs, size_t s, const bv_task_hdr *epoch, int i,
+                          void *ctx, bv_error *err)
+{
+    edge_ctx *ec = ctx;
+    const bv_stage *st = gs->e->stages[s];
+    const bv_csr *a = gs->e->adj_loops;
+    int64_t n = gs->e->cfg.data->num_nodes;
+    bv_task_hdr h = interval_hdr(gs, s, epoch, i);
+    h.flags |= BV_TASK_CACHED_GRAPH; /* the forward pass sent it */
+    int64_t e0 = a->rowptr[h.row_begin], ne = a->rowptr[h.row_begin + h.rows] - e0;
+    size_t half = (size_t)(ne * st->out_dim) * sizeof(float);
+    float *c = malloc(2 * half + 1);
+    if (!c)
+        return bv_error_set(err, BV_ERR_NOMEM, "out of memory in ∇%s", st->name);
+    memcpy(c, gs->act[s] + e0 * st->out_dim, half);
+    memcpy((char *)c + half, gs->dact[s] + e0 * st->out_dim, half);
+    bv_status rc = bv_role_send(gs->t, worker_of(gs, i), BV_MSG_EDGE_BWD_TASK, BV_ROLE_GS, &h,
+                                ec->src, (size_t)(n * st->in_dim) * sizeof(float),
+                                ec->src + h.row_begin * st->in_dim,
+                                (size_t)(h.rows * st->in_dim) * sizeof(float), c, 2 * half,
+                                err);
+    free(c);
+    return rc;
+}
+
+/* Every interval's d(src) covers all vertices, so they are added in interval order (held
+ * back when they arrive early): the sum does not depend on which worker finished first. */
+static bv_status aeb_take(graph_server *gs, size_t s, bv_role_msg *m, void *ctx, bv_error *err)
+{
+    edge_ctx *ec = ctx;
+    const bv_stage *st = gs->e->stages[s];
+    int64_t n = gs->e->cfg.data->num_nodes;
+    if (!interval_matches(gs->e, &m->hdr, (int32_t)s) ||
+        m->hdr.na != (uint64_t)(n * st->in_dim) * sizeof(float) ||
+        m->hdr.nb != (uint64_t)(m->hdr.rows * st->in_dim) * sizeof(float) ||
+        ec->have[m->hdr.interval]) {
+        bv_role_release(gs->t, m);
+        return bv_error_set(err, BV_ERR_CORRUPT, "bad result for ∇%s", st->name);
+    }
+    ec->held[m->hdr.interval] = *m;
+    ec->have[m->hdr.interval] = true;
+    for (; ec->next < gs->e->cfg.intervals && ec->have[ec->next]; ec->next++) {
+        bv_role_msg *r = &ec->held[ec->next];
+        unpack_window_add(gs, s, 0, n, (const float *)r->a);
+        unpack_window_add(gs, s, r->hdr.row_begin, r->hdr.rows, (const float *)r->b);
+        bv_role_release(gs->t, r);
+        ec->have[ec->next] = false;
     }
     return BV_OK;
 }
 
+static const task_kind apply_edge_backward = {BV_MSG_EDGE_BWD_RESULT, aeb_send, aeb_take};
 
-/* ApplyEdge (AE): each interval's in-edges go to a tensor worker with the attention
- * inputs of every vertex (src) and of the interval's own vertices (dst). */
-static bv_status gs_apply_edge(graph_server *gs, size_t s, const bv_task_hdr *epoch,
-                               bv_error *err)
+/* AE and ∇AE: the attention inputs of every vertex are packed once per pass. */
+static bv_status gs_edge_pass(graph_server *gs, size_t s, const bv_task_hdr *epoch,
+                              const task_kind *kind, bv_error *err)
 {
     bv_graph_engine *e = gs->e;
     const bv_stage *st = e->stages[s];
     int64_t n = e->cfg.data->num_nodes;
-    const bv_csr *a = e->adj_loops;
-    float *src = bv_alloc_aligned((size_t)(n * st->in_dim) * sizeof(float));
-    if (!src)
-        return bv_error_set(err, BV_ERR_NOMEM, "out of memory for %s's inputs", st->name);
-    pack_window(gs, s, 0, n, src);
-    bv_status rc = BV_OK;
-    for (int i = 0; i < e->cfg.intervals && rc == BV_OK; i++) {
-        bv_task_hdr h = *epoch;
-        h.stage = (int32_t)s;
-        h.interval = i;
-        h.row_begin = e->interval_begin[i];
-        h.rows = interval_rows(e, i);
-        h.edge_begin = a->rowptr[h.row_begin];
-        size_t gbytes = 0;
-        uint8_t *slice = NULL;
-        if (gs->graph_sent[i]) {
-            h.flags |= BV_TASK_CACHED_GRAPH;
-        } else {
-            gbytes = graph_slice_bytes(gs, h.row_begin, h.rows);
-            if (!(slice = malloc(gbytes))) {
-                rc = bv_error_set(err, BV_ERR_NOMEM, "out of memory for an edge slice");
-                break;
-            }
-            pack_graph_slice(gs, h.row_begin, h.rows, slice);
-            h.flags |= BV_TASK_KEEP_GRAPH;
-            gs->graph_sent[i] = true;
-        }
-        rc = bv_role_send(gs->t, gs->to_tw[i % e->cfg.tensor_workers], BV_MSG_EDGE_FWD_TASK,
-                          BV_ROLE_GS, &h, src, (size_t)(n * st->in_dim) * sizeof(float),
-                          src + h.row_begin * st->in_dim,
-                          (size_t)(h.rows * st->in_dim) * sizeof(float), slice, gbytes, err);
-        free(slice);
-    }
-    bv_free_aligned(src);
-    for (int done = 0; done < e->cfg.intervals && rc == BV_OK; done++) {
-        bv_role_msg m;
-        rc = gs_wait(gs, BV_MSG_EDGE_FWD_RESULT, &m, err);
-        if (rc != BV_OK)
-            break;
-        int64_t e0 = interval_matches(e, &m.hdr, (int32_t)s) ? a->rowptr[m.hdr.row_begin] : 0;
-        int64_t ne = a->rowptr[m.hdr.row_begin + m.hdr.rows] - e0;
-        if (!interval_matches(e, &m.hdr, (int32_t)s) ||
-            m.hdr.na != (uint64_t)(ne * st->out_dim) * sizeof(float))
-            rc = bv_error_set(err, BV_ERR_CORRUPT, "bad result for %s", st->name);
-        else
-            memcpy(gs->act[s] + e0 * st->out_dim, m.a, m.hdr.na);
-        bv_role_release(gs->t, &m);
-    }
-    return rc;
-}
-
-/* ∇AE: gradients of the attention inputs. Every interval's d(src) covers all vertices,
- * so they are added in interval order (held back when they arrive early): the sum does
- * not depend on which worker finished first. */
-static bv_status gs_apply_edge_backward(graph_server *gs, size_t s, const bv_task_hdr *epoch,
-                                        bv_error *err)
-{
-    bv_graph_engine *e = gs->e;
-    const bv_stage *st = e->stages[s];
-    int64_t n = e->cfg.data->num_nodes;
-    const bv_csr *a = e->adj_loops;
-    float *src = bv_alloc_aligned((size_t)(n * st->in_dim) * sizeof(float));
-    bv_role_msg *held = calloc((size_t)e->cfg.intervals, sizeof *held);
-    bool *have = calloc((size_t)e->cfg.intervals, sizeof *have);
-    bv_status rc = (src && held && have)
+    edge_ctx ec = {bv_alloc_aligned((size_t)(n * st->in_dim) * sizeof(float)),
+                   calloc((size_t)e->cfg.intervals, sizeof(bv_role_msg)),
+                   calloc((size_t)e->cfg.intervals, sizeof(bool)), 0};
+    bv_status rc = (ec.src && ec.held && ec.have)
                        ? BV_OK
-                       : bv_error_set(err, BV_ERR_NOMEM, "out of memory in ∇%s", st->name);
-    if (rc == BV_OK)
-        pack_window(gs, s, 0, n, src);
-    for (int i = 0; i < e->cfg.intervals && rc == BV_OK; i++) {
-        bv_task_hdr h = *epoch;
-        h.stage = (int32_t)s;
-        h.interval = i;
-        h.row_begin = e->interval_begin[i];
-        h.rows = interval_rows(e, i);
-        h.flags |= BV_TASK_CACHED_GRAPH; /* the forward pass sent it */
-        h.edge_begin = a->rowptr[h.row_begin];
-        int64_t e0 = a->rowptr[h.row_begin], ne = a->rowptr[h.row_begin + h.rows] - e0;
-        size_t half = (size_t)(ne * st->out_dim) * sizeof(float);
-        float *c = malloc(2 * half + 1);
-        if (!c) {
-            rc = bv_error_set(err, BV_ERR_NOMEM, "out of memory in ∇%s", st->name);
-            break;
-        }
-        memcpy(c, gs->act[s] + e0 * st->out_dim, half);
-        memcpy((char *)c + half, gs->dact[s] + e0 * st->out_dim, half);
-        rc = bv_role_send(gs->t, gs->to_tw[i % e->cfg.tensor_workers], BV_MSG_EDGE_BWD_TASK,
-                          BV_ROLE_GS, &h, src, (size_t)(n * st->in_dim) * sizeof(float),
-                          src + h.row_begin * st->in_dim,
-                          (size_t)(h.rows * st->in_dim) * sizeof(float), c, 2 * half, err);
-        free(c);
+                       : bv_error_set(err, BV_ERR_NOMEM, "out of memory in %s", st->name);
+    if (rc == BV_OK) {
+        pack_window(gs, s, 0, n, ec.src);
+        rc = gs_run_tasks(gs, s, epoch, kind, &ec, err);
     }
-    int next = 0;
-    for (int done = 0; done < e->cfg.intervals && rc == BV_OK; done++) {
-        bv_role_msg m;
-        rc = gs_wait(gs, BV_MSG_EDGE_BWD_RESULT, &m, err);
-        if (rc != BV_OK)
-            break;
-        if (!interval_matches(e, &m.hdr, (int32_t)s) ||
-            m.hdr.na != (uint64_t)(n * st->in_dim) * sizeof(float) ||
-            m.hdr.nb != (uint64_t)(m.hdr.rows * st->in_dim) * sizeof(float) ||
-            have[m.hdr.interval]) {
-            bv_role_release(gs->t, &m);
-            rc = bv_error_set(err, BV_ERR_CORRUPT, "bad result for ∇%s", st->name);
-            break;
-        }
-        held[m.hdr.interval] = m;
-        have[m.hdr.interval] = true;
-        for (; next < e->cfg.intervals && have[next]; next++) {
-            bv_role_msg *r = &held[next];
-            unpack_window_add(gs, s, 0, n, (const float *)r->a);
-            unpack_window_add(gs, s, r->hdr.row_begin, r->hdr.rows, (const float *)r->b);
-            bv_role_release(gs->t, r);
-            have[next] = false;
-        }
-    }
-    for (int i = 0; held && have && i < e->cfg.intervals; i++)
-        if (have[i])
-            bv_role_release(gs->t, &held[i]);
-    free(held);
-    free(have);
-    bv_free_aligned(src);
+    for (int i = 0; ec.held && ec.have && i < e->cfg.intervals; i++)
+        if (ec.have[i])
+            bv_role_release(gs->t, &ec.held[i]);
+    free(ec.held);
+    free(ec.have);
+    bv_free_aligned(ec.src);
     return rc;
 }
 
@@ -444,6 +489,40 @@ static void gs_gather_backward(graph_server *gs, size_t s)
                                gs->dact[st->weights_stage]);
 }
 
+/* Gradient arrays exist only while the backward pass needs them: dact[x] from the first
+ * stage that adds to it until stage x has used it, so a large graph never holds every
+ * stage's gradient at once. Zeroed when made: every producer adds. */
+static size_t stage_bytes(const graph_server *gs, size_t s)
+{
+    return (size_t)(stage_rows(gs, s) * gs->e->stages[s]->out_dim) * sizeof(float);
+}
+
+static bv_status ensure_grad(graph_server *gs, int s, bv_error *err)
+{
+    if (s < 0 || gs->dact[s])
+        return BV_OK;
+    gs->dact[s] = bv_alloc_aligned(stage_bytes(gs, (size_t)s));
+    return gs->dact[s] ? BV_OK
+                       : bv_error_set(err, BV_ERR_NOMEM, "out of memory for the gradient of %s",
+                                      gs->e->stages[s]->name);
+}
+
+static void drop_grad(graph_server *gs, size_t s)
+{
+    bv_free_aligned(gs->dact[s]);
+    gs->dact[s] = NULL;
+}
+
+/* Before stage s's backward: the arrays it adds into. */
+static bv_status grads_for(graph_server *gs, size_t s, bv_error *err)
+{
+    const bv_stage *st = gs->e->stages[s];
+    bv_status rc = ensure_grad(gs, gs->e->vin[s], err);
+    if (rc == BV_OK && st->kind == BV_STAGE_GATHER && st->weighted)
+        rc = ensure_grad(gs, (int)st->weights_stage, err);
+    return rc;
+}
+
 static bv_status gs_epoch(graph_server *gs, const bv_task_hdr *cmd, bv_task_hdr *reply,
                           bv_error *err)
 {
@@ -452,32 +531,33 @@ static bv_status gs_epoch(graph_server *gs, const bv_task_hdr *cmd, bv_task_hdr 
     for (size_t s = 0; s < e->nstages && rc == BV_OK; s++) {
         switch (e->stages[s]->kind) {
         case BV_STAGE_GATHER: gs_gather(gs, s); break;
-        case BV_STAGE_EDGE: rc = gs_apply_edge(gs, s, cmd, err); break;
-        case BV_STAGE_TENSOR: rc = gs_apply_vertex(gs, s, cmd, err); break;
+        case BV_STAGE_EDGE: rc = gs_edge_pass(gs, s, cmd, &apply_edge, err); break;
+        case BV_STAGE_TENSOR: rc = gs_run_tasks(gs, s, cmd, &apply_vertex, NULL, err); break;
         }
     }
+    if (rc == BV_OK && cmd->training)
+        rc = ensure_grad(gs, (int)e->nstages - 1, err); /* the loss writes the last one */
     if (rc == BV_OK)
         rc = gs_loss(gs, cmd, reply->stats, err);
     int64_t grad_messages = 0;
-    if (cmd->training && rc == BV_OK) {
-        /* every stage's gradient accumulates over the stages that read it */
-        for (size_t s = 0; s + 1 < e->nstages; s++)
-            memset(gs->dact[s], 0,
-                   (size_t)(stage_rows(gs, s) * e->stages[s]->out_dim) * sizeof(float));
-    }
     for (size_t s = e->nstages; cmd->training && rc == BV_OK && s-- > 0;) {
+        if ((rc = grads_for(gs, s, err)) != BV_OK)
+            break;
         switch (e->stages[s]->kind) {
         case BV_STAGE_GATHER: gs_gather_backward(gs, s); break;
         case BV_STAGE_EDGE: /* its task sends weight gradients too */
-            rc = gs_apply_edge_backward(gs, s, cmd, err);
+            rc = gs_edge_pass(gs, s, cmd, &apply_edge_backward, err);
             grad_messages += e->cfg.intervals;
             break;
         case BV_STAGE_TENSOR:
-            rc = gs_apply_vertex_backward(gs, s, cmd, err);
+            rc = gs_run_tasks(gs, s, cmd, &apply_vertex_backward, NULL, err);
             grad_messages += e->cfg.intervals;
             break;
         }
+        drop_grad(gs, s);
     }
+    for (size_t s = 0; s < e->nstages; s++) /* after a failure, too */
+        drop_grad(gs, s);
     reply->step = grad_messages;
     return rc;
 }
@@ -504,17 +584,20 @@ static bv_status gs_setup(graph_server *gs, bv_error *err)
     for (size_t s = 0; s < e->nstages; s++) {
         if (e->stages[s]->kind != BV_STAGE_EDGE && e->stages[s]->out_dim > widest)
             widest = e->stages[s]->out_dim;
-        size_t bytes = (size_t)(stage_rows(gs, s) * e->stages[s]->out_dim) * sizeof(float);
-        gs->act[s] = bv_alloc_aligned(bytes);
-        gs->dact[s] = bv_alloc_aligned(bytes);
-        if (!gs->act[s] || !gs->dact[s])
+        gs->act[s] = bv_alloc_aligned(stage_bytes(gs, s));
+        if (!gs->act[s])
             return bv_error_set(err, BV_ERR_NOMEM, "out of memory for %s's vertex arrays",
                                 e->stages[s]->name);
     }
-    gs->scratch = bv_alloc_aligned((size_t)(n * widest) * sizeof(float));
+    if (e->has_norm_gathers) /* only ∇GA with Â needs it */
+        gs->scratch = bv_alloc_aligned((size_t)(n * widest) * sizeof(float));
     gs->graph_sent = calloc((size_t)e->cfg.intervals, sizeof *gs->graph_sent);
-    if (!gs->scratch || !gs->graph_sent)
+    if ((e->has_norm_gathers && !gs->scratch) || !gs->graph_sent)
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory in the graph server");
+    int64_t nonzero = 0, total = n * e->cfg.data->num_features;
+    for (int64_t i = 0; i < total; i++)
+        nonzero += e->cfg.data->features[i] != 0.0f;
+    gs->keep_features = nonzero * 4 <= total; /* as the worker's sparse_rows decides */
     int64_t train = 0;
     for (int64_t i = 0; i < n; i++)
         train += e->cfg.data->split[i] == BV_SPLIT_TRAIN && e->cfg.data->labels[i] >= 0;

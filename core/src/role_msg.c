@@ -28,6 +28,8 @@ bv_status bv_role_send(const bv_transport_ops *t, bv_endpoint *ep, uint16_t type
         memcpy(payload + off, c, nc);
     bv_wire_header wh;
     bv_wire_header_make(&wh, type, sender, (uint32_t)h.stage, payload, len);
+    if (t->send_owned) /* the transport keeps the buffer: no second copy */
+        return t->send_owned(ep, &wh, sizeof wh, payload, len, err);
     bv_status st = t->send(ep, &wh, sizeof wh, payload, len, err);
     free(payload);
     return st;

@@ -268,7 +268,7 @@ static bv_status setup(run_state *r, const bv_graph_dataset *data, bv_error *err
         .model = r->model,
         .compute_ops = &x->compute_ops,
         .compute_opts = &x->compute.opts,
-        .transport_ops = x->transport.plugin->ops,
+        .transport_ops = &x->transport_ops,
         .transport_opts = &x->transport.opts,
         .data = data,
         .seed = r->o->seed,

@@ -53,6 +53,12 @@ typedef struct bv_transport_ops {
      * resolved (bind "tcp://127.0.0.1:*" -> "tcp://127.0.0.1:41237"); for an outbox, the
      * address it connects to. Valid until close. */
     const char *(*bound_address)(bv_endpoint *ep);
+
+    /* ABI 1.3, optional: like send, but the payload is a malloc'd buffer the transport
+     * takes over (it free()s it when done, also on failure), so large messages are not
+     * copied again on the way out. */
+    bv_status (*send_owned)(bv_endpoint *ep, const void *header, size_t header_len,
+                            void *payload, size_t payload_len, bv_error *err);
 } bv_transport_ops;
 
 #ifdef __cplusplus

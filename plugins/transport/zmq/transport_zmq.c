@@ -226,6 +226,43 @@ static bool frame_send(zmq_msg_t *frame, void *socket, int flags)
     return true;
 }
 
+static bv_status send_frames(bv_endpoint *ep, zmq_msg_t *head, zmq_msg_t *body,
+                             bv_error *err);
+
+/* The payload's buffer becomes the frame's: no copy (inproc receivers read it in place). */
+static bv_status zmq_transport_send_owned(bv_endpoint *ep, const void *header,
+                                          size_t header_len, void *payload, size_t payload_len,
+                                          bv_error *err)
+{
+    if (ep->role != ENDPOINT_OUTBOX) {
+        free(payload);
+        return bv_error_set(err, BV_ERR_INTERNAL,
+                            "cannot send on %s: it is an inbox (bound), not an outbox",
+                            ep->address);
+    }
+    zmq_msg_t head, body;
+    if (!frame_from_copy(&head, header, header_len)) {
+        free(payload);
+        return bv_error_set(err, BV_ERR_NOMEM, "out of memory sending %zu bytes to %s",
+                            header_len, ep->address);
+    }
+    bool ok;
+    if (payload_len <= PART_INLINE_MAX) {
+        ok = frame_from_copy(&body, payload, payload_len);
+        free(payload);
+    } else {
+        ok = zmq_msg_init_data(&body, payload, payload_len, free_part_buffer, NULL) == 0;
+        if (!ok)
+            free(payload);
+    }
+    if (!ok) {
+        zmq_msg_close(&head);
+        return bv_error_set(err, BV_ERR_NOMEM, "out of memory sending %zu bytes to %s",
+                            payload_len, ep->address);
+    }
+    return send_frames(ep, &head, &body, err);
+}
+
 static bv_status zmq_transport_send(bv_endpoint *ep, const void *header, size_t header_len,
                                     const void *payload, size_t payload_len, bv_error *err)
 {
@@ -245,19 +282,23 @@ static bv_status zmq_transport_send(bv_endpoint *ep, const void *header, size_t 
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory sending %zu bytes to %s",
                             payload_len, ep->address);
     }
+    return send_frames(ep, &head, &body, err);
+}
 
-    if (!frame_send(&head, ep->socket, ZMQ_SNDMORE)) {
+static bv_status send_frames(bv_endpoint *ep, zmq_msg_t *head, zmq_msg_t *body, bv_error *err)
+{
+    if (!frame_send(head, ep->socket, ZMQ_SNDMORE)) {
         int e = errno;
-        zmq_msg_close(&head);
-        zmq_msg_close(&body);
+        zmq_msg_close(head);
+        zmq_msg_close(body);
         return bv_error_set(err, BV_ERR_IO, "cannot send to %s: %s", ep->address,
                             zmq_strerror(e));
     }
     /* Once the header frame is queued zmq delivers the payload with it or not at all;
      * the only failure left here is the context shutting down. */
-    if (!frame_send(&body, ep->socket, 0)) {
+    if (!frame_send(body, ep->socket, 0)) {
         int e = errno;
-        zmq_msg_close(&body);
+        zmq_msg_close(body);
         return bv_error_set(err, BV_ERR_IO, "cannot send to %s: %s", ep->address,
                             zmq_strerror(e));
     }
@@ -441,6 +482,7 @@ static const bv_transport_ops zmq_ops = {
     .release = zmq_transport_release,
     .close = zmq_transport_close,
     .bound_address = zmq_transport_bound_address,
+    .send_owned = zmq_transport_send_owned,
 };
 
 static const bv_plugin zmq_plugin = {
