@@ -156,4 +156,13 @@ t "run with a missing policy script exits 2 and writes nothing"
 f="$EXP/policy_missing.yaml"
 expect_run_fail 2 "$f:4:16: error: policy file $EXP/no_such_policy.lua cannot be read: No such file or directory" "$f"
 
+t "GAT: hidden not divisible by heads is a config error at the option"
+f="$EXP/gat_heads.yaml"
+expect_run_fail 2 "$f:2:40: error: 'hidden' (64) must be a multiple of 'heads' (5): each head gets hidden / heads units" "$f"
+
+t "GAT: a head count out of range"
+f="$EXP/gat_zero_heads.yaml"
+expect_fail 2 "$f:2:29: error: 'heads' must be in [1, 64], got 0
+$f: 1 error" "$B" check "$f"
+
 finish
