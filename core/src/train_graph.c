@@ -42,6 +42,7 @@ typedef struct run_state {
     double lr;
     double wall_before; /* seconds spent before a resume */
     double t0;
+    double last_draw; /* when the progress line was last redrawn */
     FILE *metrics;
 } run_state;
 
@@ -226,10 +227,14 @@ static bv_status restore(run_state *r, bool *stop, char *reason, size_t reason_l
     return st;
 }
 
-static void show_progress(const run_state *r, const epoch_record *rec, int64_t total,
+static void show_progress(run_state *r, const epoch_record *rec, int64_t total,
                           double best_val, double session_start, int64_t session_epochs)
 {
-    double elapsed = now_seconds() - session_start;
+    double now = now_seconds();
+    if (now - r->last_draw < 0.1 && rec->epoch < total) /* at most 10 redraws a second */
+        return;
+    r->last_draw = now;
+    double elapsed = now - session_start;
     double eta = session_epochs > 0 ? elapsed / (double)session_epochs *
                                           (double)(total - rec->epoch)
                                     : 0;
