@@ -233,43 +233,34 @@ bv_status bv_graph_engine_start(const bv_graph_engine_cfg *cfg, bv_graph_engine 
     return BV_OK;
 }
 
+/* SHUTDOWN to one role and join its thread. A role that started but never got an outbox
+ * from us (start failed half-way) is reached through a fresh one. */
+static void stop_role(bv_graph_engine *e, pthread_t thread, bv_endpoint *outbox,
+                      const char *addr)
+{
+    const bv_transport_ops *t = e->cfg.transport_ops;
+    bv_error ignored;
+    bv_endpoint *ep = outbox ? outbox : bv_engine_connect(e, addr, &ignored);
+    if (ep)
+        bv_role_send(t, ep, BV_MSG_SHUTDOWN, BV_ROLE_COORD, NULL, NULL, 0, NULL, 0, NULL, 0,
+                     &ignored);
+    pthread_join(thread, NULL);
+    if (ep)
+        t->close(ep);
+}
+
 void bv_graph_engine_stop(bv_graph_engine *e)
 {
     if (!e)
         return;
     const bv_transport_ops *t = e->cfg.transport_ops;
-    bv_error ignored;
-    /* Roles that started but never connected back still get their SHUTDOWN through a
-     * fresh outbox. */
-    if (e->gs_started) {
-        bv_endpoint *ep = e->to_gs ? e->to_gs : bv_engine_connect(e, e->addr_gs, &ignored);
-        if (ep)
-            bv_role_send(t, ep, BV_MSG_SHUTDOWN, BV_ROLE_COORD, NULL, NULL, 0, NULL, 0, NULL, 0,
-                         &ignored);
-        pthread_join(e->gs_thread, NULL);
-        if (ep)
-            t->close(ep);
-    }
-    if (e->ps_started) {
-        bv_endpoint *ep = e->to_ps ? e->to_ps : bv_engine_connect(e, e->addr_ps, &ignored);
-        if (ep)
-            bv_role_send(t, ep, BV_MSG_SHUTDOWN, BV_ROLE_COORD, NULL, NULL, 0, NULL, 0, NULL, 0,
-                         &ignored);
-        pthread_join(e->ps_thread, NULL);
-        if (ep)
-            t->close(ep);
-    }
-    for (int i = 0; i < e->cfg.tensor_workers; i++) {
-        if (!e->tw_started[i])
-            continue;
-        bv_endpoint *ep = e->to_tw[i] ? e->to_tw[i] : bv_engine_connect(e, e->addr_tw[i], &ignored);
-        if (ep)
-            bv_role_send(t, ep, BV_MSG_SHUTDOWN, BV_ROLE_COORD, NULL, NULL, 0, NULL, 0, NULL, 0,
-                         &ignored);
-        pthread_join(e->tw_thread[i], NULL);
-        if (ep)
-            t->close(ep);
-    }
+    if (e->gs_started)
+        stop_role(e, e->gs_thread, e->to_gs, e->addr_gs);
+    if (e->ps_started)
+        stop_role(e, e->ps_thread, e->to_ps, e->addr_ps);
+    for (int i = 0; i < e->cfg.tensor_workers; i++)
+        if (e->tw_started[i])
+            stop_role(e, e->tw_thread[i], e->to_tw[i], e->addr_tw[i]);
     if (e->coord_in)
         t->close(e->coord_in);
     if (e->transport)
