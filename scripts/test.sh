@@ -6,7 +6,9 @@
 # ctest summary and wall time.
 #
 # Environment:
-#   BIVOUAC_DATA_DIR    datasets (default: ../shared/data next to the repository)
+#   BIVOUAC_DATA_DIR    datasets (default: ../shared/data next to the repository). The
+#                       tests' ENVIRONMENT property (CMakeLists.txt) sets its own value,
+#                       ../shared/data, which wins inside ctest for now.
 #   BIVOUAC_JOBS        build and ctest parallelism (default 2)
 #   BIVOUAC_ASAN_SKIP   ctest label the sanitizer pass leaves out (default "slow":
 #                       tests with LABELS slow run only in the first pass)

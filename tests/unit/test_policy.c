@@ -36,14 +36,18 @@ static const char *fixture(const char *name)
     static char paths[8][4096];
     static int next;
     char *path = paths[next++ % 8];
-    snprintf(path, sizeof paths[0], "%s/tests/data/lua/%s", source_dir(), name);
+    if (snprintf(path, sizeof paths[0], "%s/tests/data/lua/%s", source_dir(), name) >=
+        (int)sizeof paths[0])
+        fail_msg("fixture path too long");
     return path;
 }
 
 static const char *early_stop_path(void)
 {
     static char path[4096];
-    snprintf(path, sizeof path, "%s/scripts/lua/early_stop.lua", source_dir());
+    if (snprintf(path, sizeof path, "%s/scripts/lua/early_stop.lua", source_dir()) >=
+        (int)sizeof path)
+        fail_msg("script path too long");
     return path;
 }
 

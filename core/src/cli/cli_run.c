@@ -204,7 +204,8 @@ static int write_result(const char *dir, const bv_experiment *x, const bv_run_re
                         const unsigned long long *seeds, long long n)
 {
     char path[4200], tmp[4300];
-    snprintf(path, sizeof path, "%s/result.json", dir);
+    if (snprintf(path, sizeof path, "%s/result.json", dir) >= (int)sizeof path)
+        return -1; /* a directory name this long cannot be written to anyway */
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     FILE *f = fopen(tmp, "w");
     if (!f)

@@ -44,7 +44,7 @@ static int parse_args(int argc, char **argv, sample_args *a)
             return bv_cli_fail(BV_EXIT_USAGE, "%s: unknown option or missing value (see "
                                "bivouac --help)", arg);
         const char *val = argv[++i];
-        double v;
+        double v = 0;
         if (!strcmp(arg, "--checkpoint")) {
             a->checkpoint = val;
         } else if (!strcmp(arg, "--prompt")) {

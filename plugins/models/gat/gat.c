@@ -30,7 +30,7 @@ struct bv_model {
     size_t nstages, nparams;
     bv_stage stages[GAT_MAX_LAYERS * GAT_STAGES_PER_LAYER + 1];
     bv_param_spec params[GAT_MAX_LAYERS * P_PER_LAYER];
-    char names[GAT_MAX_LAYERS * (GAT_STAGES_PER_LAYER + P_PER_LAYER) + 1][12];
+    char names[GAT_MAX_LAYERS * (GAT_STAGES_PER_LAYER + P_PER_LAYER) + 1][24];
 };
 
 static const bv_option gat_options[] = {
