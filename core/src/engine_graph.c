@@ -329,24 +329,9 @@ bv_status bv_graph_engine_init_weights(bv_graph_engine *e, bv_error *err)
 static bv_status add_blob(bv_state *s, const char *prefix, const char *name, const void *data,
                           size_t size)
 {
-    bv_blob *b = realloc(s->blobs, (s->count + 1) * sizeof *b);
-    if (!b)
-        return BV_ERR_NOMEM;
-    s->blobs = b;
-    b = &s->blobs[s->count];
-    size_t len = strlen(prefix) + strlen(name) + 1;
-    b->name = malloc(len);
-    b->data = malloc(size ? size : 1);
-    if (!b->name || !b->data) {
-        free(b->name);
-        free(b->data);
-        return BV_ERR_NOMEM;
-    }
-    snprintf(b->name, len, "%s%s", prefix, name);
-    memcpy(b->data, data, size);
-    b->size = size;
-    s->count++;
-    return BV_OK;
+    char full[256];
+    snprintf(full, sizeof full, "%s%s", prefix, name);
+    return bv_state_add(s, full, data, size);
 }
 
 bv_status bv_graph_engine_get_state(bv_graph_engine *e, bv_state *out, bv_error *err)

@@ -12,6 +12,7 @@
 #include "bivouac/model.h"
 #include "bivouac/resilience.h"
 #include "bivouac/wire.h"
+#include "clock.h"
 #include "engine_graph.h"
 #include "json_out.h"
 
@@ -46,12 +47,6 @@ typedef struct run_state {
     FILE *metrics;
 } run_state;
 
-static double now_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static bv_status history_push(run_state *r, const epoch_record *rec, bv_error *err)
 {
@@ -124,26 +119,6 @@ static bv_status policy_epoch_end(run_state *r, const epoch_record *rec, bool re
     return BV_OK;
 }
 
-static bv_status add_run_blob(bv_state *s, const char *name, const void *data, size_t size)
-{
-    bv_blob *b = realloc(s->blobs, (s->count + 1) * sizeof *b);
-    if (!b)
-        return BV_ERR_NOMEM;
-    s->blobs = b;
-    b = &s->blobs[s->count];
-    b->name = strdup(name);
-    b->data = malloc(size ? size : 1);
-    if (!b->name || !b->data) {
-        free(b->name);
-        free(b->data);
-        return BV_ERR_NOMEM;
-    }
-    memcpy(b->data, data, size);
-    b->size = size;
-    s->count++;
-    return BV_OK;
-}
-
 /* The full training state: the parameter server's plus the loop's own. */
 static bv_status snapshot(run_state *r, bv_state *s, bv_error *err)
 {
@@ -151,27 +126,18 @@ static bv_status snapshot(run_state *r, bv_state *s, bv_error *err)
     if (st != BV_OK)
         return st;
     int64_t epochs = (int64_t)r->nhistory;
-    double wall = r->wall_before + (now_seconds() - r->t0);
+    double wall = r->wall_before + (bv_now_seconds() - r->t0);
     uint64_t seed = r->o->seed;
     s->epoch = epochs;
-    if (add_run_blob(s, "run/epoch", &epochs, sizeof epochs) != BV_OK ||
-        add_run_blob(s, "run/lr", &r->lr, sizeof r->lr) != BV_OK ||
-        add_run_blob(s, "run/seed", &seed, sizeof seed) != BV_OK ||
-        add_run_blob(s, "run/wall", &wall, sizeof wall) != BV_OK ||
-        add_run_blob(s, "run/history", r->history, r->nhistory * sizeof *r->history) != BV_OK) {
+    if (bv_state_add(s, "run/epoch", &epochs, sizeof epochs) != BV_OK ||
+        bv_state_add(s, "run/lr", &r->lr, sizeof r->lr) != BV_OK ||
+        bv_state_add(s, "run/seed", &seed, sizeof seed) != BV_OK ||
+        bv_state_add(s, "run/wall", &wall, sizeof wall) != BV_OK ||
+        bv_state_add(s, "run/history", r->history, r->nhistory * sizeof *r->history) != BV_OK) {
         bv_state_free(s);
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory for the training state");
     }
     return BV_OK;
-}
-
-static bool blob_read(const bv_state *s, const char *name, void *out, size_t size)
-{
-    const bv_blob *b = bv_state_find(s, name);
-    if (!b || b->size != size)
-        return false;
-    memcpy(out, b->data, size);
-    return true;
 }
 
 static bv_status restore(run_state *r, bool *stop, char *reason, size_t reason_len,
@@ -197,10 +163,10 @@ static bv_status restore(run_state *r, bool *stop, char *reason, size_t reason_l
     int64_t epochs = 0;
     uint64_t seed = 0;
     const bv_blob *hist = bv_state_find(&s, "run/history");
-    if (!blob_read(&s, "run/epoch", &epochs, sizeof epochs) ||
-        !blob_read(&s, "run/lr", &r->lr, sizeof r->lr) ||
-        !blob_read(&s, "run/seed", &seed, sizeof seed) ||
-        !blob_read(&s, "run/wall", &r->wall_before, sizeof r->wall_before) || !hist ||
+    if (!bv_state_read(&s, "run/epoch", &epochs, sizeof epochs) ||
+        !bv_state_read(&s, "run/lr", &r->lr, sizeof r->lr) ||
+        !bv_state_read(&s, "run/seed", &seed, sizeof seed) ||
+        !bv_state_read(&s, "run/wall", &r->wall_before, sizeof r->wall_before) || !hist ||
         hist->size != (size_t)epochs * sizeof(epoch_record)) {
         bv_state_free(&s);
         return bv_error_set(err, BV_ERR_CORRUPT, "the checkpoint lacks the run's own state");
@@ -230,7 +196,7 @@ static bv_status restore(run_state *r, bool *stop, char *reason, size_t reason_l
 static void show_progress(run_state *r, const epoch_record *rec, int64_t total,
                           double best_val, double session_start, int64_t session_epochs)
 {
-    double now = now_seconds();
+    double now = bv_now_seconds();
     if (now - r->last_draw < 0.1 && rec->epoch < total) /* at most 10 redraws a second */
         return;
     r->last_draw = now;
@@ -367,7 +333,7 @@ bv_status bv_train_graph(const bv_experiment *x, const bv_graph_dataset *data,
 {
     memset(res, 0, sizeof *res);
     run_state r = {.x = x, .o = o};
-    r.t0 = now_seconds();
+    r.t0 = bv_now_seconds();
     r.lr = bv_opts_float(&x->train, "lr");
     int64_t epochs = bv_opts_int(&x->train, "epochs");
     double wd = bv_opts_float(&x->train, "weight_decay");
@@ -391,7 +357,7 @@ bv_status bv_train_graph(const bv_experiment *x, const bv_graph_dataset *data,
             res->best_epoch = r.history[i].epoch;
         }
     }
-    double session_start = now_seconds();
+    double session_start = bv_now_seconds();
     int64_t session_epochs = 0;
     for (int64_t epoch = (int64_t)r.nhistory; st == BV_OK && !stop && epoch < epochs; epoch++) {
         bv_epoch_stats tr, ev;
@@ -410,7 +376,7 @@ bv_status bv_train_graph(const bv_experiment *x, const bv_graph_dataset *data,
             .test_loss = ev.loss[2] + 0.5 * reported_wd * ev.decay_sumsq,
             .test_accuracy = ev.accuracy[2],
             .lr = r.lr,
-            .seconds = r.wall_before + (now_seconds() - r.t0),
+            .seconds = r.wall_before + (bv_now_seconds() - r.t0),
         };
         if ((st = history_push(&r, &rec, err)) != BV_OK)
             break;
@@ -449,7 +415,7 @@ bv_status bv_train_graph(const bv_experiment *x, const bv_graph_dataset *data,
         res->selected_epoch = r.history[pick].epoch;
         res->train_loss = last->train_loss;
         res->val_loss = last->val_loss;
-        res->wall_seconds = r.wall_before + (now_seconds() - r.t0);
+        res->wall_seconds = r.wall_before + (bv_now_seconds() - r.t0);
         final_hash(&r, res);
     }
     finish(&r);

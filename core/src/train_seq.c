@@ -5,6 +5,8 @@
  * step count in the checkpoint, a resumed run continues bit for bit (same thread count). */
 #include "train_seq.h"
 
+#include "clock.h"
+
 #include <errno.h>
 #include <math.h>
 #include <signal.h>
@@ -57,43 +59,6 @@ const bv_option bv_seq_train_schema[] = {
 };
 
 /* ---- helpers ------------------------------------------------------------------------- */
-
-static double now_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-bv_status bv_seq_state_add(bv_state *s, const char *name, const void *data, size_t size)
-{
-    bv_blob *b = realloc(s->blobs, (s->count + 1) * sizeof *b);
-    if (!b)
-        return BV_ERR_NOMEM;
-    s->blobs = b;
-    b = &s->blobs[s->count];
-    b->name = strdup(name);
-    b->data = malloc(size ? size : 1);
-    if (!b->name || !b->data) {
-        free(b->name);
-        free(b->data);
-        return BV_ERR_NOMEM;
-    }
-    if (size)
-        memcpy(b->data, data, size);
-    b->size = size;
-    s->count++;
-    return BV_OK;
-}
-
-static bool blob_read(const bv_state *s, const char *name, void *out, size_t size)
-{
-    const bv_blob *b = bv_state_find(s, name);
-    if (!b || b->size != size)
-        return false;
-    memcpy(out, b->data, size);
-    return true;
-}
 
 /* ---- corpus -------------------------------------------------------------------------- */
 
@@ -511,7 +476,7 @@ bv_status bv_seq_engine_layer_get(const bv_seq_engine *e, size_t layer, bool opt
         const char *suffix[3] = {"", "/adam_m", "/adam_v"};
         for (int b = 0; b < (optimizer ? 3 : 1); b++) {
             blob_name(name, sizeof name, L, i, suffix[b]);
-            if (bv_seq_state_add(s, name, bufs[b], bytes) != BV_OK)
+            if (bv_state_add(s, name, bufs[b], bytes) != BV_OK)
                 return bv_error_set(err, BV_ERR_NOMEM, "out of memory for the state");
         }
     }
@@ -531,7 +496,7 @@ bv_status bv_seq_engine_layer_set(bv_seq_engine *e, size_t layer, bool optimizer
         const char *suffix[3] = {"", "/adam_m", "/adam_v"};
         for (int b = 0; b < (optimizer ? 3 : 1); b++) {
             blob_name(name, sizeof name, L, i, suffix[b]);
-            if (!blob_read(s, name, bufs[b], bytes))
+            if (!bv_state_read(s, name, bufs[b], bytes))
                 return bv_error_set(err, BV_ERR_CORRUPT, "the checkpoint has no %s of %zu "
                                     "bytes (a different model configuration?)", name, bytes);
         }
@@ -825,20 +790,20 @@ static bv_status snapshot(seq_run *r, int64_t steps_done, double wall, bv_state 
     char *yaml = model_section_yaml(r->x);
     int64_t block = r->block;
     bool ok = yaml &&
-              bv_seq_state_add(s, "run/step", &steps_done, sizeof steps_done) == BV_OK &&
-              bv_seq_state_add(s, "run/seed", &r->seed, sizeof r->seed) == BV_OK &&
-              bv_seq_state_add(s, "run/wall", &wall, sizeof wall) == BV_OK &&
-              bv_seq_state_add(s, "run/train_seconds", &r->train_seconds,
+              bv_state_add(s, "run/step", &steps_done, sizeof steps_done) == BV_OK &&
+              bv_state_add(s, "run/seed", &r->seed, sizeof r->seed) == BV_OK &&
+              bv_state_add(s, "run/wall", &wall, sizeof wall) == BV_OK &&
+              bv_state_add(s, "run/train_seconds", &r->train_seconds,
                                sizeof r->train_seconds) == BV_OK &&
-              bv_seq_state_add(s, "run/history", r->hist, r->nhist * sizeof *r->hist) ==
+              bv_state_add(s, "run/history", r->hist, r->nhist * sizeof *r->hist) ==
                   BV_OK &&
-              bv_seq_state_add(s, "run/evals", r->evals, r->nevals * sizeof *r->evals) ==
+              bv_state_add(s, "run/evals", r->evals, r->nevals * sizeof *r->evals) ==
                   BV_OK &&
-              bv_seq_state_add(s, "model/plugin", r->x->model.plugin->name,
+              bv_state_add(s, "model/plugin", r->x->model.plugin->name,
                                strlen(r->x->model.plugin->name)) == BV_OK &&
-              bv_seq_state_add(s, "model/section", yaml, strlen(yaml)) == BV_OK &&
-              bv_seq_state_add(s, "model/block", &block, sizeof block) == BV_OK &&
-              bv_seq_state_add(s, "tokenizer/vocab", r->corpus.vocab,
+              bv_state_add(s, "model/section", yaml, strlen(yaml)) == BV_OK &&
+              bv_state_add(s, "model/block", &block, sizeof block) == BV_OK &&
+              bv_state_add(s, "tokenizer/vocab", r->corpus.vocab,
                                (size_t)r->corpus.vocab_size * sizeof *r->corpus.vocab) == BV_OK;
     free(yaml);
     if (!ok)
@@ -867,10 +832,10 @@ static bv_status restore(seq_run *r, int64_t *steps_done, bv_error *err)
     uint64_t seed = 0;
     const bv_blob *h = bv_state_find(&s, "run/history"), *ev = bv_state_find(&s, "run/evals");
     const bv_blob *vocab = bv_state_find(&s, "tokenizer/vocab");
-    if (!blob_read(&s, "run/step", steps_done, sizeof *steps_done) ||
-        !blob_read(&s, "run/seed", &seed, sizeof seed) ||
-        !blob_read(&s, "run/wall", &r->wall_before, sizeof r->wall_before) ||
-        !blob_read(&s, "run/train_seconds", &r->train_seconds, sizeof r->train_seconds) ||
+    if (!bv_state_read(&s, "run/step", steps_done, sizeof *steps_done) ||
+        !bv_state_read(&s, "run/seed", &seed, sizeof seed) ||
+        !bv_state_read(&s, "run/wall", &r->wall_before, sizeof r->wall_before) ||
+        !bv_state_read(&s, "run/train_seconds", &r->train_seconds, sizeof r->train_seconds) ||
         !h || h->size != (size_t)*steps_done * sizeof(step_record) || !ev ||
         ev->size % sizeof(eval_record) || !vocab) {
         bv_state_free(&s);
@@ -913,7 +878,7 @@ static bv_status offer_state(seq_run *r, int64_t steps_done, double t0, bv_error
     if (!r->x->nresilience)
         return BV_OK;
     bv_state s = {0};
-    bv_status st = snapshot(r, steps_done, r->wall_before + (now_seconds() - t0), &s, err);
+    bv_status st = snapshot(r, steps_done, r->wall_before + (bv_now_seconds() - t0), &s, err);
     for (size_t i = 0; st == BV_OK && i < r->x->nresilience; i++)
         st = ((const bv_resilience_ops *)r->x->resilience[i].plugin->ops)
                  ->epoch_end(r->res[i], &s, err);
@@ -1073,7 +1038,7 @@ static int write_result(const seq_run *r, double val_loss, double train_loss, do
 static bv_status run(seq_run *r, bool resume, bool progress, double *val_loss,
                      double *train_loss, bv_error *err)
 {
-    double t0 = now_seconds();
+    double t0 = bv_now_seconds();
     int64_t done = 0;
     bv_status st = setup(r, resume, &done, err);
     if (st != BV_OK)
@@ -1094,13 +1059,13 @@ static bv_status run(seq_run *r, bool resume, bool progress, double *val_loss,
     int64_t kill_after = kill_env ? strtoll(kill_env, NULL, 10) : 0;
     int64_t interval = bv_opts_int(&r->x->train, "eval_interval");
     int64_t iters = bv_opts_int(&r->x->train, "eval_iters");
-    double session_t0 = now_seconds();
+    double session_t0 = bv_now_seconds();
     for (int64_t it = done; it < r->steps; it++) {
-        double ts = now_seconds();
+        double ts = bv_now_seconds();
         step_record rec;
         if ((st = train_step(r, it, &rec, err)) != BV_OK)
             return st;
-        double te = now_seconds();
+        double te = bv_now_seconds();
         r->train_seconds += te - ts;
         rec.seconds = r->wall_before + (te - t0);
         if (push((void **)&r->hist, &r->nhist, sizeof rec, &rec) != BV_OK)
@@ -1113,11 +1078,11 @@ static bv_status run(seq_run *r, bool resume, bool progress, double *val_loss,
                         (te - session_t0));
         if (rec.step % interval == 0 && rec.step < r->steps) {
             eval_record e = {.step = rec.step};
-            double es = now_seconds();
+            double es = bv_now_seconds();
             if ((st = evaluate(r, rec.step, iters, &e.train_loss, &e.val_loss, err)) != BV_OK)
                 return st;
-            r->eval_seconds += now_seconds() - es;
-            e.seconds = r->wall_before + (now_seconds() - t0);
+            r->eval_seconds += bv_now_seconds() - es;
+            e.seconds = r->wall_before + (bv_now_seconds() - t0);
             if (push((void **)&r->evals, &r->nevals, sizeof e, &e) != BV_OK)
                 return bv_error_set(err, BV_ERR_NOMEM, "out of memory");
             write_eval(r->metrics, &e);
@@ -1137,7 +1102,7 @@ static bv_status run(seq_run *r, bool resume, bool progress, double *val_loss,
     if ((st = evaluate(r, r->steps, bv_opts_int(&r->x->train, "final_eval_iters"),
                        &e.train_loss, &e.val_loss, err)) != BV_OK)
         return st;
-    e.seconds = r->wall_before + (now_seconds() - t0);
+    e.seconds = r->wall_before + (bv_now_seconds() - t0);
     write_eval(r->metrics, &e);
     *val_loss = e.val_loss;
     *train_loss = e.train_loss;
@@ -1148,7 +1113,7 @@ int bv_train_seq_main(const bv_experiment *x, const char *out_dir, uint64_t seed
                       bool quiet)
 {
     seq_run r = {.x = x, .seed = seed, .out_dir = out_dir};
-    double t0 = now_seconds();
+    double t0 = bv_now_seconds();
     double val = NAN, train = NAN;
     bv_error err = {0};
     bv_status st = run(&r, resume, !quiet && isatty(STDERR_FILENO), &val, &train, &err);
@@ -1157,7 +1122,7 @@ int bv_train_seq_main(const bv_experiment *x, const char *out_dir, uint64_t seed
         fprintf(stderr, "bivouac: error: %s\n", err.msg);
         code = st == BV_ERR_INVALID ? 2 : 1;
     } else {
-        double wall = r.wall_before + (now_seconds() - t0);
+        double wall = r.wall_before + (bv_now_seconds() - t0);
         char reason[64];
         snprintf(reason, sizeof reason, "reached %lld steps", (long long)r.steps);
         if (write_result(&r, val, train, wall, reason) != 0) {

@@ -81,7 +81,4 @@ void bv_seq_engine_param(bv_seq_engine *e, size_t layer, size_t i, float **param
 int bv_train_seq_main(const struct bv_experiment *x, const char *out_dir, uint64_t seed,
                       bool resume, bool quiet);
 
-/* Common blob helpers (also used by `bivouac sample`). */
-bv_status bv_seq_state_add(bv_state *s, const char *name, const void *data, size_t size);
-
 #endif

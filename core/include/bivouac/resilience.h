@@ -5,6 +5,7 @@
 #ifndef BIVOUAC_RESILIENCE_H
 #define BIVOUAC_RESILIENCE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -33,6 +34,10 @@ typedef struct bv_state {
 void bv_state_free(bv_state *s);
 /* Finds a blob by name; NULL if absent. */
 const bv_blob *bv_state_find(const bv_state *s, const char *name);
+/* Appends a copy of size bytes under name. BV_ERR_NOMEM leaves s as it was. */
+bv_status bv_state_add(bv_state *s, const char *name, const void *data, size_t size);
+/* Copies blob `name` into out if it exists and is exactly size bytes; else false. */
+bool bv_state_read(const bv_state *s, const char *name, void *out, size_t size);
 
 /* What a resilience plugin knows about the run. */
 typedef struct bv_run_info {
