@@ -285,10 +285,14 @@ CPU_ALWAYS_INLINE void gather_heads_rows(const gather_ctx *g, int64_t b, int64_t
     const int32_t *colidx = g->a->colidx;
     int heads = g->heads;
     int64_t width = (int64_t)heads * d;
+    int64_t k_end = rowptr[e];
     for (int64_t i = b; i < e; i++) {
         float *yr = g->out + (i - g->row_begin) * width;
         memset(yr, 0, (size_t)width * sizeof *yr);
         for (int64_t k = rowptr[i]; k < rowptr[i + 1]; k++) {
+            if (k + CPU_GATHER_PREFETCH < k_end)
+                cpu_prefetch_row(g->x + (int64_t)colidx[k + CPU_GATHER_PREFETCH] * g->x_stride,
+                                 width);
             const float *xr = g->x + (int64_t)colidx[k] * g->x_stride;
             const float *wk = g->w + (k - g->base) * heads;
             for (int h = 0; h < heads; h++)
@@ -329,9 +333,15 @@ CPU_ALWAYS_INLINE void gather_heads_backward_x_rows(const gather_ctx *g, int64_t
     const int32_t *colidx = g->a->colidx;
     int heads = g->heads;
     int64_t width = (int64_t)heads * d;
+    int64_t t_end = rowptr[e];
     for (int64_t u = b; u < e; u++) {
         float *dxr = g->out + u * g->x_stride;
         for (int64_t t = rowptr[u]; t < rowptr[u + 1]; t++) {
+            if (t + CPU_GATHER_PREFETCH < t_end) {
+                int64_t ahead = t + CPU_GATHER_PREFETCH;
+                cpu_prefetch_row(g->dy + (int64_t)colidx[ahead] * width, width);
+                __builtin_prefetch(g->w + g->perm[ahead] * heads, 0, 0);
+            }
             const float *dyr = g->dy + (int64_t)colidx[t] * width;
             const float *wt = g->w + g->perm[t] * heads;
             for (int h = 0; h < heads; h++)

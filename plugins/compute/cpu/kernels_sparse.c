@@ -19,15 +19,6 @@ static void row_axpy(int64_t f, float w, const float *restrict xr, float *restri
         yr[j] += w * xr[j];
 }
 
-#define SPMM_PREFETCH 32 /* edges ahead: 32 beat 4, 8, 16 and 64 on a 1M-vertex power-law graph, 64 features */
-
-/* Asks for every 64-byte line of an f-float row (no effect on results). */
-static inline void prefetch_row(const float *row, int64_t f)
-{
-    for (int64_t j = 0; j < f; j += 16)
-        __builtin_prefetch(row + j, 0, 0);
-}
-
 static void row_add(int64_t f, const float *restrict xr, float *restrict yr)
 {
     for (int64_t j = 0; j < f; j++)
@@ -44,14 +35,14 @@ static void spmm_task(void *arg, int tid, int ntasks)
     const float *values = s->a->values;
     int64_t f = s->f;
     /* The rows of x are gathered at random: memory latency, not bandwidth, bounds the
-     * loop, so the rows SPMM_PREFETCH edges ahead (across row ends) are requested early. */
+     * loop, so the rows CPU_GATHER_PREFETCH edges ahead (across row ends) are requested early. */
     int64_t k_end = rowptr[e];
     for (int64_t i = b; i < e; i++) {
         float *yr = s->y + (i - s->row_begin) * f;
         memset(yr, 0, (size_t)f * sizeof *yr);
         for (int64_t k = rowptr[i]; k < rowptr[i + 1]; k++) {
-            if (k + SPMM_PREFETCH < k_end)
-                prefetch_row(s->x + (int64_t)colidx[k + SPMM_PREFETCH] * f, f);
+            if (k + CPU_GATHER_PREFETCH < k_end)
+                cpu_prefetch_row(s->x + (int64_t)colidx[k + CPU_GATHER_PREFETCH] * f, f);
             if (values)
                 row_axpy(f, values[k], s->x + (int64_t)colidx[k] * f, yr);
             else
