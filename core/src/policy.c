@@ -41,6 +41,7 @@ struct bv_policy {
     int64_t budget_left;
     enum limit_hit hit;           /* first limit hit in this run; once set, never cleared */
     int hit_line;                 /* where the budget ran out */
+    int mem_line;                 /* where an allocation was last refused */
     int return_line;              /* line of the handler's return statement */
     struct {                      /* last allocation refused, to spot Lua's retry after */
         bool valid;               /* its emergency collection */
@@ -86,6 +87,20 @@ static int raise_limit(lua_State *L)
     return lua_error(L);
 }
 
+/* Where the script was when the heap cap was hit: the innermost Lua function on the
+ * stack (a C function such as string.rep has no line). Only reads the call stack. */
+static void note_memory_line(bv_policy *p)
+{
+    lua_Debug ar;
+    if (!p->L || p->hit != LIMIT_NONE)
+        return;
+    for (int level = 0; level < 8 && lua_getstack(p->L, level, &ar); level++)
+        if (lua_getinfo(p->L, "l", &ar) && ar.currentline > 0) {
+            p->mem_line = ar.currentline;
+            return;
+        }
+}
+
 /* The heap cap. Lua answers a refused allocation with an emergency full collection and
  * then asks again with the same arguments; only a refusal of that retry is a real
  * failure (a first refusal may just be garbage not yet collected). */
@@ -99,6 +114,7 @@ static void *policy_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
         return NULL;
     }
     if (nsize > old && nsize - old > p->mem_cap - p->mem_used) {
+        note_memory_line(p); /* also for a refusal that ends the run without a retry */
         if (p->refused.valid && p->refused.ptr == ptr && p->refused.osize == osize &&
             p->refused.nsize == nsize) {
             limit_hit(p, LIMIT_MEMORY);
@@ -624,9 +640,14 @@ static bv_status report_failure(bv_policy *p, int status, bv_error *err)
                             "%s: instruction budget of %" PRId64 " exceeded in %s", p->path,
                             p->budget, p->running);
     }
-    if (p->hit == LIMIT_MEMORY || status == LUA_ERRMEM)
+    if (p->hit == LIMIT_MEMORY || status == LUA_ERRMEM) {
+        if (p->mem_line > 0)
+            return bv_error_set(err, BV_ERR_INVALID,
+                                "%s:%d: memory cap of %zu bytes exceeded in %s", p->path,
+                                p->mem_line, p->mem_cap, p->running);
         return bv_error_set(err, BV_ERR_INVALID, "%s: memory cap of %zu bytes exceeded in %s",
                             p->path, p->mem_cap, p->running);
+    }
     if (lua_type(L, -1) != LUA_TSTRING)
         return bv_error_set(err, BV_ERR_INVALID, "%s: error in %s (error object is a %s value)",
                             p->path, p->running, luaL_typename(L, -1));
@@ -648,6 +669,7 @@ static bv_status run_protected(bv_policy *p, const char *running, lua_CFunction 
     p->running = running;
     p->hit = LIMIT_NONE;
     p->hit_line = 0;
+    p->mem_line = 0;
     p->return_line = 0;
     p->refused.valid = false;
     p->budget_left = p->budget;
