@@ -26,8 +26,11 @@ class ChildResult:
         """One line for the report saying how the process failed."""
         if self.killed_reason:
             return self.killed_reason
-        tail = (self.stderr or self.stdout or "").strip().splitlines()
-        last = tail[-1] if tail else ""
+        lines = (self.stderr or self.stdout or "").strip().splitlines()
+        # Python's last line is often advice ("Set TORCHDYNAMO_VERBOSE=1 ..."); the line
+        # that names the exception says more.
+        errors = [l for l in lines if "Error" in l or "error:" in l]
+        last = (errors or lines or [""])[-1].strip()
         return "exit status %d%s" % (self.rc, (": " + last[:200]) if last else "")
 
 
