@@ -30,3 +30,11 @@ void bv_json_number(FILE *f, double v)
     else
         fputs("null", f);
 }
+
+void bv_json_field(FILE *f, const char *key, double v)
+{
+    fputs(", ", f);
+    bv_json_string(f, key);
+    fputs(": ", f);
+    bv_json_number(f, v);
+}

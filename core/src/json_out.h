@@ -8,5 +8,7 @@
 void bv_json_string(FILE *f, const char *s);
 /* Writes a finite double with 10 significant digits, or null. */
 void bv_json_number(FILE *f, double v);
+/* Writes `, "key": <number>` (a field after the first of an object). */
+void bv_json_field(FILE *f, const char *key, double v);
 
 #endif

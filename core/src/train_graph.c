@@ -66,20 +66,13 @@ static void write_metrics_line(FILE *f, const epoch_record *rec)
 {
     fprintf(f, "{\"epoch\": %lld, \"train_loss\": ", (long long)rec->epoch);
     bv_json_number(f, rec->train_loss);
-    fputs(", \"train_accuracy\": ", f);
-    bv_json_number(f, rec->train_accuracy);
-    fputs(", \"val_loss\": ", f);
-    bv_json_number(f, rec->val_loss);
-    fputs(", \"val_accuracy\": ", f);
-    bv_json_number(f, rec->val_accuracy);
-    fputs(", \"test_loss\": ", f);
-    bv_json_number(f, rec->test_loss);
-    fputs(", \"test_accuracy\": ", f);
-    bv_json_number(f, rec->test_accuracy);
-    fputs(", \"lr\": ", f);
-    bv_json_number(f, rec->lr);
-    fputs(", \"seconds\": ", f);
-    bv_json_number(f, rec->seconds);
+    bv_json_field(f, "train_accuracy", rec->train_accuracy);
+    bv_json_field(f, "val_loss", rec->val_loss);
+    bv_json_field(f, "val_accuracy", rec->val_accuracy);
+    bv_json_field(f, "test_loss", rec->test_loss);
+    bv_json_field(f, "test_accuracy", rec->test_accuracy);
+    bv_json_field(f, "lr", rec->lr);
+    bv_json_field(f, "seconds", rec->seconds);
     fputs("}\n", f);
     fflush(f);
 }

@@ -736,12 +736,9 @@ static void write_step(FILE *f, const step_record *s)
 {
     fprintf(f, "{\"step\": %lld, \"train_loss\": ", (long long)s->step);
     bv_json_number(f, s->loss);
-    fputs(", \"lr\": ", f);
-    bv_json_number(f, s->lr);
-    fputs(", \"grad_norm\": ", f);
-    bv_json_number(f, s->grad_norm);
-    fputs(", \"seconds\": ", f);
-    bv_json_number(f, s->seconds);
+    bv_json_field(f, "lr", s->lr);
+    bv_json_field(f, "grad_norm", s->grad_norm);
+    bv_json_field(f, "seconds", s->seconds);
     fputs("}\n", f);
 }
 
@@ -749,10 +746,8 @@ static void write_eval(FILE *f, const eval_record *ev)
 {
     fprintf(f, "{\"step\": %lld, \"eval_train_loss\": ", (long long)ev->step);
     bv_json_number(f, ev->train_loss);
-    fputs(", \"val_loss\": ", f);
-    bv_json_number(f, ev->val_loss);
-    fputs(", \"seconds\": ", f);
-    bv_json_number(f, ev->seconds);
+    bv_json_field(f, "val_loss", ev->val_loss);
+    bv_json_field(f, "seconds", ev->seconds);
     fputs("}\n", f);
     fflush(f);
 }
@@ -1012,21 +1007,15 @@ static int write_result(const seq_run *r, double val_loss, double train_loss, do
             (long long)r->batch, (long long)r->block, (long long)r->corpus.vocab_size,
             (long long)np, r->k->num_threads(r->c));
     bv_json_number(f, val_loss);
-    fputs(", \"train_loss\": ", f);
-    bv_json_number(f, train_loss);
+    bv_json_field(f, "train_loss", train_loss);
     fprintf(f, ", \"final_eval_batches\": %lld, \"last_step_loss\": ",
             (long long)bv_opts_int(&r->x->train, "final_eval_iters"));
     bv_json_number(f, r->nhist ? r->hist[r->nhist - 1].loss : NAN);
-    fputs(", \"tokens_per_second\": ", f);
-    bv_json_number(f, tps);
-    fputs(", \"flops_per_token\": ", f);
-    bv_json_number(f, fpt);
-    fputs(", \"model_flops_per_second\": ", f);
-    bv_json_number(f, fpt * tps);
-    fputs(", \"train_seconds\": ", f);
-    bv_json_number(f, r->train_seconds);
-    fputs(", \"wall_seconds\": ", f);
-    bv_json_number(f, wall);
+    bv_json_field(f, "tokens_per_second", tps);
+    bv_json_field(f, "flops_per_token", fpt);
+    bv_json_field(f, "model_flops_per_second", fpt * tps);
+    bv_json_field(f, "train_seconds", r->train_seconds);
+    bv_json_field(f, "wall_seconds", wall);
     fprintf(f, ", \"params_crc32c\": \"%08x\", \"stop_reason\": ", params_crc(r));
     bv_json_string(f, stop_reason);
     fputs("}\n", f);

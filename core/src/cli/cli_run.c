@@ -185,16 +185,11 @@ static void write_run_fields(FILE *f, const bv_run_result *r, unsigned long long
             (long long)r->best_epoch, (long long)r->selected_epoch);
     fputs("\"best_val_accuracy\": ", f);
     bv_json_number(f, r->best_val_accuracy);
-    fputs(", \"val_accuracy\": ", f);
-    bv_json_number(f, r->val_accuracy);
-    fputs(", \"test_accuracy\": ", f);
-    bv_json_number(f, r->test_accuracy);
-    fputs(", \"train_loss\": ", f);
-    bv_json_number(f, r->train_loss);
-    fputs(", \"val_loss\": ", f);
-    bv_json_number(f, r->val_loss);
-    fputs(", \"wall_seconds\": ", f);
-    bv_json_number(f, r->wall_seconds);
+    bv_json_field(f, "val_accuracy", r->val_accuracy);
+    bv_json_field(f, "test_accuracy", r->test_accuracy);
+    bv_json_field(f, "train_loss", r->train_loss);
+    bv_json_field(f, "val_loss", r->val_loss);
+    bv_json_field(f, "wall_seconds", r->wall_seconds);
     fprintf(f, ", \"params_crc32c\": \"%08llx\", \"stop_reason\": ",
             (unsigned long long)r->params_hash);
     bv_json_string(f, r->stop_reason);
@@ -234,16 +229,11 @@ static int write_result(const char *dir, const bv_experiment *x, const bv_run_re
             sq += (runs[i].test_accuracy - mean[0]) * (runs[i].test_accuracy - mean[0]);
         fprintf(f, "\"seed\": %llu, \"repeat\": %lld, \"epochs\": ", seeds[0], n);
         bv_json_number(f, mean[2]);
-        fputs(", \"best_val_accuracy\": ", f);
-        bv_json_number(f, mean[1]);
-        fputs(", \"val_accuracy\": ", f);
-        bv_json_number(f, mean[3]);
-        fputs(", \"test_accuracy\": ", f);
-        bv_json_number(f, mean[0]);
-        fputs(", \"test_accuracy_std\": ", f);
-        bv_json_number(f, sqrt(sq / (double)n));
-        fputs(", \"wall_seconds\": ", f);
-        bv_json_number(f, wall);
+        bv_json_field(f, "best_val_accuracy", mean[1]);
+        bv_json_field(f, "val_accuracy", mean[3]);
+        bv_json_field(f, "test_accuracy", mean[0]);
+        bv_json_field(f, "test_accuracy_std", sqrt(sq / (double)n));
+        bv_json_field(f, "wall_seconds", wall);
         fputs(", \"runs\": [", f);
         for (long long i = 0; i < n; i++) {
             fputs(i ? ", {" : "{", f);
