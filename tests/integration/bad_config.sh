@@ -165,4 +165,18 @@ f="$EXP/gat_zero_heads.yaml"
 expect_fail 2 "$f:2:29: error: 'heads' must be in [1, 64], got 0
 $f: 1 error" "$B" check "$f"
 
+t "--help after a command prints the usage on stdout and exits 0"
+for cmd in run check plugins sample; do
+    capture "$B" "$cmd" --help
+    if [[ $rc -eq 0 && ! -s $tmp/stderr ]] && head -1 "$tmp/stdout" | grep -qx 'usage: bivouac <command> \[options\]'; then
+        passed=$((passed + 1))
+    else
+        echo "FAIL: $label ($cmd: exit $rc)"
+        failed=$((failed + 1))
+    fi
+done
+
+t "an unknown option of run names it"
+expect_fail 2 "bivouac: error: unknown option '--hepl' (see bivouac --help)" "$B" run --hepl
+
 finish

@@ -1,5 +1,6 @@
 /* bivouac: train deep-learning models on cheap, unreliable compute. Entry point. */
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -99,6 +100,14 @@ int main(int argc, char **argv)
         printf("bivouac %s\n", BIVOUAC_VERSION);
         return BV_EXIT_OK;
     }
+    /* `bivouac run --help` and friends: the one usage text covers every command. */
+    bool known = !strcmp(cmd, "run") || !strcmp(cmd, "check") || !strcmp(cmd, "plugins") ||
+                 !strcmp(cmd, "sample");
+    for (int i = 2; known && i < argc; i++)
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            fputs(usage, stdout);
+            return BV_EXIT_OK;
+        }
     if (!strcmp(cmd, "run"))
         return bv_cli_run(argc - 1, argv + 1);
     if (!strcmp(cmd, "check"))
