@@ -153,8 +153,8 @@ typedef struct gelu_ctx {
 
 #define GELU_INV_SQRT_2PI 0.39894228040143268f
 
-/* GELU over 8 floats at a time in GCC vector extensions (two SSE halves in the default
- * clone, one AVX register in the AVX2 clone, the same IEEE operations and bits in both;
+/* GELU over 8 floats at a time in GCC vector extensions (two SSE halves in the generic
+ * build, one AVX register in the AVX2 one, the same IEEE operations and bits in both;
  * ISO C mode contracts nothing into FMAs). libm's erff and expf were a fifth of a training
  * step of the transformer. */
 typedef float vec8f __attribute__((vector_size(32)));
@@ -163,7 +163,7 @@ typedef int32_t vec8i __attribute__((vector_size(32)));
 #define VEC8_SELECT(mask, yes, no) ((vec8f)(((mask) & (vec8i)(yes)) | (~(mask) & (vec8i)(no))))
 
 /* 8 lanes of GELU (backward when dy is given) from k <= 8 inputs; vectors stay local (no
- * vector arguments or returns: their ABI differs between the clones).
+ * vector arguments or returns: their ABI differs between the two builds).
  * Phi(-|x|) = erfc(|x|/sqrt2)/2 by Abramowitz & Stegun 7.1.26 (|error| <= 1.5e-7 in erf,
  * the approximation PyTorch's vectorised GELU uses); phi(x) = exp(-x^2/2)/sqrt(2 pi), and
  * exp(a) for a <= 0 is Cephes' expf: a = n ln2 + r with |r| <= ln2/2, a degree-6
@@ -202,14 +202,10 @@ static inline __attribute__((always_inline)) void gelu_vec8(const float *xp, con
     memcpy(out, &y, (size_t)k * sizeof(float));
 }
 
-#if defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__)
-#define GELU_CLONES __attribute__((target_clones("avx2", "default")))
-#else
-#define GELU_CLONES
-#endif
-
-GELU_CLONES
-static void gelu_range(const float *x, const float *dy, float *out, int64_t b, int64_t e)
+static inline __attribute__((always_inline)) void gelu_range_body(const float *x,
+                                                                   const float *dy,
+                                                                   float *out, int64_t b,
+                                                                   int64_t e)
 {
     int64_t i = b;
     if (dy) {
@@ -221,6 +217,34 @@ static void gelu_range(const float *x, const float *dy, float *out, int64_t b, i
     }
     if (i < e)
         gelu_vec8(x + i, dy ? dy + i : NULL, out + i, e - i);
+}
+
+/* The same body compiled twice and picked by a CPU check (not an ifunc: resolvers run
+ * before the sanitizers' runtimes are up). */
+static void gelu_range_generic(const float *x, const float *dy, float *out, int64_t b,
+                               int64_t e)
+{
+    gelu_range_body(x, dy, out, b, e);
+}
+
+#if defined(__GNUC__) && defined(__x86_64__)
+__attribute__((target("avx2"))) static void gelu_range_avx2(const float *x, const float *dy,
+                                                             float *out, int64_t b, int64_t e)
+{
+    gelu_range_body(x, dy, out, b, e);
+}
+#endif
+
+static void gelu_range(const float *x, const float *dy, float *out, int64_t b, int64_t e)
+{
+#if defined(__GNUC__) && defined(__x86_64__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2")) {
+        gelu_range_avx2(x, dy, out, b, e);
+        return;
+    }
+#endif
+    gelu_range_generic(x, dy, out, b, e);
 }
 
 static void gelu_forward_task(void *arg, int tid, int ntasks)
