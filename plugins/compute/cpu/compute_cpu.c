@@ -2,6 +2,7 @@
  * (thread pool plus reduction scratch). The kernels live in kernels_*.c. */
 #include <sched.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include <cblas.h>
@@ -33,6 +34,21 @@ static int available_cores(void)
     return n > 0 ? (int)n : 1;
 }
 
+atomic_bool cpu_avx2;
+
+static bool detect_avx2(void)
+{
+    const char *generic = getenv("BIVOUAC_CPU_GENERIC");
+    if (generic && *generic && strcmp(generic, "0") != 0)
+        return false;
+#if CPU_HAVE_AVX2_BUILD
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2");
+#else
+    return false;
+#endif
+}
+
 static bv_compute *cpu_create(const bv_opts *opts, bv_error *err)
 {
     int threads = (int)bv_opts_int(opts, "threads");
@@ -56,6 +72,7 @@ static bv_compute *cpu_create(const bv_opts *opts, bv_error *err)
      * bands): one threading system, and no OpenBLAS threads spinning in sched_yield
      * between calls while our workers want the cores (measured: ~20% of a GCN epoch). */
     openblas_set_num_threads(1);
+    atomic_store_explicit(&cpu_avx2, detect_avx2(), memory_order_relaxed);
     return c;
 }
 

@@ -3,6 +3,7 @@
 #ifndef BV_CPU_INTERNAL_H
 #define BV_CPU_INTERNAL_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -112,6 +113,26 @@ static inline float cpu_dropout_uniform(uint64_t key, uint64_t index)
     uint64_t h = cpu_mix64(key + (index + 1) * CPU_GOLDEN_GAMMA);
     return (float)(h >> 40) * 0x1.0p-24f;
 }
+
+/* Whether the vectorised kernels take their AVX2 build: kernels with a vectorised body
+ * build it twice (generic and target("avx2"), the same IEEE operations and bits in both)
+ * and pick by this flag, not by an ifunc (resolvers run before the sanitizers' runtimes
+ * are up). Set by create: the CPU has AVX2 and BIVOUAC_CPU_GENERIC is not set (the tests
+ * run the generic build that way too). */
+extern atomic_bool cpu_avx2;
+
+static inline bool cpu_has_avx2(void)
+{
+    return atomic_load_explicit(&cpu_avx2, memory_order_relaxed);
+}
+
+#if defined(__GNUC__) && defined(__x86_64__)
+#define CPU_TARGET_AVX2 __attribute__((target("avx2")))
+#define CPU_HAVE_AVX2_BUILD 1
+#else
+#define CPU_TARGET_AVX2
+#define CPU_HAVE_AVX2_BUILD 0
+#endif
 
 /* kernels_dense.c */
 void cpu_gemm(bv_compute *c, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,

@@ -219,17 +219,16 @@ static inline __attribute__((always_inline)) void gelu_range_body(const float *x
         gelu_vec8(x + i, dy ? dy + i : NULL, out + i, e - i);
 }
 
-/* The same body compiled twice and picked by a CPU check (not an ifunc: resolvers run
- * before the sanitizers' runtimes are up). */
+/* Built twice, picked by cpu_has_avx2 (cpu_internal.h). */
 static void gelu_range_generic(const float *x, const float *dy, float *out, int64_t b,
                                int64_t e)
 {
     gelu_range_body(x, dy, out, b, e);
 }
 
-#if defined(__GNUC__) && defined(__x86_64__)
-__attribute__((target("avx2"))) static void gelu_range_avx2(const float *x, const float *dy,
-                                                             float *out, int64_t b, int64_t e)
+#if CPU_HAVE_AVX2_BUILD
+CPU_TARGET_AVX2 static void gelu_range_avx2(const float *x, const float *dy, float *out,
+                                            int64_t b, int64_t e)
 {
     gelu_range_body(x, dy, out, b, e);
 }
@@ -237,9 +236,8 @@ __attribute__((target("avx2"))) static void gelu_range_avx2(const float *x, cons
 
 static void gelu_range(const float *x, const float *dy, float *out, int64_t b, int64_t e)
 {
-#if defined(__GNUC__) && defined(__x86_64__)
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2")) {
+#if CPU_HAVE_AVX2_BUILD
+    if (cpu_has_avx2()) {
         gelu_range_avx2(x, dy, out, b, e);
         return;
     }

@@ -355,6 +355,34 @@ static void test_dropout_mask_is_documented_hash_and_keeps_half(void **state)
     ops()->destroy(c);
 }
 
+/* Other rates (the integer threshold must round like the float test u >= p), and zeros
+ * of either sign pass through bit for bit; lengths that are not multiples of the vector
+ * width. */
+static void test_dropout_mask_other_rates_and_signed_zeros(void **state)
+{
+    (void)state;
+    bv_compute *c = make_compute(2);
+    const float rates[] = {0.1f, 0.3f, 0.6f, 0.999f, 1e-7f};
+    const int64_t n = 40003;
+    float *x = random_floats(n, -1, 1);
+    for (int64_t i = 0; i < n; i += 7)
+        x[i] = (i % 2) ? -0.0f : 0.0f;
+    float *y = malloc((size_t)n * sizeof *y);
+    for (size_t r = 0; r < sizeof rates / sizeof rates[0]; r++) {
+        float p = rates[r];
+        ops()->dropout_forward(c, n, p, 11, 2, 77, x, y);
+        for (int64_t i = 0; i < n; i++) {
+            float want = x[i] == 0.0f ? x[i]
+                         : ref_kept(11, 2, 77 + (uint64_t)i, p) ? x[i] * (1.0f / (1.0f - p))
+                                                                 : 0.0f;
+            assert_memory_equal(&y[i], &want, sizeof want);
+        }
+    }
+    free(x);
+    free(y);
+    ops()->destroy(c);
+}
+
 static void test_dropout_same_mask_for_any_threads_and_any_split(void **state)
 {
     (void)state;
@@ -1113,6 +1141,7 @@ int main(void)
         cmocka_unit_test(test_spmm_is_bit_identical_for_1_2_3_threads),
         cmocka_unit_test(test_relu_forward_and_backward_match_reference_in_place),
         cmocka_unit_test(test_dropout_mask_is_documented_hash_and_keeps_half),
+        cmocka_unit_test(test_dropout_mask_other_rates_and_signed_zeros),
         cmocka_unit_test(test_dropout_same_mask_for_any_threads_and_any_split),
         cmocka_unit_test(test_dropout_backward_uses_the_forward_mask_and_p0_copies),
         cmocka_unit_test(test_softmax_xent_matches_reference_with_mask_and_ignored_labels),
