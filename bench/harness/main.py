@@ -56,6 +56,11 @@ def parse_args(argv):
     ap.add_argument("--mem-limit-mb", type=float, default=None,
                     help="stop a run whose resident memory passes this (default: 75%% of "
                          "the machine's memory)")
+    ap.add_argument("--openblas-core", default="auto", metavar="auto|env|NAME",
+                    help="OpenBLAS kernels for bivouac and the limit tools: 'auto' (default) "
+                         "removes OPENBLAS_CORETYPE so OpenBLAS picks them for this CPU, as "
+                         "the references' own BLAS does; 'env' keeps the environment's "
+                         "setting; a NAME (Haswell, SkylakeX, ...) sets it")
     ap.add_argument("--no-calibrate", action="store_true",
                     help="use each reference's default path instead of timing all of them")
     a = ap.parse_args(argv)
@@ -105,6 +110,10 @@ def build_tools(a, build):
 
 def bivouac_env(a, build):
     env = dict(os.environ)
+    if a.openblas_core == "auto":
+        env.pop("OPENBLAS_CORETYPE", None)
+    elif a.openblas_core != "env":
+        env["OPENBLAS_CORETYPE"] = a.openblas_core
     env["BIVOUAC_DATA_DIR"] = os.path.abspath(a.data_dir)
     env["BIVOUAC_PLUGIN_PATH"] = os.path.join(build, "plugins")
     env["BIVOUAC_CACHE_DIR"] = os.path.join(os.path.abspath(a.out), "cache")
@@ -147,8 +156,8 @@ def measure_limits(a, tools, build, env, mem_limit):
     if cpu_has("avx512f") and "avx512" not in out["sgemm"].get("openblas_core", "").lower() \
             and out["sgemm"].get("openblas_core") not in ("SkylakeX", "Cooperlake"):
         # OpenBLAS is running AVX2 kernels on an AVX-512 machine (OPENBLAS_CORETYPE pins
-        # them here, or its core detection falls back): the machine's limit is what its
-        # AVX-512 kernels reach. Both are kept; bivouac runs with the default one.
+        # them, or its core detection falls back): the machine's limit is what its AVX-512
+        # kernels reach. Both are kept; bivouac runs with the ones in env.
         out["sgemm_avx512"] = run_tool(sgemm, dict(env, OPENBLAS_CORETYPE="SkylakeX"),
                                        mem_limit)
     s = p["spmm"]
@@ -472,13 +481,13 @@ def print_table(results):
               if results["spmm_triad_fraction"] is not None else "-"))
     if results["sgemm_default_core_gflops"] and \
             results["sgemm_default_core_gflops"] != results["sgemm_gflops"]:
-        print("  sgemm with OpenBLAS's default kernel for this CPU (%s): %.1f GFLOP/s" % (
+        print("  sgemm with the OpenBLAS kernels bivouac ran with (%s): %.1f GFLOP/s" % (
             lim[0].get("sgemm", {}).get("openblas_core", "?"),
             results["sgemm_default_core_gflops"]))
     if results["transformer_sgemm_fraction"] is not None:
         print("  transformer achieved %.0f%% of sgemm%s" % (
             100 * results["transformer_sgemm_fraction"],
-            " (%.0f%% of the default kernel's)" % (
+            " (%.0f%% of the kernels' it ran with)" % (
                 100 * results["transformer_sgemm_default_core_fraction"])
             if results.get("transformer_sgemm_default_core_fraction") else ""))
     for r in lim:
@@ -539,6 +548,8 @@ def main(argv):
                          .total_seconds(), 1),
         "mode": "quick" if a.quick else "full",
         "threads": a.threads,
+        "openblas_coretype": {"option": a.openblas_core,
+                              "bivouac_ran_with": limits[0].get("sgemm", {}).get("openblas_core")},
         "build": {"dir": build, "type": build_kind},
         "source": source,
         "machine": {"cpus": os.cpu_count(), "memory_mb": round(mem_total_mb()),
