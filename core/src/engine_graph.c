@@ -186,13 +186,15 @@ bv_status bv_graph_engine_start(const bv_graph_engine_cfg *cfg, bv_graph_engine 
                                 bv_error *err)
 {
     *out = NULL;
-    if (cfg->intervals < 1 || cfg->tensor_workers < 1 ||
+    if (cfg->intervals < 0 || cfg->tensor_workers < 1 ||
         cfg->tensor_workers > BV_MAX_TENSOR_WORKERS)
         return bv_error_set(err, BV_ERR_INVALID, "bad engine configuration");
     bv_graph_engine *e = calloc(1, sizeof *e);
     if (!e)
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory");
     e->cfg = *cfg;
+    if (e->cfg.intervals == 0)
+        e->cfg.intervals = bv_graph_auto_intervals(e->cfg.data->num_nodes);
     if (e->cfg.intervals > e->cfg.data->num_nodes)
         e->cfg.intervals = (int)(e->cfg.data->num_nodes > 0 ? e->cfg.data->num_nodes : 1);
     int id = atomic_fetch_add(&engine_counter, 1);

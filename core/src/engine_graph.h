@@ -25,7 +25,7 @@ typedef struct bv_graph_engine_cfg {
     const bv_opts *transport_opts;
     const bv_graph_dataset *data; /* features already normalised if wanted */
     uint64_t seed;
-    int intervals;      /* vertex intervals per stage */
+    int intervals;      /* vertex intervals per stage; 0: bv_graph_auto_intervals */
     int tensor_workers; /* tensor worker threads */
     float beta1, beta2, eps, weight_decay;
 } bv_graph_engine_cfg;
@@ -39,6 +39,17 @@ typedef struct bv_epoch_stats {
 } bv_epoch_stats;
 
 typedef struct bv_graph_engine bv_graph_engine;
+
+/* The default number of intervals: one per 65,536 vertices. An interval's rows of a
+ * 64-wide feature matrix are then 16 MiB, under glibc's largest mmap threshold (32 MiB),
+ * so per-task buffers come from the heap and are reused between epochs instead of being
+ * mapped and zeroed afresh each time (docs/configuration.md). */
+#define BV_VERTICES_PER_AUTO_INTERVAL 65536
+static inline int bv_graph_auto_intervals(int64_t nodes)
+{
+    int64_t k = (nodes + BV_VERTICES_PER_AUTO_INTERVAL - 1) / BV_VERTICES_PER_AUTO_INTERVAL;
+    return k < 1 ? 1 : (int)k;
+}
 
 bv_status bv_graph_engine_start(const bv_graph_engine_cfg *cfg, bv_graph_engine **out,
                                 bv_error *err);

@@ -60,7 +60,8 @@ static const bv_option dataset_schema[] = {
 };
 
 static const bv_option engine_schema[] = {
-    BV_OPT_INT_RANGE("intervals", "1", 1, 1e6, "vertex intervals per stage (tasks)"),
+    BV_OPT_INT_RANGE("intervals", "0", 0, 1e6,
+                     "vertex intervals per stage (tasks); 0: one per 65,536 vertices"),
     BV_OPT_INT_RANGE("tensor_workers", "1", 1, 64, "tensor worker threads"),
     BV_OPT_END,
 };

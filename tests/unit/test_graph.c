@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "bivouac/graph.h"
+#include "engine_graph.h"
 #include "graph_internal.h"
 
 /* --- helpers ---------------------------------------------------------------------- */
@@ -830,6 +831,17 @@ static void test_powerlaw_rejects_impossible_requests(void **state)
     assert_string_equal(err.msg, "powerlaw: exponent must be above 1, not 1");
 }
 
+/* engine.intervals: 0 picks one interval per 65,536 vertices. */
+static void test_auto_intervals(void **state)
+{
+    (void)state;
+    assert_int_equal(bv_graph_auto_intervals(0), 1);
+    assert_int_equal(bv_graph_auto_intervals(2708), 1);
+    assert_int_equal(bv_graph_auto_intervals(65536), 1);
+    assert_int_equal(bv_graph_auto_intervals(65537), 2);
+    assert_int_equal(bv_graph_auto_intervals(1000000), 16);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -862,6 +874,7 @@ int main(void)
         cmocka_unit_test(test_communities_deterministic_for_a_seed),
         cmocka_unit_test(test_powerlaw_sizes_shape_and_determinism),
         cmocka_unit_test(test_powerlaw_rejects_impossible_requests),
+        cmocka_unit_test(test_auto_intervals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
