@@ -79,7 +79,44 @@ static uint32_t crc32c_portable(uint32_t crc, const unsigned char *p, size_t len
     return crc;
 }
 
+/* GF(2) arithmetic on reflected CRC-32C registers, for joining the three streams below:
+ * a * b mod P (zlib's multmodp, with the Castagnoli polynomial). */
+static uint32_t crc32c_multmodp(uint32_t a, uint32_t b)
+{
+    uint32_t m = (uint32_t)1 << 31, p = 0;
+    for (;;) {
+        if (a & m) {
+            p ^= b;
+            if ((a & (m - 1)) == 0)
+                break;
+        }
+        m >>= 1;
+        b = b & 1 ? (b >> 1) ^ 0x82F63B78u : b >> 1;
+    }
+    return p;
+}
+
+/* x^(8 n) mod P: what multiplies a register to move it past n zero bytes. */
+static uint32_t crc32c_shift_bytes(uint64_t n)
+{
+    uint32_t result = (uint32_t)1 << 31, sq = (uint32_t)1 << 30; /* x^0, x^1 */
+    for (uint64_t bits = n * 8; bits; bits >>= 1) {
+        if (bits & 1)
+            result = crc32c_multmodp(sq, result);
+        sq = crc32c_multmodp(sq, sq);
+    }
+    return result;
+}
+
 #ifdef BV_CRC32C_HAVE_SSE42
+/* The crc32 instruction has a latency of 3 cycles and a throughput of 1: one stream runs
+ * at a third of what the core can do (about 9 GB/s here, a tenth of a 1M-vertex GCN
+ * epoch went to checking messages). Large buffers are cut into chunks of three
+ * CRC32C_STRIPE-byte stripes whose CRCs run interleaved, then join:
+ *   crc(A B C) = crc(A) * x^(16 L) + crc0(B) * x^(8 L) + crc0(C)  (mod P, L = stripe). */
+#define CRC32C_STRIPE 4096
+static uint32_t crc32c_k1, crc32c_k2; /* x^(8 L), x^(16 L) mod P; set by crc32c_init */
+
 __attribute__((target("sse4.2"))) static uint32_t crc32c_sse42(uint32_t crc,
                                                                 const unsigned char *p,
                                                                 size_t len)
@@ -88,6 +125,23 @@ __attribute__((target("sse4.2"))) static uint32_t crc32c_sse42(uint32_t crc,
     while (len > 0 && ((uintptr_t)p & 7u)) {
         c = _mm_crc32_u8((uint32_t)c, *p++);
         len--;
+    }
+    while (len >= 3 * CRC32C_STRIPE) {
+        uint64_t c1 = 0, c2 = 0;
+        const unsigned char *p1 = p + CRC32C_STRIPE, *p2 = p + 2 * CRC32C_STRIPE;
+        for (size_t i = 0; i < CRC32C_STRIPE; i += 8) {
+            uint64_t w0, w1, w2;
+            memcpy(&w0, p + i, 8);
+            memcpy(&w1, p1 + i, 8);
+            memcpy(&w2, p2 + i, 8);
+            c = _mm_crc32_u64(c, w0);
+            c1 = _mm_crc32_u64(c1, w1);
+            c2 = _mm_crc32_u64(c2, w2);
+        }
+        c = crc32c_multmodp(crc32c_k2, (uint32_t)c) ^ crc32c_multmodp(crc32c_k1, (uint32_t)c1) ^
+            (uint32_t)c2;
+        p += 3 * CRC32C_STRIPE;
+        len -= 3 * CRC32C_STRIPE;
     }
     while (len >= 8) {
         uint64_t word;
@@ -117,8 +171,11 @@ static void crc32c_init(void)
         return;
 #ifdef BV_CRC32C_HAVE_SSE42
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("sse4.2"))
+    if (__builtin_cpu_supports("sse4.2")) {
+        crc32c_k1 = crc32c_shift_bytes(CRC32C_STRIPE);
+        crc32c_k2 = crc32c_shift_bytes(2 * CRC32C_STRIPE);
         crc32c_impl = crc32c_sse42;
+    }
 #endif
 }
 

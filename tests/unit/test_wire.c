@@ -82,6 +82,25 @@ static void crc32c_matches_bitwise_reference(void **state)
                              crc32c_bitwise(0, buf + offset, len));
 }
 
+/* Lengths and alignments around the three-stripe chunks of the instruction path. */
+static void crc32c_matches_bitwise_reference_around_stripes(void **state)
+{
+    (void)state;
+    const size_t lens[] = {12287, 12288, 12289, 24576 + 17, 3 * 12288 + 5, 100003};
+    unsigned char *buf = malloc(100003 + 8);
+    assert_non_null(buf);
+    uint64_t x = 0x9E3779B97F4A7C15ull;
+    for (size_t i = 0; i < 100003 + 8; i++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        buf[i] = (unsigned char)x;
+    }
+    for (size_t k = 0; k < sizeof lens / sizeof lens[0]; k++)
+        for (size_t offset = 0; offset < 8; offset += 3)
+            assert_int_equal(bv_crc32c(0x12345678u, buf + offset, lens[k]),
+                             crc32c_bitwise(0x12345678u, buf + offset, lens[k]));
+    free(buf);
+}
+
 static void crc32c_matches_bitwise_reference_on_one_mebibyte(void **state)
 {
     size_t len = (size_t)1 << 20;
@@ -297,6 +316,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(crc32c_rfc3720_vectors),
         cmocka_unit_test(crc32c_of_nothing_is_the_seed),
         cmocka_unit_test(crc32c_matches_bitwise_reference),
+        cmocka_unit_test(crc32c_matches_bitwise_reference_around_stripes),
         cmocka_unit_test(crc32c_matches_bitwise_reference_on_one_mebibyte),
         cmocka_unit_test(crc32c_continues_across_calls),
         cmocka_unit_test(header_make_produces_the_documented_bytes),
