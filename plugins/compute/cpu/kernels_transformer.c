@@ -167,7 +167,7 @@ typedef int32_t vec8i __attribute__((vector_size(32)));
  * Phi(-|x|) = erfc(|x|/sqrt2)/2 by Abramowitz & Stegun 7.1.26 (|error| <= 1.5e-7 in erf,
  * the approximation PyTorch's vectorised GELU uses); phi(x) = exp(-x^2/2)/sqrt(2 pi), and
  * exp(a) for a <= 0 is Cephes' expf: a = n ln2 + r with |r| <= ln2/2, a degree-6
- * polynomial for e^r, 2^n from the exponent bits (below -87: e^-87, not a denormal). */
+ * polynomial for e^r, 2^n from the exponent bits (below -87: 0, never a denormal). */
 static inline __attribute__((always_inline)) void gelu_vec8(const float *xp, const float *dyp,
                                                             float *out, int64_t k)
 {
@@ -177,7 +177,10 @@ static inline __attribute__((always_inline)) void gelu_vec8(const float *xp, con
         memcpy(&dy, dyp, (size_t)k * sizeof(float));
 
     vec8f a = -0.5f * x * x;
-    a = VEC8_SELECT(a < -87.0f, a - a - 87.0f, a);
+    vec8i tiny = a < -87.0f; /* also x^2 = inf: exp(a) is taken as 0 there */
+    vec8f floor87 = {0};
+    floor87 -= 87.0f;
+    a = VEC8_SELECT(tiny, floor87, a);
     vec8i n = __builtin_convertvector(a * 1.44269504088896341f - 0.5f, vec8i); /* rounds */
     vec8f fn = __builtin_convertvector(n, vec8f);
     vec8f r = a - fn * 0.693359375f + fn * 2.12194440e-4f;
@@ -188,6 +191,7 @@ static inline __attribute__((always_inline)) void gelu_vec8(const float *xp, con
     p = p * r + 5.0000001201e-1f;
     p = p * r * r + r + 1.0f;
     vec8f e = p * (vec8f)((n + 127) << 23); /* exp(-x^2/2) */
+    e = (vec8f)((vec8i)e & ~tiny);
 
     vec8f ax = (vec8f)((vec8i)x & 0x7fffffff);
     vec8f t = 1.0f / (1.0f + (0.3275911f * 0.70710678118654752f) * ax);

@@ -197,6 +197,13 @@ static void test_gelu_accuracy_on_a_grid(void **state)
     assert_true(out[0] == 0.0f && out[1] == 12.0f);
     assert_true(fabsf(out[2]) < 1e-30f);
     assert_true(g[0] == 0.5f && g[1] == 1.0f && fabsf(g[2]) < 1e-30f);
+    /* x^2 overflows to infinity: still x (or zero) and slope 1 (or zero), never NaN */
+    float big[4] = {1e20f, -1e20f, 3e38f, INFINITY}, bout[4], bg[4];
+    ops()->gelu_forward(c, 4, big, bout);
+    ops()->gelu_backward(c, 3, big, ones, bg);
+    assert_true(bout[0] == 1e20f && fabsf(bout[1]) < 1e-30f && bout[2] == 3e38f &&
+                bout[3] == INFINITY);
+    assert_true(bg[0] == 1.0f && fabsf(bg[1]) < 1e-30f && bg[2] == 1.0f);
     free(x);
     free(y);
     free(ones);
