@@ -487,7 +487,7 @@ def print_table(results):
     if results["transformer_sgemm_fraction"] is not None:
         print("  transformer achieved %.0f%% of sgemm%s" % (
             100 * results["transformer_sgemm_fraction"],
-            " (%.0f%% of the kernels' it ran with)" % (
+            " (%.0f%% of sgemm with the kernels it ran with)" % (
                 100 * results["transformer_sgemm_default_core_fraction"])
             if results.get("transformer_sgemm_default_core_fraction") else ""))
     for r in lim:
