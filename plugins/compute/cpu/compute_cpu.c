@@ -41,7 +41,7 @@ static bool detect_avx2(void)
     const char *generic = getenv("BIVOUAC_CPU_GENERIC");
     if (generic && *generic && strcmp(generic, "0") != 0)
         return false;
-#if CPU_HAVE_AVX2_BUILD
+#if defined(__GNUC__) && defined(__x86_64__)
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx2");
 #else

@@ -126,12 +126,22 @@ static inline bool cpu_has_avx2(void)
     return atomic_load_explicit(&cpu_avx2, memory_order_relaxed);
 }
 
+/* Defines `static void name params`, which runs name##_body (an always-inline function,
+ * called with args) from its AVX2 build where cpu_has_avx2(), else from its generic one. */
 #if defined(__GNUC__) && defined(__x86_64__)
-#define CPU_TARGET_AVX2 __attribute__((target("avx2")))
-#define CPU_HAVE_AVX2_BUILD 1
+#define CPU_DEFINE_DISPATCH(name, params, args)                                              \
+    static void name##_generic params { name##_body args; }                                 \
+    __attribute__((target("avx2"))) static void name##_avx2 params { name##_body args; }     \
+    static void name params                                                                  \
+    {                                                                                        \
+        if (cpu_has_avx2())                                                                  \
+            name##_avx2 args;                                                                \
+        else                                                                                 \
+            name##_generic args;                                                             \
+    }
 #else
-#define CPU_TARGET_AVX2
-#define CPU_HAVE_AVX2_BUILD 0
+#define CPU_DEFINE_DISPATCH(name, params, args)                                              \
+    static void name params { name##_body args; }
 #endif
 
 /* kernels_dense.c */

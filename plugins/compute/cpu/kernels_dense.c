@@ -11,6 +11,7 @@
 #include <cblas.h>
 
 #include "cpu_internal.h"
+#include "cpu_vec.h"
 
 /* ---- gemm ---------------------------------------------------------------------------- */
 
@@ -181,18 +182,43 @@ void cpu_leaky_relu_backward(bv_compute *c, int64_t n, float slope, const float 
     cpu_pool_run(c->pool, cpu_tasks_for(c, n, CPU_GRAIN), leaky_relu_backward_task, &a);
 }
 
-/* expm1f rather than expf(x) - 1: the same function, without the cancellation near 0. */
+/* ELU 8 lanes at a time (cpu_vec.h): x > 0 ? x : expm1(x); backward (dy given)
+ * dy * (x > 0 ? 1 : exp(x)). libm's expm1f and expf were 8 % of a 1M-vertex GAT epoch. */
+CPU_VEC_INLINE void elu_vec8(const float *xp, const float *dyp, float *out, int64_t k)
+{
+    vec8f x = vec8_load(xp, k);
+    vec8i pos = x > 0.0f;
+    vec8f neg = vec8_select(pos, vec8_splat(0.0f), x);
+    vec8f y = dyp ? vec8_load(dyp, k) * vec8_select(pos, vec8_splat(1.0f), vec8_exp_nonpos(neg))
+                  : vec8_select(pos, x, vec8_expm1_nonpos(neg));
+    vec8_store(out, y, k);
+}
+
+CPU_VEC_INLINE void elu_range_body(const float *x, const float *dy, float *out, int64_t b,
+                                   int64_t e)
+{
+    int64_t i = b;
+    if (dy) {
+        for (; i + 8 <= e; i += 8)
+            elu_vec8(x + i, dy + i, out + i, 8);
+    } else {
+        for (; i + 8 <= e; i += 8)
+            elu_vec8(x + i, NULL, out + i, 8);
+    }
+    if (i < e)
+        elu_vec8(x + i, dy ? dy + i : NULL, out + i, e - i);
+}
+
+CPU_DEFINE_DISPATCH(elu_range,
+                    (const float *x, const float *dy, float *out, int64_t b, int64_t e),
+                    (x, dy, out, b, e))
+
 static void elu_forward_task(void *arg, int tid, int ntasks)
 {
     const act_ctx *a = arg;
     int64_t b, e;
     cpu_split(a->n, tid, ntasks, &b, &e);
-    const float *x = a->x;
-    float *y = a->out;
-    for (int64_t i = b; i < e; i++) {
-        float v = x[i];
-        y[i] = v > 0.0f ? v : expm1f(v);
-    }
+    elu_range(a->x, NULL, a->out, b, e);
 }
 
 void cpu_elu_forward(bv_compute *c, int64_t n, const float *x, float *y)
@@ -202,18 +228,12 @@ void cpu_elu_forward(bv_compute *c, int64_t n, const float *x, float *y)
     cpu_pool_run(c->pool, cpu_tasks_for(c, n, CPU_GRAIN / 4), elu_forward_task, &a);
 }
 
-/* d/dx (exp(x) - 1) = exp(x) for x <= 0. */
 static void elu_backward_task(void *arg, int tid, int ntasks)
 {
     const act_ctx *a = arg;
     int64_t b, e;
     cpu_split(a->n, tid, ntasks, &b, &e);
-    const float *x = a->x, *dy = a->dy;
-    float *dx = a->out;
-    for (int64_t i = b; i < e; i++) {
-        float v = x[i], d = dy[i];
-        dx[i] = v > 0.0f ? d : d * expf(v);
-    }
+    elu_range(a->x, a->dy, a->out, b, e);
 }
 
 void cpu_elu_backward(bv_compute *c, int64_t n, const float *x, const float *dy, float *dx)
@@ -261,8 +281,8 @@ static inline __attribute__((always_inline)) void dropout_vec4(const dropout_ctx
     memcpy(d->out + i, &y, (size_t)k * sizeof(float));
 }
 
-static inline __attribute__((always_inline)) void dropout_body(const dropout_ctx *d,
-                                                               int64_t b, int64_t e)
+static inline __attribute__((always_inline)) void dropout_range_body(const dropout_ctx *d,
+                                                                     int64_t b, int64_t e)
 {
     int64_t i = b;
     for (; i + 4 <= e; i += 4)
@@ -271,30 +291,14 @@ static inline __attribute__((always_inline)) void dropout_body(const dropout_ctx
         dropout_vec4(d, i, e - i);
 }
 
-static void dropout_generic(const dropout_ctx *d, int64_t b, int64_t e)
-{
-    dropout_body(d, b, e);
-}
-
-#if CPU_HAVE_AVX2_BUILD
-CPU_TARGET_AVX2 static void dropout_avx2(const dropout_ctx *d, int64_t b, int64_t e)
-{
-    dropout_body(d, b, e);
-}
-#endif
+CPU_DEFINE_DISPATCH(dropout_range, (const dropout_ctx *d, int64_t b, int64_t e), (d, b, e))
 
 static void dropout_task(void *arg, int tid, int ntasks)
 {
     const dropout_ctx *d = arg;
     int64_t b, e;
     cpu_split(d->n, tid, ntasks, &b, &e);
-#if CPU_HAVE_AVX2_BUILD
-    if (cpu_has_avx2()) {
-        dropout_avx2(d, b, e);
-        return;
-    }
-#endif
-    dropout_generic(d, b, e);
+    dropout_range(d, b, e);
 }
 
 /* Forward and backward apply the same mask and scale: y = x * mask / (1 - p). */

@@ -10,6 +10,7 @@
 #include <cblas.h>
 
 #include "cpu_internal.h"
+#include "cpu_vec.h"
 #include "kernels_transformer.h"
 
 /* Reductions over rows (dgamma, dwte) give each task whole chunks of columns. */
@@ -153,46 +154,15 @@ typedef struct gelu_ctx {
 
 #define GELU_INV_SQRT_2PI 0.39894228040143268f
 
-/* GELU over 8 floats at a time in GCC vector extensions (two SSE halves in the generic
- * build, one AVX register in the AVX2 one, the same IEEE operations and bits in both;
- * ISO C mode contracts nothing into FMAs). libm's erff and expf were a fifth of a training
- * step of the transformer. */
-typedef float vec8f __attribute__((vector_size(32)));
-typedef int32_t vec8i __attribute__((vector_size(32)));
-
-#define VEC8_SELECT(mask, yes, no) ((vec8f)(((mask) & (vec8i)(yes)) | (~(mask) & (vec8i)(no))))
-
-/* 8 lanes of GELU (backward when dy is given) from k <= 8 inputs; vectors stay local (no
- * vector arguments or returns: their ABI differs between the two builds).
+/* GELU 8 lanes at a time (cpu_vec.h); libm's erff and expf were a fifth of a training step
+ * of the transformer. Backward when dy is given; k <= 8 inputs.
  * Phi(-|x|) = erfc(|x|/sqrt2)/2 by Abramowitz & Stegun 7.1.26 (|error| <= 1.5e-7 in erf,
- * the approximation PyTorch's vectorised GELU uses); phi(x) = exp(-x^2/2)/sqrt(2 pi), and
- * exp(a) for a <= 0 is Cephes' expf: a = n ln2 + r with |r| <= ln2/2, a degree-6
- * polynomial for e^r, 2^n from the exponent bits (below -87: 0, never a denormal). */
-static inline __attribute__((always_inline)) void gelu_vec8(const float *xp, const float *dyp,
-                                                            float *out, int64_t k)
+ * the approximation PyTorch's vectorised GELU uses), phi(x) = exp(-x^2/2)/sqrt(2 pi), both
+ * from one exponential (0 where x^2/2 > 87 or overflows). */
+CPU_VEC_INLINE void gelu_vec8(const float *xp, const float *dyp, float *out, int64_t k)
 {
-    vec8f x = {0}, dy = {0};
-    memcpy(&x, xp, (size_t)k * sizeof(float));
-    if (dyp)
-        memcpy(&dy, dyp, (size_t)k * sizeof(float));
-
-    vec8f a = -0.5f * x * x;
-    vec8i tiny = a < -87.0f; /* also x^2 = inf: exp(a) is taken as 0 there */
-    vec8f floor87 = {0};
-    floor87 -= 87.0f;
-    a = VEC8_SELECT(tiny, floor87, a);
-    vec8i n = __builtin_convertvector(a * 1.44269504088896341f - 0.5f, vec8i); /* rounds */
-    vec8f fn = __builtin_convertvector(n, vec8f);
-    vec8f r = a - fn * 0.693359375f + fn * 2.12194440e-4f;
-    vec8f p = r * 1.9875691500e-4f + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * r * r + r + 1.0f;
-    vec8f e = p * (vec8f)((n + 127) << 23); /* exp(-x^2/2) */
-    e = (vec8f)((vec8i)e & ~tiny);
-
+    vec8f x = vec8_load(xp, k);
+    vec8f e = vec8_exp_nonpos(-0.5f * x * x);
     vec8f ax = (vec8f)((vec8i)x & 0x7fffffff);
     vec8f t = 1.0f / (1.0f + (0.3275911f * 0.70710678118654752f) * ax);
     vec8f poly = t * 1.061405429f - 1.453152027f;
@@ -200,16 +170,13 @@ static inline __attribute__((always_inline)) void gelu_vec8(const float *xp, con
     poly = poly * t - 0.284496736f;
     poly = poly * t + 0.254829592f;
     vec8f tail = 0.5f * poly * t * e; /* Phi(-|x|) */
-    vec8f cdf = VEC8_SELECT(x < 0.0f, tail, 1.0f - tail);
-
-    vec8f y = dyp ? dy * (cdf + x * (GELU_INV_SQRT_2PI * e)) : x * cdf;
-    memcpy(out, &y, (size_t)k * sizeof(float));
+    vec8f cdf = vec8_select(x < 0.0f, tail, 1.0f - tail);
+    vec8f y = dyp ? vec8_load(dyp, k) * (cdf + x * (GELU_INV_SQRT_2PI * e)) : x * cdf;
+    vec8_store(out, y, k);
 }
 
-static inline __attribute__((always_inline)) void gelu_range_body(const float *x,
-                                                                   const float *dy,
-                                                                   float *out, int64_t b,
-                                                                   int64_t e)
+CPU_VEC_INLINE void gelu_range_body(const float *x, const float *dy, float *out, int64_t b,
+                                    int64_t e)
 {
     int64_t i = b;
     if (dy) {
@@ -223,31 +190,9 @@ static inline __attribute__((always_inline)) void gelu_range_body(const float *x
         gelu_vec8(x + i, dy ? dy + i : NULL, out + i, e - i);
 }
 
-/* Built twice, picked by cpu_has_avx2 (cpu_internal.h). */
-static void gelu_range_generic(const float *x, const float *dy, float *out, int64_t b,
-                               int64_t e)
-{
-    gelu_range_body(x, dy, out, b, e);
-}
-
-#if CPU_HAVE_AVX2_BUILD
-CPU_TARGET_AVX2 static void gelu_range_avx2(const float *x, const float *dy, float *out,
-                                            int64_t b, int64_t e)
-{
-    gelu_range_body(x, dy, out, b, e);
-}
-#endif
-
-static void gelu_range(const float *x, const float *dy, float *out, int64_t b, int64_t e)
-{
-#if CPU_HAVE_AVX2_BUILD
-    if (cpu_has_avx2()) {
-        gelu_range_avx2(x, dy, out, b, e);
-        return;
-    }
-#endif
-    gelu_range_generic(x, dy, out, b, e);
-}
+CPU_DEFINE_DISPATCH(gelu_range,
+                    (const float *x, const float *dy, float *out, int64_t b, int64_t e),
+                    (x, dy, out, b, e))
 
 static void gelu_forward_task(void *arg, int tid, int ntasks)
 {
