@@ -34,19 +34,25 @@ static int available_cores(void)
     return n > 0 ? (int)n : 1;
 }
 
-atomic_bool cpu_avx2;
+atomic_int cpu_isa;
 
-static bool detect_avx2(void)
+static int detect_isa(void)
 {
-    const char *generic = getenv("BIVOUAC_CPU_GENERIC");
-    if (generic && *generic && strcmp(generic, "0") != 0)
-        return false;
+    int isa = CPU_ISA_GENERIC;
 #if defined(__GNUC__) && defined(__x86_64__)
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2");
-#else
-    return false;
+    if (__builtin_cpu_supports("avx2"))
+        isa = CPU_ISA_AVX2;
+    if (isa == CPU_ISA_AVX2 && __builtin_cpu_supports("avx512f") &&
+        __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl"))
+        isa = CPU_ISA_AVX512;
 #endif
+    const char *cap = getenv("BIVOUAC_CPU_ISA");
+    if (cap && strcmp(cap, "generic") == 0)
+        isa = CPU_ISA_GENERIC;
+    else if (cap && strcmp(cap, "avx2") == 0 && isa > CPU_ISA_AVX2)
+        isa = CPU_ISA_AVX2;
+    return isa;
 }
 
 static bv_compute *cpu_create(const bv_opts *opts, bv_error *err)
@@ -72,7 +78,7 @@ static bv_compute *cpu_create(const bv_opts *opts, bv_error *err)
      * bands): one threading system, and no OpenBLAS threads spinning in sched_yield
      * between calls while our workers want the cores (measured: ~20% of a GCN epoch). */
     openblas_set_num_threads(1);
-    atomic_store_explicit(&cpu_avx2, detect_avx2(), memory_order_relaxed);
+    atomic_store_explicit(&cpu_isa, detect_isa(), memory_order_relaxed);
     return c;
 }
 

@@ -114,16 +114,22 @@ static inline float cpu_dropout_uniform(uint64_t key, uint64_t index)
     return (float)(h >> 40) * 0x1.0p-24f;
 }
 
-/* Whether the vectorised kernels take their AVX2 build: kernels with a vectorised body
- * build it twice (generic and target("avx2"), the same IEEE operations and bits in both)
- * and pick by this flag, not by an ifunc (resolvers run before the sanitizers' runtimes
- * are up). Set by create: the CPU has AVX2 and BIVOUAC_CPU_GENERIC is not set (the tests
- * run the generic build that way too). */
-extern atomic_bool cpu_avx2;
+/* The instruction sets the vectorised kernels may use: kernels with a vectorised body build
+ * it more than once (generic, target("avx2"), and for dropout target("avx512dq")), with
+ * the same IEEE or integer operations and bits in every build, and pick by these levels,
+ * not by an ifunc (resolvers run before the sanitizers' runtimes are up). Set by create
+ * from the CPU, capped by BIVOUAC_CPU_ISA=generic|avx2 (the tests run each build that way). */
+enum { CPU_ISA_GENERIC = 0, CPU_ISA_AVX2 = 1, CPU_ISA_AVX512 = 2 };
+extern atomic_int cpu_isa;
 
 static inline bool cpu_has_avx2(void)
 {
-    return atomic_load_explicit(&cpu_avx2, memory_order_relaxed);
+    return atomic_load_explicit(&cpu_isa, memory_order_relaxed) >= CPU_ISA_AVX2;
+}
+
+static inline bool cpu_has_avx512(void)
+{
+    return atomic_load_explicit(&cpu_isa, memory_order_relaxed) >= CPU_ISA_AVX512;
 }
 
 /* Defines `static void name params`, which runs name##_body (an always-inline function,
