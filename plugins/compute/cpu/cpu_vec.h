@@ -76,4 +76,23 @@ CPU_VEC_INLINE vec8f vec8_expm1_nonpos(vec8f a)
     return vec8_select(a > -0.5f, t, vec8_exp_nonpos(a) - 1.0f);
 }
 
+/* Defines `name(x, dy, out, b, e)`: vec8(x, dy, out, k) over [b, e), 8 lanes at a time and
+ * the tail last (dy NULL for a forward pass). Full blocks pass k = 8 as a constant, so their
+ * loads and stores compile to plain vector moves. */
+#define CPU_VEC8_RANGE_BODY(name, vec8)                                                     \
+    CPU_VEC_INLINE void name(const float *x, const float *dy, float *out, int64_t b,        \
+                             int64_t e)                                                      \
+    {                                                                                        \
+        int64_t i = b;                                                                       \
+        if (dy) {                                                                            \
+            for (; i + 8 <= e; i += 8)                                                       \
+                vec8(x + i, dy + i, out + i, 8);                                             \
+        } else {                                                                             \
+            for (; i + 8 <= e; i += 8)                                                       \
+                vec8(x + i, NULL, out + i, 8);                                               \
+        }                                                                                    \
+        if (i < e)                                                                           \
+            vec8(x + i, dy ? dy + i : NULL, out + i, e - i);                                 \
+    }
+
 #endif

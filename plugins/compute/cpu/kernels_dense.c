@@ -203,20 +203,7 @@ CPU_VEC_INLINE void elu_vec8(const float *xp, const float *dyp, float *out, int6
     vec8_store(out, y, k);
 }
 
-CPU_VEC_INLINE void elu_range_body(const float *x, const float *dy, float *out, int64_t b,
-                                   int64_t e)
-{
-    int64_t i = b;
-    if (dy) {
-        for (; i + 8 <= e; i += 8)
-            elu_vec8(x + i, dy + i, out + i, 8);
-    } else {
-        for (; i + 8 <= e; i += 8)
-            elu_vec8(x + i, NULL, out + i, 8);
-    }
-    if (i < e)
-        elu_vec8(x + i, dy ? dy + i : NULL, out + i, e - i);
-}
+CPU_VEC8_RANGE_BODY(elu_range_body, elu_vec8)
 
 CPU_DEFINE_DISPATCH(elu_range,
                     (const float *x, const float *dy, float *out, int64_t b, int64_t e),

@@ -175,20 +175,7 @@ CPU_VEC_INLINE void gelu_vec8(const float *xp, const float *dyp, float *out, int
     vec8_store(out, y, k);
 }
 
-CPU_VEC_INLINE void gelu_range_body(const float *x, const float *dy, float *out, int64_t b,
-                                    int64_t e)
-{
-    int64_t i = b;
-    if (dy) {
-        for (; i + 8 <= e; i += 8)
-            gelu_vec8(x + i, dy + i, out + i, 8);
-    } else {
-        for (; i + 8 <= e; i += 8)
-            gelu_vec8(x + i, NULL, out + i, 8);
-    }
-    if (i < e)
-        gelu_vec8(x + i, dy ? dy + i : NULL, out + i, e - i);
-}
+CPU_VEC8_RANGE_BODY(gelu_range_body, gelu_vec8)
 
 CPU_DEFINE_DISPATCH(gelu_range,
                     (const float *x, const float *dy, float *out, int64_t b, int64_t e),
