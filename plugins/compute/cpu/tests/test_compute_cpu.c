@@ -14,56 +14,14 @@
 #include "bivouac/plugin.h"
 #include "bivouac/tensor.h"
 
+#define TEST_RNG_SEED 88172645463325252ull
+#include "test_support.h"
+
 const bv_plugin *bv_compute_cpu_plugin(void);
 
 static const bv_compute_ops *ops(void)
 {
     return bv_compute_cpu_plugin()->ops;
-}
-
-/* An instance with the default options but `threads`. */
-static bv_compute *make_compute(int threads)
-{
-    const bv_plugin *pl = bv_compute_cpu_plugin();
-    bv_opts o;
-    bv_error err = {0};
-    assert_int_equal(bv_opts_defaults(&o, "compute", pl->options, &err), BV_OK);
-    bool found = false;
-    for (size_t i = 0; i < o.count; i++)
-        if (strcmp(o.values[i].decl->name, "threads") == 0) {
-            o.values[i].v.i = threads;
-            found = true;
-        }
-    assert_true(found);
-    bv_compute *c = ops()->create(&o, &err);
-    bv_opts_free(&o);
-    assert_non_null(c);
-    return c;
-}
-
-/* Deterministic test data: a small xorshift, independent of the plugin's hash. */
-static uint64_t rng_state = 88172645463325252ull;
-
-static uint64_t rng_next(void)
-{
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return rng_state;
-}
-
-static float rng_float(float lo, float hi) /* uniform in [lo, hi) */
-{
-    return lo + (hi - lo) * (float)(rng_next() >> 40) * 0x1.0p-24f;
-}
-
-static float *random_floats(int64_t n, float lo, float hi)
-{
-    float *v = malloc((size_t)(n > 0 ? n : 1) * sizeof *v);
-    assert_non_null(v);
-    for (int64_t i = 0; i < n; i++)
-        v[i] = rng_float(lo, hi);
-    return v;
 }
 
 static void assert_close(double got, double want, double rel, double abs_tol)
@@ -105,10 +63,10 @@ static void test_descriptor_names_the_plugin_and_its_options(void **state)
 static void test_threads_zero_means_every_core_and_n_means_n(void **state)
 {
     (void)state;
-    bv_compute *c = make_compute(0);
+    bv_compute *c = make_cpu_compute(0);
     assert_true(ops()->num_threads(c) >= 1);
     ops()->destroy(c);
-    c = make_compute(3);
+    c = make_cpu_compute(3);
     assert_int_equal(ops()->num_threads(c), 3);
     ops()->destroy(c);
 }
@@ -153,7 +111,7 @@ static void check_gemm(bv_compute *c, bool ta, bool tb)
 static void test_gemm_all_transpose_combinations_with_alpha_beta_and_lds(void **state)
 {
     (void)state;
-    bv_compute *c = make_compute(2);
+    bv_compute *c = make_cpu_compute(2);
     check_gemm(c, false, false);
     check_gemm(c, true, false);
     check_gemm(c, false, true);
@@ -164,7 +122,7 @@ static void test_gemm_all_transpose_combinations_with_alpha_beta_and_lds(void **
 static void test_gemm_beta_zero_ignores_nan_and_k_zero_scales(void **state)
 {
     (void)state;
-    bv_compute *c = make_compute(1);
+    bv_compute *c = make_cpu_compute(1);
     float a[6] = {1, 2, 3, 4, 5, 6}; /* 2 x 3 */
     float b[6] = {1, 0, 0, 1, 1, 1}; /* 3 x 2 */
     float cm[4] = {NAN, NAN, NAN, NAN};
@@ -246,7 +204,7 @@ static void check_spmm(bv_compute *c, const bv_csr *a, int64_t rb, int64_t re, i
 static void test_spmm_matches_reference_with_empty_rows_and_subranges(void **state)
 {
     (void)state;
-    bv_compute *c = make_compute(3);
+    bv_compute *c = make_cpu_compute(3);
     for (int with_values = 0; with_values <= 1; with_values++) {
         bv_csr a = random_csr(200, 150, 12, with_values);
         check_spmm(c, &a, 0, a.nrows, 37);
@@ -266,7 +224,7 @@ static void test_spmm_is_bit_identical_for_1_2_3_threads(void **state)
     float *x = random_floats(a.ncols * f, -1, 1);
     float *y[3];
     for (int t = 0; t < 3; t++) {
-        bv_compute *c = make_compute(t + 1);
+        bv_compute *c = make_cpu_compute(t + 1);
         y[t] = calloc((size_t)(a.nrows * f), sizeof(float));
         ops()->spmm(c, &a, 0, a.nrows, x, f, y[t]);
         ops()->destroy(c);
@@ -284,7 +242,7 @@ static void test_spmm_is_bit_identical_for_1_2_3_threads(void **state)
 static void test_relu_forward_and_backward_match_reference_in_place(void **state)
 {
     (void)state;
-    bv_compute *c = make_compute(3);
+    bv_compute *c = make_cpu_compute(3);
     const int64_t n = 100003;
     float *x = random_floats(n, -1, 1);
     x[0] = 0.0f;
@@ -330,7 +288,7 @@ static bool ref_kept(uint64_t seed, uint64_t stream, uint64_t index, float p)
 static void test_dropout_mask_is_documented_hash_and_keeps_half(void **state)
 {
     (void)state;
-    bv_compute *c = make_compute(2);
+    bv_compute *c = make_cpu_compute(2);
     const int64_t n = 100000;
     const float p = 0.5f;
     float *x = random_floats(n, 1, 2); /* never zero, so zero means dropped */
@@ -361,7 +319,7 @@ static void test_dropout_mask_is_documented_hash_and_keeps_half(void **state)
 static void test_dropout_mask_other_rates_and_signed_zeros(void **state)
 {
     (void)state;
-    bv_compute *c = make_compute(2);
+    bv_compute *c = make_cpu_compute(2);
     const float rates[] = {0.1f, 0.3f, 0.6f, 0.999f, 1e-7f};
     const int64_t n = 40003;
     float *x = random_floats(n, -1, 1);
@@ -392,8 +350,8 @@ static void test_dropout_same_mask_for_any_threads_and_any_split(void **state)
     float *one = malloc((size_t)n * sizeof *one);
     float *two = malloc((size_t)n * sizeof *two);
     float *split = malloc((size_t)n * sizeof *split);
-    bv_compute *c1 = make_compute(1);
-    bv_compute *c2 = make_compute(2);
+    bv_compute *c1 = make_cpu_compute(1);
+    bv_compute *c2 = make_cpu_compute(2);
     ops()->dropout_forward(c1, n, p, 9, 3, 0, x, one);
     ops()->dropout_forward(c2, n, p, 9, 3, 0, x, two);
     assert_memory_equal(one, two, (size_t)n * sizeof *one);
@@ -414,7 +372,7 @@ static void test_dropout_same_mask_for_any_threads_and_any_split(void **state)
 static void test_dropout_backward_uses_the_forward_mask_and_p0_copies(void **state)
 {
     (void)state;
-    bv_compute *c = make_compute(3);
+    bv_compute *c = make_cpu_compute(3);
     const int64_t n = 50000;
     const float p = 0.25f, scale = 1.0f / (1.0f - p);
     float *x = random_floats(n, 1, 2);
@@ -509,7 +467,7 @@ static void check_xent(bv_compute *c, int64_t n, int64_t k, bool use_mask)
 static void test_softmax_xent_matches_reference_with_mask_and_ignored_labels(void **state)
 {
     (void)state;
-    bv_compute *c = make_compute(3);
+    bv_compute *c = make_cpu_compute(3);
     check_xent(c, 50, 7, true);
     check_xent(c, 50, 7, false);
     check_xent(c, 5000, 7, true); /* several blocks and threads */
@@ -527,7 +485,7 @@ static void test_softmax_xent_is_bit_identical_for_1_and_3_threads(void **state)
     float *d[2];
     bv_xent_result r[2];
     for (int t = 0; t < 2; t++) {
-        bv_compute *c = make_compute(t == 0 ? 1 : 3);
+        bv_compute *c = make_cpu_compute(t == 0 ? 1 : 3);
         d[t] = malloc((size_t)(n * k) * sizeof(float));
         ops()->softmax_xent(c, n, k, logits, labels, NULL, 1.0f / (float)n, d[t], &r[t]);
         ops()->destroy(c);
@@ -547,7 +505,7 @@ static void test_softmax_xent_is_bit_identical_for_1_and_3_threads(void **state)
 static void test_adam_l2_first_step_by_hand(void **state)
 {
     (void)state;
-    bv_compute *c = make_compute(1);
+    bv_compute *c = make_cpu_compute(1);
     float p = 1.0f, g = 0.5f, m = 0.0f, v = 0.0f;
     bv_adam_params ap = {.lr = 0.01f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
                          .weight_decay = 0.1f, .decoupled = false, .step = 1};
@@ -564,7 +522,7 @@ static void test_adam_l2_first_step_by_hand(void **state)
 static void test_adamw_first_step_by_hand(void **state)
 {
     (void)state;
-    bv_compute *c = make_compute(1);
+    bv_compute *c = make_cpu_compute(1);
     float p = 1.0f, g = 0.5f, m = 0.0f, v = 0.0f;
     bv_adam_params ap = {.lr = 0.01f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
                          .weight_decay = 0.1f, .decoupled = true, .step = 1};
@@ -580,7 +538,7 @@ static void test_adamw_first_step_by_hand(void **state)
 static void test_adam_later_step_applies_bias_correction_in_both_modes(void **state)
 {
     (void)state;
-    bv_compute *c = make_compute(3);
+    bv_compute *c = make_cpu_compute(3);
     const int64_t n = 70001;
     for (int decoupled = 0; decoupled <= 1; decoupled++) {
         float *p = random_floats(n, -1, 1), *g = random_floats(n, -1, 1);
@@ -624,7 +582,7 @@ static void test_adam_later_step_applies_bias_correction_in_both_modes(void **st
 static void test_add_bias_adds_to_every_row(void **state)
 {
     (void)state;
-    bv_compute *c = make_compute(3);
+    bv_compute *c = make_cpu_compute(3);
     const int64_t rows = 700, cols = 70;
     float *y = random_floats(rows * cols, -1, 1);
     float *y0 = malloc((size_t)(rows * cols) * sizeof *y0);
@@ -647,7 +605,7 @@ static void test_bias_backward_sums_rows_and_accumulates(void **state)
     float *dy = random_floats(rows * cols, -1, 1);
     float *db[2];
     for (int t = 0; t < 2; t++) {
-        bv_compute *c = make_compute(t == 0 ? 1 : 3);
+        bv_compute *c = make_cpu_compute(t == 0 ? 1 : 3);
         db[t] = random_floats(cols, 50, 60);
         ops()->bias_backward(c, rows, cols, dy, db[t], false);
         ops()->destroy(c);
@@ -660,7 +618,7 @@ static void test_bias_backward_sums_rows_and_accumulates(void **state)
     }
     assert_memory_equal(db[0], db[1], (size_t)cols * sizeof(float));
 
-    bv_compute *c = make_compute(2);
+    bv_compute *c = make_cpu_compute(2);
     float *acc = malloc((size_t)cols * sizeof *acc);
     for (int64_t j = 0; j < cols; j++)
         acc[j] = 1.0f;
@@ -677,7 +635,7 @@ static void test_bias_backward_sums_rows_and_accumulates(void **state)
 static void test_axpy_adds_scaled_vector(void **state)
 {
     (void)state;
-    bv_compute *c = make_compute(2);
+    bv_compute *c = make_cpu_compute(2);
     const int64_t n = 40001;
     float *x = random_floats(n, -1, 1), *y = random_floats(n, -1, 1);
     float *y0 = malloc((size_t)n * sizeof *y0);
@@ -701,7 +659,7 @@ static void test_sum_squares_in_double_and_same_for_any_threads(void **state)
         want += (double)x[i] * x[i];
     double got[3];
     for (int t = 0; t < 3; t++) {
-        bv_compute *c = make_compute(t + 1);
+        bv_compute *c = make_cpu_compute(t + 1);
         got[t] = ops()->sum_squares(c, n, x);
         if (t == 0) {
             assert_true(ops()->sum_squares(c, 0, x) == 0.0);
@@ -720,7 +678,7 @@ static void test_sum_squares_in_double_and_same_for_any_threads(void **state)
 static void test_leaky_relu_forward_and_backward_match_reference_in_place(void **state)
 {
     (void)state;
-    bv_compute *c = make_compute(3);
+    bv_compute *c = make_cpu_compute(3);
     const int64_t n = 100003;
     const float slope = 0.2f;
     float *x = random_floats(n, -1, 1);
@@ -748,7 +706,7 @@ static void test_leaky_relu_forward_and_backward_match_reference_in_place(void *
 static void test_elu_forward_and_backward_match_reference(void **state)
 {
     (void)state;
-    bv_compute *c = make_compute(3);
+    bv_compute *c = make_cpu_compute(3);
     const int64_t n = 100003;
     float *x = random_floats(n, -6, 3);
     x[0] = 0.0f;
@@ -771,7 +729,7 @@ static void test_elu_forward_and_backward_match_reference(void **state)
             assert_close(dx[i], (double)dy[i] * exp((double)x[i]), 3e-7, 1e-12);
     }
     float *y1 = malloc((size_t)n * sizeof *y1);
-    bv_compute *c1 = make_compute(1);
+    bv_compute *c1 = make_cpu_compute(1);
     ops()->elu_forward(c1, n, x, y1);
     assert_memory_equal(y, y1, (size_t)n * sizeof *y);
     ops()->destroy(c1);
@@ -838,7 +796,7 @@ static void check_edge_scores(bv_compute *c, const bv_csr *a, int64_t rb, int64_
 static void test_edge_scores_adds_source_and_destination_terms_over_subranges(void **state)
 {
     (void)state;
-    bv_compute *c = make_compute(3);
+    bv_compute *c = make_cpu_compute(3);
     bv_csr a = random_csr(200, 150, 12, false);
     for (int heads = 1; heads <= 4; heads += 3) {
         check_edge_scores(c, &a, 0, a.nrows, heads);
@@ -883,7 +841,7 @@ static void check_edge_scores_backward(bv_compute *c, const bv_csr *a, int64_t r
 static void test_edge_scores_backward_sums_per_row_and_scatters_in_edge_order(void **state)
 {
     (void)state;
-    bv_compute *c = make_compute(3);
+    bv_compute *c = make_cpu_compute(3);
     bv_csr a = random_csr(200, 150, 12, false);
     for (int accumulate = 0; accumulate <= 1; accumulate++)
         for (int heads = 1; heads <= 4; heads += 3) {
@@ -949,7 +907,7 @@ static void check_edge_softmax(bv_compute *c, const bv_csr *a, int64_t rb, int64
 static void test_edge_softmax_and_backward_match_reference_over_subranges(void **state)
 {
     (void)state;
-    bv_compute *c = make_compute(3);
+    bv_compute *c = make_cpu_compute(3);
     bv_csr a = random_csr(200, 150, 12, false);
     const int head_counts[] = {1, 4, 8, 16}; /* 8 and 16: the 8-lane path */
     for (size_t hc = 0; hc < sizeof head_counts / sizeof head_counts[0]; hc++) {
@@ -1009,7 +967,7 @@ static void check_gather_heads(bv_compute *c, const bv_csr *a, int64_t rb, int64
 static void test_gather_heads_and_backward_w_match_reference(void **state)
 {
     (void)state;
-    bv_compute *c = make_compute(3);
+    bv_compute *c = make_cpu_compute(3);
     bv_csr a = random_csr(200, 150, 12, false);
     const int heads[] = {1, 3, 2};
     const int64_t dims[] = {8, 13, 1};
@@ -1053,7 +1011,7 @@ static void check_gather_heads_backward_x(bv_compute *c, const bv_csr *a, int he
 static void test_gather_heads_backward_x_through_transpose_matches_scatter(void **state)
 {
     (void)state;
-    bv_compute *c = make_compute(3);
+    bv_compute *c = make_cpu_compute(3);
     bv_csr a = random_csr(200, 150, 12, false);
     check_gather_heads_backward_x(c, &a, 1, 8);
     check_gather_heads_backward_x(c, &a, 3, 13);
@@ -1083,7 +1041,7 @@ static void test_edge_kernels_are_bit_identical_for_1_and_3_threads(void **state
         float *z, *alpha, *dz, *dsrc, *ddst, *y, *dw, *dx;
     } r[2];
     for (int t = 0; t < 2; t++) {
-        bv_compute *c = make_compute(t == 0 ? 1 : 3);
+        bv_compute *c = make_cpu_compute(t == 0 ? 1 : 3);
         r[t].z = calloc((size_t)(ne * heads), sizeof(float));
         r[t].alpha = calloc((size_t)(ne * heads), sizeof(float));
         r[t].dz = calloc((size_t)(ne * heads), sizeof(float));

@@ -16,6 +16,9 @@
 #include "bivouac/tensor.h"
 #include "gradcheck.h"
 
+#define TEST_RNG_SEED 0x2545F4914F6CDD1Dull
+#include "test_support.h"
+
 const bv_plugin *bv_compute_cpu_plugin(void);
 
 /* The kernels' outputs carry float rounding (~6e-8 relative), which the difference divides
@@ -32,45 +35,6 @@ static const bv_compute_ops *ops(void)
     return bv_compute_cpu_plugin()->ops;
 }
 
-static bv_compute *make_compute(int threads)
-{
-    const bv_plugin *pl = bv_compute_cpu_plugin();
-    bv_opts o;
-    bv_error err = {0};
-    assert_int_equal(bv_opts_defaults(&o, "compute", pl->options, &err), BV_OK);
-    for (size_t i = 0; i < o.count; i++)
-        if (strcmp(o.values[i].decl->name, "threads") == 0)
-            o.values[i].v.i = threads;
-    bv_compute *c = ops()->create(&o, &err);
-    bv_opts_free(&o);
-    assert_non_null(c);
-    return c;
-}
-
-static uint64_t rng_state = 0x2545F4914F6CDD1Dull;
-
-static uint64_t rng_next(void)
-{
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return rng_state;
-}
-
-static float rng_float(float lo, float hi)
-{
-    return lo + (hi - lo) * (float)(rng_next() >> 40) * 0x1.0p-24f;
-}
-
-static float *random_floats(int64_t n, float lo, float hi)
-{
-    float *v = malloc((size_t)(n > 0 ? n : 1) * sizeof *v);
-    assert_non_null(v);
-    for (int64_t i = 0; i < n; i++)
-        v[i] = rng_float(lo, hi);
-    return v;
-}
-
 /* Magnitudes in [0.05, 1] with random signs: at least 50 steps from a kink at 0. */
 static float *away_from_zero(int64_t n)
 {
@@ -78,13 +42,6 @@ static float *away_from_zero(int64_t n)
     for (int64_t i = 0; i < n; i++)
         if (rng_next() & 1)
             v[i] = -v[i];
-    return v;
-}
-
-static float *zeros(int64_t n)
-{
-    float *v = calloc((size_t)(n > 0 ? n : 1), sizeof *v);
-    assert_non_null(v);
     return v;
 }
 
@@ -204,7 +161,7 @@ static void check_activation(bv_compute *c, act_kind kind, const char *what)
 static void test_activation_backwards_match_finite_differences(void **state)
 {
     (void)state;
-    bv_compute *c = make_compute(3);
+    bv_compute *c = make_cpu_compute(3);
     check_activation(c, ACT_RELU, "relu");
     check_activation(c, ACT_LEAKY, "leaky_relu");
     check_activation(c, ACT_ELU, "elu");
@@ -234,7 +191,7 @@ static double xent_loss(const float *logits, void *ctx)
 static void test_softmax_xent_gradient_matches_finite_differences(void **state)
 {
     (void)state;
-    bv_compute *c = make_compute(3);
+    bv_compute *c = make_cpu_compute(3);
     const int64_t n = 30, k = 5;
     float *logits = random_floats(n * k, -3, 3);
     int32_t labels[30];
@@ -273,7 +230,7 @@ static double spmm_loss(const float *x, void *ctx)
 static void test_spmm_backward_is_spmm_with_the_transpose_and_not_with_a(void **state)
 {
     (void)state;
-    bv_compute *c = make_compute(3);
+    bv_compute *c = make_cpu_compute(3);
     const int64_t n = 15, f = 4;
     bv_csr *a = random_graph(n, 4, 6, true); /* weighted, not symmetric */
     bv_csr *at = bv_csr_transpose(a);
@@ -349,7 +306,7 @@ static void check_gemm_gradients(bv_compute *c, bool ta, bool tb)
 static void test_gemm_gradients_for_both_operands_and_all_transposes(void **state)
 {
     (void)state;
-    bv_compute *c = make_compute(3);
+    bv_compute *c = make_cpu_compute(3);
     check_gemm_gradients(c, false, false);
     check_gemm_gradients(c, true, false);
     check_gemm_gradients(c, false, true);
@@ -409,7 +366,7 @@ static edge_check edge_setup(bv_compute *c, const bv_csr *a, int64_t rb, int64_t
 static void test_edge_scores_backward_matches_finite_differences(void **state)
 {
     (void)state;
-    bv_compute *c = make_compute(3);
+    bv_compute *c = make_cpu_compute(3);
     bv_csr *a = random_graph(14, 4, 9, false);
     edge_check e = edge_setup(c, a, 2, 12); /* an interval, with the empty row inside */
     int64_t rows = e.re - e.rb;
@@ -441,7 +398,7 @@ static void test_edge_scores_backward_matches_finite_differences(void **state)
 static void test_edge_softmax_backward_matches_finite_differences(void **state)
 {
     (void)state;
-    bv_compute *c = make_compute(3);
+    bv_compute *c = make_cpu_compute(3);
     bv_csr *a = random_graph(14, 5, 9, false);
     edge_check e = edge_setup(c, a, 3, 14);
     e.z = random_floats(e.ne * HEADS, -2, 2);
@@ -464,7 +421,7 @@ static void test_edge_softmax_backward_matches_finite_differences(void **state)
 static void test_gather_heads_backwards_match_finite_differences(void **state)
 {
     (void)state;
-    bv_compute *c = make_compute(3);
+    bv_compute *c = make_cpu_compute(3);
     bv_csr *a = random_graph(14, 4, 5, false);
     int64_t *perm = NULL;
     bv_csr *at = bv_csr_transpose_perm(a, &perm);
@@ -536,7 +493,7 @@ static double gat_loss(const float *unused, void *ctx)
 static void test_chained_attention_head_gradients_match_finite_differences(void **state)
 {
     (void)state;
-    bv_compute *c = make_compute(3);
+    bv_compute *c = make_cpu_compute(3);
     bv_csr *a = random_graph(14, 4, 8, false);
     int64_t *perm = NULL;
     bv_csr *at = bv_csr_transpose_perm(a, &perm);

@@ -14,52 +14,14 @@
 #include "bivouac/compute.h"
 #include "bivouac/plugin.h"
 
+#define TEST_RNG_SEED 0x9E3779B97F4A7C15ull
+#include "test_support.h"
+
 const bv_plugin *bv_compute_cpu_plugin(void);
 
 static const bv_compute_ops *ops(void)
 {
     return bv_compute_cpu_plugin()->ops;
-}
-
-static bv_compute *make_compute(int threads)
-{
-    const bv_plugin *pl = bv_compute_cpu_plugin();
-    bv_opts o;
-    bv_error err = {0};
-    assert_int_equal(bv_opts_defaults(&o, "compute", pl->options, &err), BV_OK);
-    for (size_t i = 0; i < o.count; i++)
-        if (strcmp(o.values[i].decl->name, "threads") == 0)
-            o.values[i].v.i = threads;
-    bv_compute *c = ops()->create(&o, &err);
-    bv_opts_free(&o);
-    assert_non_null(c);
-    return c;
-}
-
-static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
-
-static float rng_float(float lo, float hi)
-{
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return lo + (hi - lo) * (float)(rng_state >> 40) * 0x1.0p-24f;
-}
-
-static float *randv(int64_t n, float lo, float hi)
-{
-    float *v = malloc((size_t)n * sizeof *v);
-    assert_non_null(v);
-    for (int64_t i = 0; i < n; i++)
-        v[i] = rng_float(lo, hi);
-    return v;
-}
-
-static float *zerov(int64_t n)
-{
-    float *v = calloc((size_t)n, sizeof *v);
-    assert_non_null(v);
-    return v;
 }
 
 static double dot(const float *a, const float *b, int64_t n)
@@ -116,15 +78,15 @@ static double ln_loss(void *arg)
 static void test_layernorm_matches_naive_and_gradcheck(void **state)
 {
     (void)state;
-    ln_case t = {.c = make_compute(2), .rows = 7, .cols = 24};
+    ln_case t = {.c = make_cpu_compute(2), .rows = 7, .cols = 24};
     int64_t n = t.rows * t.cols;
-    t.x = randv(n, -2, 2);
-    t.g = randv(t.cols, 0.5f, 1.5f);
-    t.b = randv(t.cols, -0.5f, 0.5f);
-    t.w = randv(n, -1, 1);
-    t.y = zerov(n);
-    t.mean = zerov(t.rows);
-    t.rstd = zerov(t.rows);
+    t.x = random_floats(n, -2, 2);
+    t.g = random_floats(t.cols, 0.5f, 1.5f);
+    t.b = random_floats(t.cols, -0.5f, 0.5f);
+    t.w = random_floats(n, -1, 1);
+    t.y = zeros(n);
+    t.mean = zeros(t.rows);
+    t.rstd = zeros(t.rows);
     ln_loss(&t);
     for (int64_t r = 0; r < t.rows; r++) {
         double m = 0, v = 0;
@@ -139,9 +101,9 @@ static void test_layernorm_matches_naive_and_gradcheck(void **state)
             assert_true(fabs(t.y[r * t.cols + j] - want) < 1e-4);
         }
     }
-    float *dx = randv(n, -1, 1), *dx0 = malloc((size_t)n * sizeof *dx0);
+    float *dx = random_floats(n, -1, 1), *dx0 = malloc((size_t)n * sizeof *dx0);
     memcpy(dx0, dx, (size_t)n * sizeof *dx);
-    float *dg = zerov(t.cols), *db = zerov(t.cols);
+    float *dg = zeros(t.cols), *db = zeros(t.cols);
     ops()->layernorm_backward(t.c, t.rows, t.cols, t.x, t.g, t.mean, t.rstd, t.w, dx, true,
                               dg, db);
     for (int64_t i = 0; i < n; i++)
@@ -171,9 +133,9 @@ static void test_layernorm_matches_naive_and_gradcheck(void **state)
 static void test_gelu_accuracy_on_a_grid(void **state)
 {
     (void)state;
-    bv_compute *c = make_compute(2);
+    bv_compute *c = make_cpu_compute(2);
     const int64_t n = 240003; /* not a multiple of 8: the tail path runs too */
-    float *x = zerov(n), *y = zerov(n), *ones = zerov(n), *dx = zerov(n);
+    float *x = zeros(n), *y = zeros(n), *ones = zeros(n), *dx = zeros(n);
     for (int64_t i = 0; i < n; i++) {
         x[i] = (float)(-12.0 + 24.0 * (double)i / (double)(n - 1));
         ones[i] = 1.0f;
@@ -227,14 +189,14 @@ static double gelu_loss(void *arg)
 static void test_gelu_matches_erf_form_and_gradcheck(void **state)
 {
     (void)state;
-    gelu_case t = {.c = make_compute(2), .n = 50};
-    t.x = randv(t.n, -4, 4);
-    t.w = randv(t.n, -1, 1);
-    t.y = zerov(t.n);
+    gelu_case t = {.c = make_cpu_compute(2), .n = 50};
+    t.x = random_floats(t.n, -4, 4);
+    t.w = random_floats(t.n, -1, 1);
+    t.y = zeros(t.n);
     gelu_loss(&t);
     for (int64_t i = 0; i < t.n; i++)
         assert_true(fabs(t.y[i] - 0.5 * t.x[i] * (1 + erf(t.x[i] / sqrt(2.0)))) < 1e-5);
-    float *dx = zerov(t.n);
+    float *dx = zeros(t.n);
     ops()->gelu_backward(t.c, t.n, t.x, t.w, dx);
     gradcheck("gelu", t.x, t.n, dx, gelu_loss, &t);
     free(dx);
@@ -289,14 +251,14 @@ static void naive_attention(const attn_case *t, float *out)
 static void test_attention_is_causal_matches_naive_and_gradcheck(void **state)
 {
     (void)state;
-    attn_case t = {.c = make_compute(2), .batch = 2, .seq = 5, .hd = 4, .heads = 2};
+    attn_case t = {.c = make_cpu_compute(2), .batch = 2, .seq = 5, .hd = 4, .heads = 2};
     int64_t C = t.heads * t.hd, T = t.batch * t.seq;
-    t.qkv = randv(T * 3 * C, -1, 1);
-    t.att = zerov(t.batch * t.heads * t.seq * t.seq);
-    t.out = zerov(T * C);
-    t.w = randv(T * C, -1, 1);
+    t.qkv = random_floats(T * 3 * C, -1, 1);
+    t.att = zeros(t.batch * t.heads * t.seq * t.seq);
+    t.out = zeros(T * C);
+    t.w = random_floats(T * C, -1, 1);
     attn_loss(&t);
-    float *want = zerov(T * C);
+    float *want = zeros(T * C);
     naive_attention(&t, want);
     for (int64_t i = 0; i < T * C; i++)
         assert_true(fabs(t.out[i] - want[i]) < 1e-5);
@@ -304,7 +266,7 @@ static void test_attention_is_causal_matches_naive_and_gradcheck(void **state)
         for (int64_t i = 0; i < t.seq; i++)
             for (int64_t j = i + 1; j < t.seq; j++)
                 assert_true(t.att[(u * t.seq + i) * t.seq + j] == 0.0f);
-    float *scratch = zerov(t.batch * t.heads * t.seq * t.seq), *dqkv = zerov(T * 3 * C);
+    float *scratch = zeros(t.batch * t.heads * t.seq * t.seq), *dqkv = zeros(T * 3 * C);
     ops()->attention_backward(t.c, t.batch, t.seq, t.heads, t.hd, t.qkv, t.att, t.w, scratch,
                               dqkv);
     gradcheck("attention dqkv", t.qkv, T * 3 * C, dqkv, attn_loss, &t);
@@ -337,17 +299,17 @@ static double emb_loss(void *arg)
 static void test_embedding_gradcheck_with_repeated_tokens(void **state)
 {
     (void)state;
-    emb_case t = {.c = make_compute(3), .batch = 3, .seq = 4, .dim = 40};
+    emb_case t = {.c = make_cpu_compute(3), .batch = 3, .seq = 4, .dim = 40};
     int64_t V = 5, T = t.batch * t.seq;
     t.tok = malloc((size_t)T * sizeof *t.tok);
     for (int64_t i = 0; i < T; i++)
         t.tok[i] = (int32_t)(i * 7 % V);
-    t.wte = randv(V * t.dim, -1, 1);
-    t.wpe = randv(t.seq * t.dim, -1, 1);
-    t.out = zerov(T * t.dim);
-    t.w = randv(T * t.dim, -1, 1);
+    t.wte = random_floats(V * t.dim, -1, 1);
+    t.wpe = random_floats(t.seq * t.dim, -1, 1);
+    t.out = zeros(T * t.dim);
+    t.w = random_floats(T * t.dim, -1, 1);
     emb_loss(&t);
-    float *dwte = zerov(V * t.dim), *dwpe = zerov(t.seq * t.dim);
+    float *dwte = zeros(V * t.dim), *dwpe = zeros(t.seq * t.dim);
     ops()->embedding_backward(t.c, t.batch, t.seq, t.dim, t.tok, t.w, dwte, dwpe);
     gradcheck("embedding dwte", t.wte, V * t.dim, dwte, emb_loss, &t);
     gradcheck("embedding dwpe", t.wpe, t.seq * t.dim, dwpe, emb_loss, &t);
@@ -364,10 +326,10 @@ static void test_embedding_gradcheck_with_repeated_tokens(void **state)
 static void test_gemm_batched_matches_naive(void **state)
 {
     (void)state;
-    bv_compute *c = make_compute(2);
+    bv_compute *c = make_cpu_compute(2);
     int64_t cnt = 5, m = 3, n = 4, k = 6;
-    float *a = randv(cnt * k * m, -1, 1), *b = randv(cnt * n * k, -1, 1);
-    float *cm = randv(cnt * m * n, -1, 1), *c0 = malloc((size_t)(cnt * m * n) * sizeof *c0);
+    float *a = random_floats(cnt * k * m, -1, 1), *b = random_floats(cnt * n * k, -1, 1);
+    float *cm = random_floats(cnt * m * n, -1, 1), *c0 = malloc((size_t)(cnt * m * n) * sizeof *c0);
     memcpy(c0, cm, (size_t)(cnt * m * n) * sizeof *c0);
     /* C_i = 2 A_i^T B_i^T + 0.5 C_i with A_i stored k x m and B_i stored n x k */
     ops()->gemm_batched(c, cnt, true, true, m, n, k, 2.0f, a, m, k * m, b, k, n * k, 0.5f, cm,
@@ -393,18 +355,18 @@ static void test_gemm_batched_matches_naive(void **state)
 static void run_all(int threads, float *res, int64_t *len)
 {
     rng_state = 12345;
-    bv_compute *c = make_compute(threads);
+    bv_compute *c = make_cpu_compute(threads);
     int64_t B = 3, S = 16, H = 4, D = 8, C = H * D, T = B * S;
-    float *x = randv(T * C, -1, 1), *g = randv(C, 0.5f, 1.5f), *qkv = randv(T * 3 * C, -1, 1);
-    float *dy = randv(T * C, -1, 1);
+    float *x = random_floats(T * C, -1, 1), *g = random_floats(C, 0.5f, 1.5f), *qkv = random_floats(T * 3 * C, -1, 1);
+    float *dy = random_floats(T * C, -1, 1);
     int64_t o = 0;
-    float *mean = zerov(T), *rstd = zerov(T);
+    float *mean = zeros(T), *rstd = zeros(T);
     ops()->layernorm_forward(c, T, C, 1e-5f, x, g, NULL, res + o, mean, rstd);
     o += T * C;
     ops()->layernorm_backward(c, T, C, x, g, mean, rstd, dy, res + o, false, res + o + T * C,
                               NULL);
     o += T * C + C;
-    float *att = zerov(B * H * S * S), *scr = zerov(B * H * S * S);
+    float *att = zeros(B * H * S * S), *scr = zeros(B * H * S * S);
     ops()->attention_forward(c, B, S, (int)H, D, qkv, att, res + o);
     o += T * C;
     ops()->attention_backward(c, B, S, (int)H, D, qkv, att, dy, scr, res + o);
@@ -427,7 +389,7 @@ static void test_same_bits_for_any_thread_count(void **state)
 {
     (void)state;
     int64_t cap = 1 << 16, n1, n2, n3;
-    float *r1 = zerov(cap), *r2 = zerov(cap), *r3 = zerov(cap);
+    float *r1 = zeros(cap), *r2 = zeros(cap), *r3 = zeros(cap);
     run_all(1, r1, &n1);
     run_all(2, r2, &n2);
     run_all(3, r3, &n3);

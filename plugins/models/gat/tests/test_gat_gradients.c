@@ -23,6 +23,9 @@
 #include "bivouac/plugin.h"
 #include "gradcheck.h"
 
+#define TEST_RNG_SEED 0x2545F4914F6CDD1Dull
+#include "test_support.h"
+
 const bv_plugin *bv_compute_cpu_plugin(void);
 const bv_plugin *bv_model_gat_plugin(void);
 
@@ -52,29 +55,6 @@ static const bv_model_ops *mops(void)
     return bv_model_gat_plugin()->ops;
 }
 
-static void set_opt(bv_opts *o, const char *name, double v)
-{
-    for (size_t i = 0; i < o->count; i++)
-        if (strcmp(o->values[i].decl->name, name) == 0) {
-            if (o->values[i].decl->type == BV_OPT_INT)
-                o->values[i].v.i = (int64_t)v;
-            else
-                o->values[i].v.f = v;
-            return;
-        }
-    fail_msg("no option %s", name);
-}
-
-static uint64_t rng_state = 0x2545F4914F6CDD1Dull;
-
-static float rng_float(float lo, float hi)
-{
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return lo + (hi - lo) * (float)(rng_state >> 40) * 0x1.0p-24f;
-}
-
 static float *random_array(int64_t n, float lo, float hi, bool random_sign)
 {
     float *v = malloc((size_t)(n + 1) * sizeof *v);
@@ -100,12 +80,7 @@ static int setup(void **state)
     fixture *fx = calloc(1, sizeof *fx);
     bv_error err = {0};
     bv_opts o;
-    assert_int_equal(bv_opts_defaults(&o, "compute", bv_compute_cpu_plugin()->options, &err),
-                     BV_OK);
-    set_opt(&o, "threads", 2);
-    fx->compute = kops()->create(&o, &err);
-    bv_opts_free(&o);
-    assert_non_null(fx->compute);
+    fx->compute = make_cpu_compute(2);
     assert_int_equal(bv_opts_defaults(&o, "model", bv_model_gat_plugin()->options, &err), BV_OK);
     set_opt(&o, "heads", HEADS);
     set_opt(&o, "hidden", HIDDEN);

@@ -18,6 +18,9 @@
 #include "bivouac/plugin.h"
 #include "gradcheck.h"
 
+#define TEST_RNG_SEED 0x9E3779B97F4A7C15ull
+#include "test_support.h"
+
 const bv_plugin *bv_compute_cpu_plugin(void);
 const bv_plugin *bv_model_gcn_plugin(void);
 
@@ -42,36 +45,6 @@ static const bv_compute_ops *kops(void)
 static const bv_model_ops *mops(void)
 {
     return bv_model_gcn_plugin()->ops;
-}
-
-static void set_int(bv_opts *o, const char *name, int64_t v)
-{
-    for (size_t i = 0; i < o->count; i++)
-        if (strcmp(o->values[i].decl->name, name) == 0) {
-            o->values[i].v.i = v;
-            return;
-        }
-    fail_msg("no option %s", name);
-}
-
-static void set_float(bv_opts *o, const char *name, double v)
-{
-    for (size_t i = 0; i < o->count; i++)
-        if (strcmp(o->values[i].decl->name, name) == 0) {
-            o->values[i].v.f = v;
-            return;
-        }
-    fail_msg("no option %s", name);
-}
-
-static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
-
-static float rng_float(float lo, float hi)
-{
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return lo + (hi - lo) * (float)(rng_state >> 40) * 0x1.0p-24f;
 }
 
 /* Magnitudes in [0.05, 1], random signs. */
@@ -99,17 +72,12 @@ static int setup(void **state)
     gcn_fixture *fx = calloc(1, sizeof *fx);
     bv_error err = {0};
     bv_opts o;
-    assert_int_equal(bv_opts_defaults(&o, "compute", bv_compute_cpu_plugin()->options, &err),
-                     BV_OK);
-    set_int(&o, "threads", 3);
-    fx->compute = kops()->create(&o, &err);
-    bv_opts_free(&o);
-    assert_non_null(fx->compute);
+    fx->compute = make_cpu_compute(3);
 
     assert_int_equal(bv_opts_defaults(&o, "model", bv_model_gcn_plugin()->options, &err), BV_OK);
-    set_int(&o, "hidden", HIDDEN);
-    set_int(&o, "layers", 2);
-    set_float(&o, "dropout", 0.5);
+    set_opt(&o, "hidden", HIDDEN);
+    set_opt(&o, "layers", 2);
+    set_opt(&o, "dropout", 0.5);
     bv_graph_shape shape = {.num_nodes = NUM_NODES, .num_features = FEATURES,
                             .num_classes = CLASSES};
     fx->model = mops()->create(&o, &shape, &err);
