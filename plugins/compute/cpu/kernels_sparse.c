@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "cpu_internal.h"
+#include "cpu_vec.h"
 
 typedef struct spmm_ctx {
     const bv_csr *a;
@@ -25,30 +26,86 @@ static void row_add(int64_t f, const float *restrict xr, float *restrict yr)
         yr[j] += xr[j];
 }
 
-static void spmm_task(void *arg, int tid, int ntasks)
+/* Rows of x are gathered at random, so memory latency bounds the product: the rows this
+ * many nonzeros ahead (across row ends) are requested early, about 8 KiB in flight. */
+static inline int64_t spmm_prefetch_distance(int64_t f)
 {
-    const spmm_ctx *s = arg;
-    int64_t b, e;
-    cpu_split_rows_by_nnz(s->a->rowptr, s->row_begin, s->row_end, tid, ntasks, &b, &e);
+    int64_t d = 2048 / (f > 0 ? f : 1);
+    return d < CPU_GATHER_PREFETCH ? CPU_GATHER_PREFETCH : d;
+}
+
+/* Any width: each output row is accumulated in memory. */
+static void spmm_rows_any(const spmm_ctx *s, int64_t b, int64_t e)
+{
     const int64_t *rowptr = s->a->rowptr;
     const int32_t *colidx = s->a->colidx;
     const float *values = s->a->values;
-    int64_t f = s->f;
-    /* The rows of x are gathered at random: memory latency, not bandwidth, bounds the
-     * loop, so the rows CPU_GATHER_PREFETCH edges ahead (across row ends) are requested early. */
-    int64_t k_end = rowptr[e];
+    int64_t f = s->f, ahead = spmm_prefetch_distance(f), k_end = rowptr[e];
     for (int64_t i = b; i < e; i++) {
         float *yr = s->y + (i - s->row_begin) * f;
         memset(yr, 0, (size_t)f * sizeof *yr);
         for (int64_t k = rowptr[i]; k < rowptr[i + 1]; k++) {
-            if (k + CPU_GATHER_PREFETCH < k_end)
-                cpu_prefetch_row(s->x + (int64_t)colidx[k + CPU_GATHER_PREFETCH] * f, f);
+            if (k + ahead < k_end)
+                cpu_prefetch_row(s->x + (int64_t)colidx[k + ahead] * f, f);
             if (values)
                 row_axpy(f, values[k], s->x + (int64_t)colidx[k] * f, yr);
             else
                 row_add(f, s->x + (int64_t)colidx[k] * f, yr);
         }
     }
+}
+
+/* Widths of nv x 8 floats: the output row stays in nv vector registers while its edges
+ * are summed, and is stored once. Per element the same operations in the same order as
+ * spmm_rows_any (a weight of 1 where there are no values multiplies exactly), so both
+ * give the same bits. */
+CPU_VEC_INLINE void spmm_rows_vec_body(const spmm_ctx *s, int64_t b, int64_t e, int nv)
+{
+    const int64_t *rowptr = s->a->rowptr;
+    const int32_t *colidx = s->a->colidx;
+    const float *values = s->a->values;
+    const float *x = s->x;
+    int64_t f = 8 * (int64_t)nv, ahead = spmm_prefetch_distance(f), k_end = rowptr[e];
+    for (int64_t i = b; i < e; i++) {
+        vec8f acc[8];
+        for (int v = 0; v < nv; v++)
+            acc[v] = vec8_splat(0.0f);
+        for (int64_t k = rowptr[i]; k < rowptr[i + 1]; k++) {
+            if (k + ahead < k_end)
+                cpu_prefetch_row(x + (int64_t)colidx[k + ahead] * f, f);
+            const float *xr = x + (int64_t)colidx[k] * f;
+            vec8f w = vec8_splat(values ? values[k] : 1.0f);
+            for (int v = 0; v < nv; v++)
+                acc[v] += w * vec8_load(xr + 8 * v, 8);
+        }
+        float *yr = s->y + (i - s->row_begin) * f;
+        for (int v = 0; v < nv; v++)
+            vec8_store(yr + 8 * v, acc[v], 8);
+    }
+}
+
+CPU_VEC_INLINE void spmm_rows_fixed_body(const spmm_ctx *s, int64_t b, int64_t e)
+{
+    switch (s->f) {
+    case 8: spmm_rows_vec_body(s, b, e, 1); break;
+    case 16: spmm_rows_vec_body(s, b, e, 2); break;
+    case 32: spmm_rows_vec_body(s, b, e, 4); break;
+    default: spmm_rows_vec_body(s, b, e, 8); break; /* 64 */
+    }
+}
+CPU_DEFINE_DISPATCH(spmm_rows_fixed, (const spmm_ctx *s, int64_t b, int64_t e), (s, b, e))
+
+static void spmm_task(void *arg, int tid, int ntasks)
+{
+    const spmm_ctx *s = arg;
+    int64_t b, e;
+    cpu_split_rows_by_nnz(s->a->rowptr, s->row_begin, s->row_end, tid, ntasks, &b, &e);
+    if (b >= e)
+        return;
+    if (s->f == 8 || s->f == 16 || s->f == 32 || s->f == 64)
+        spmm_rows_fixed(s, b, e);
+    else
+        spmm_rows_any(s, b, e);
 }
 
 void cpu_spmm(bv_compute *c, const bv_csr *a, int64_t row_begin, int64_t row_end,

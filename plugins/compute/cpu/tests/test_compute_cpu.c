@@ -211,6 +211,10 @@ static void test_spmm_matches_reference_with_empty_rows_and_subranges(void **sta
         check_spmm(c, &a, 13, 171, 37);
         check_spmm(c, &a, 5, 6, 8); /* a single empty row */
         check_spmm(c, &a, 0, a.nrows, 1);
+        for (int64_t f = 8; f <= 64; f *= 2) { /* the widths kept in vector registers */
+            check_spmm(c, &a, 0, a.nrows, f);
+            check_spmm(c, &a, 13, 171, f);
+        }
         free_csr(&a);
     }
     ops()->destroy(c);
