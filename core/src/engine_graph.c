@@ -182,6 +182,68 @@ static bv_status engine_spawn(bv_graph_engine *e, bv_error *err)
     return BV_OK;
 }
 
+/* The shared-array table: the dataset's arrays now, the stages' as the graph server
+ * makes them. */
+static bv_status engine_share(bv_graph_engine *e, bv_error *err)
+{
+    e->share_arrays = e->cfg.share_arrays;
+    e->shared = calloc(bv_shared_count(e), sizeof *e->shared);
+    if (!e->shared)
+        return bv_error_set(err, BV_ERR_NOMEM, "out of memory");
+    const bv_graph_dataset *d = e->cfg.data;
+    size_t n = (size_t)d->num_nodes;
+    e->shared[BV_SHARED_FEATURES] =
+        (bv_shared_array){d->features, n * (size_t)d->num_features * sizeof(float)};
+    e->shared[BV_SHARED_LABELS] = (bv_shared_array){d->labels, n * sizeof(int32_t)};
+    e->shared[BV_SHARED_SPLIT] = (bv_shared_array){d->split, n};
+    return BV_OK;
+}
+
+void *bv_engine_shared_window(const bv_graph_engine *e, const bv_array_ref *ref, size_t bytes,
+                              bool write, bv_error *err)
+{
+    if (!e->share_arrays || ref->array < 0 || (size_t)ref->array >= bv_shared_count(e) ||
+        (write && ref->array < BV_SHARED_STAGES)) {
+        bv_error_set(err, BV_ERR_CORRUPT, "task names shared array %lld, which is not one",
+                     (long long)ref->array);
+        return NULL;
+    }
+    const bv_shared_array *a = &e->shared[ref->array];
+    if (!a->base || ref->bytes != bytes || ref->offset > a->bytes ||
+        ref->bytes > a->bytes - ref->offset) {
+        bv_error_set(err, BV_ERR_CORRUPT,
+                     "task names bytes [%llu, +%llu) of shared array %lld (%zu bytes, want %zu)",
+                     (unsigned long long)ref->offset, (unsigned long long)ref->bytes,
+                     (long long)ref->array, a->base ? a->bytes : 0, bytes);
+        return NULL;
+    }
+    return (char *)a->base + ref->offset;
+}
+
+const void *bv_engine_task_array(const bv_graph_engine *e, const bv_role_msg *m, int which,
+                                 size_t bytes, bv_error *err)
+{
+    static const int32_t flag[3] = {BV_TASK_REF_A, BV_TASK_REF_B, BV_TASK_REF_C};
+    const uint8_t *p[3] = {m->a, m->b, m->c};
+    uint64_t n[3] = {m->hdr.na, m->hdr.nb, m->hdr.nc};
+    if (m->hdr.flags & flag[which]) {
+        bv_array_ref ref;
+        if (n[which] != sizeof ref) {
+            bv_error_set(err, BV_ERR_CORRUPT, "task's array reference is %llu bytes, not %zu",
+                         (unsigned long long)n[which], sizeof ref);
+            return NULL;
+        }
+        memcpy(&ref, p[which], sizeof ref);
+        return bv_engine_shared_window(e, &ref, bytes, false, err);
+    }
+    if (n[which] != bytes) {
+        bv_error_set(err, BV_ERR_CORRUPT, "task for stage %d has %llu bytes in array %c, not %zu",
+                     m->hdr.stage, (unsigned long long)n[which], 'a' + which, bytes);
+        return NULL;
+    }
+    return p[which];
+}
+
 bv_status bv_graph_engine_start(const bv_graph_engine_cfg *cfg, bv_graph_engine **out,
                                 bv_error *err)
 {
@@ -206,6 +268,8 @@ bv_status bv_graph_engine_start(const bv_graph_engine_cfg *cfg, bv_graph_engine 
         snprintf(e->addr_tw_weights[i], BV_ADDR_LEN, "inproc://bv%d-tw%d-weights", id, i);
     }
     bv_status st = engine_layout(e, err);
+    if (st == BV_OK)
+        st = engine_share(e, err);
     if (st == BV_OK && e->has_norm_gathers) {
         e->adj_norm = bv_graph_gcn_norm_adj(cfg->data);
         e->adj_norm_t = e->adj_norm ? bv_csr_transpose(e->adj_norm) : NULL;
@@ -272,6 +336,7 @@ void bv_graph_engine_stop(bv_graph_engine *e)
     bv_csr_free(e->adj_loops);
     bv_csr_free(e->adj_loops_t);
     free(e->loops_perm);
+    free(e->shared);
     free(e->vin);
     free(e->vin_width);
     free(e->tw_args);

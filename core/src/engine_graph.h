@@ -27,6 +27,7 @@ typedef struct bv_graph_engine_cfg {
     uint64_t seed;
     int intervals;      /* vertex intervals per stage; 0: bv_graph_auto_intervals */
     int tensor_workers; /* tensor worker threads */
+    bool share_arrays;  /* vertex tasks pass arrays by reference, not by copy */
     float beta1, beta2, eps, weight_decay;
 } bv_graph_engine_cfg;
 

@@ -12,6 +12,11 @@
 #define BV_MAX_TENSOR_WORKERS 64
 #define BV_ADDR_LEN 96
 
+typedef struct bv_shared_array {
+    void *base;
+    size_t bytes;
+} bv_shared_array;
+
 struct bv_graph_engine {
     bv_graph_engine_cfg cfg;
     bv_transport *transport;
@@ -43,9 +48,37 @@ struct bv_graph_engine {
     pthread_t gs_thread, ps_thread, tw_thread[BV_MAX_TENSOR_WORKERS];
     struct bv_tw_arg *tw_args; /* one per tensor worker */
     bool gs_started, ps_started, tw_started[BV_MAX_TENSOR_WORKERS];
+    /* Arrays the graph server shares with the tensor workers when share_arrays is on
+     * (role_msg.h, bv_array_ref): the dataset's, then each stage's output and gradient.
+     * The graph server sets an entry before it sends a task naming it. */
+    bool share_arrays;
+    bv_shared_array *shared; /* bv_shared_count(e) */
     int64_t version;    /* weights version the PS last reported */
     double decay_now;   /* sum of squares of the decayed weights, as of that version */
 };
+
+/* The arrays a bv_array_ref may name. */
+enum { BV_SHARED_FEATURES, BV_SHARED_LABELS, BV_SHARED_SPLIT, BV_SHARED_STAGES };
+static inline int64_t bv_shared_act(size_t stage)
+{
+    return BV_SHARED_STAGES + 2 * (int64_t)stage;
+}
+static inline int64_t bv_shared_dact(size_t stage)
+{
+    return BV_SHARED_STAGES + 2 * (int64_t)stage + 1;
+}
+static inline size_t bv_shared_count(const bv_graph_engine *e)
+{
+    return (size_t)BV_SHARED_STAGES + 2 * e->nstages;
+}
+/* The window ref names, if it lies inside a shared array that exists, is `bytes` long
+ * and, for writing, is not the dataset's; else NULL and err says why. */
+void *bv_engine_shared_window(const bv_graph_engine *e, const bv_array_ref *ref, size_t bytes,
+                              bool write, bv_error *err);
+/* Array `which` (0 a, 1 b, 2 c) of a task, of `bytes` bytes: its bytes in the message, or
+ * the shared window it names (BV_TASK_REF_*); else NULL and err says why. */
+const void *bv_engine_task_array(const bv_graph_engine *e, const bv_role_msg *m, int which,
+                                 size_t bytes, bv_error *err);
 
 void *bv_graph_server_main(void *engine);
 void *bv_param_server_main(void *engine);

@@ -63,6 +63,8 @@ static const bv_option engine_schema[] = {
     BV_OPT_INT_RANGE("intervals", "0", 0, 1e6,
                      "vertex intervals per stage (tasks); 0: one per 65,536 vertices"),
     BV_OPT_INT_RANGE("tensor_workers", "1", 1, 64, "tensor worker threads"),
+    BV_OPT_BOOLEAN("share_arrays", "true",
+                   "roles pass vertex arrays by reference, not by copying them into messages"),
     BV_OPT_END,
 };
 

@@ -17,6 +17,9 @@ typedef struct graph_server {
     float **act;  /* per stage output: num_nodes x out_dim (EDGE: nnz(A + I) x out_dim) */
     float **dact; /* per stage d(output), accumulated over the stages that read it */
     float *scratch; /* num_nodes x widest vertex array, for ∇GA */
+    float **spare;  /* dropped gradient arrays, for reuse (at most one per stage) */
+    size_t *spare_bytes;
+    size_t nspare;
     float grad_scale;
     bool *input_sent; /* per interval: its static input is at its tensor worker */
     bool *graph_sent; /* per interval: its edges are at its tensor worker */
@@ -47,6 +50,13 @@ static const float *task_input(graph_server *gs, size_t s, bv_task_hdr *h, size_
     h->flags |= BV_TASK_KEEP_INPUT;
     gs->input_sent[h->interval] = true;
     return in;
+}
+
+/* The shared array (bv_array_ref) holding stage s's input. */
+static int64_t stage_input_array(const graph_server *gs, size_t s)
+{
+    int v = gs->e->vin[s];
+    return v < 0 ? BV_SHARED_FEATURES : bv_shared_act((size_t)v);
 }
 
 static const float *stage_input(const graph_server *gs, size_t s)
@@ -190,27 +200,80 @@ static bv_endpoint *worker_of(const graph_server *gs, int i)
     return gs->to_tw[i % gs->e->cfg.tensor_workers];
 }
 
+/* One array of a task: bytes at p, inside shared array `array`. */
+typedef struct task_array {
+    const void *p;
+    size_t bytes;
+    int64_t array;
+} task_array;
+
+static const task_array no_array = {NULL, 0, -1};
+
+/* Sends interval i's task. With shared arrays each array travels as a reference to its
+ * window (BV_TASK_REF_*), otherwise as a copy of its bytes. */
+static bv_status gs_send_task(graph_server *gs, int i, uint16_t type, bv_task_hdr *h,
+                              task_array a, task_array b, task_array c, bv_error *err)
+{
+    static const int32_t flag[3] = {BV_TASK_REF_A, BV_TASK_REF_B, BV_TASK_REF_C};
+    task_array arr[3] = {a, b, c};
+    bv_array_ref ref[3];
+    const void *p[3];
+    size_t n[3];
+    for (int k = 0; k < 3; k++) {
+        p[k] = arr[k].p;
+        n[k] = arr[k].bytes;
+        if (gs->e->share_arrays && arr[k].p && arr[k].array >= 0) {
+            const bv_shared_array *sh = &gs->e->shared[arr[k].array];
+            ref[k] = (bv_array_ref){arr[k].array,
+                                    (uint64_t)((const char *)arr[k].p - (const char *)sh->base),
+                                    arr[k].bytes};
+            p[k] = &ref[k];
+            n[k] = sizeof ref[k];
+            h->flags |= flag[k];
+        }
+    }
+    return bv_role_send(gs->t, worker_of(gs, i), type, BV_ROLE_GS, h, p[0], n[0], p[1], n[1],
+                        p[2], n[2], err);
+}
+
+/* With shared arrays, asks for the task's result to be written (forward, loss) or added
+ * (backward) into rows of one of them instead of being sent back. */
+static void reply_in_place(const graph_server *gs, bv_task_hdr *h, int64_t array,
+                           const float *rows, size_t bytes)
+{
+    if (!gs->e->share_arrays || !rows)
+        return;
+    const bv_shared_array *sh = &gs->e->shared[array];
+    h->flags |= BV_TASK_REPLY_IN_PLACE;
+    h->reply = (bv_array_ref){array, (uint64_t)((const char *)rows - (const char *)sh->base),
+                              bytes};
+}
+
 /* ---- AV: ApplyVertex ---- */
 
 static bv_status av_send(graph_server *gs, size_t s, const bv_task_hdr *epoch, int i,
                          void *ctx, bv_error *err)
 {
+    const bv_stage *st = gs->e->stages[s];
     bv_task_hdr h = interval_hdr(gs, s, epoch, i);
     size_t in_bytes;
     const float *in = task_input(gs, s, &h, &in_bytes);
     (void)ctx;
-    return bv_role_send(gs->t, worker_of(gs, i), BV_MSG_FWD_TASK, BV_ROLE_GS, &h, in, in_bytes,
-                        NULL, 0, NULL, 0, err);
+    reply_in_place(gs, &h, bv_shared_act(s), gs->act[s] + h.row_begin * st->out_dim,
+                   (size_t)(h.rows * st->out_dim) * sizeof(float));
+    return gs_send_task(gs, i, BV_MSG_FWD_TASK, &h,
+                        (task_array){in, in_bytes, stage_input_array(gs, s)}, no_array,
+                        no_array, err);
 }
 
 static bv_status av_take(graph_server *gs, size_t s, bv_role_msg *m, void *ctx, bv_error *err)
 {
     const bv_stage *st = gs->e->stages[s];
     bv_status rc = BV_OK;
-    if (!interval_matches(gs->e, &m->hdr, (int32_t)s) ||
-        m->hdr.na != (uint64_t)(m->hdr.rows * st->out_dim) * sizeof(float))
+    uint64_t want = gs->e->share_arrays ? 0 : (uint64_t)(m->hdr.rows * st->out_dim) * sizeof(float);
+    if (!interval_matches(gs->e, &m->hdr, (int32_t)s) || m->hdr.na != want)
         rc = bv_error_set(err, BV_ERR_CORRUPT, "bad result for %s", st->name);
-    else /* Scatter: the rows land where the next stage reads them */
+    else if (want) /* Scatter: the rows land where the next stage reads them */
         memcpy(gs->act[s] + m->hdr.row_begin * st->out_dim, m->a, m->hdr.na);
     bv_role_release(gs->t, m);
     (void)ctx;
@@ -232,18 +295,24 @@ static bv_status loss_send(graph_server *gs, size_t s, const bv_task_hdr *epoch,
     int64_t k = gs->e->stages[s]->out_dim;
     bv_task_hdr h = interval_hdr(gs, s, epoch, i);
     h.grad_scale = gs->grad_scale;
+    size_t bytes = (size_t)(h.rows * k) * sizeof(float);
     (void)ctx;
-    return bv_role_send(gs->t, worker_of(gs, i), BV_MSG_LOSS_TASK, BV_ROLE_GS, &h,
-                        gs->act[s] + h.row_begin * k, (size_t)(h.rows * k) * sizeof(float),
-                        d->labels + h.row_begin, (size_t)h.rows * sizeof(int32_t),
-                        d->split + h.row_begin, (size_t)h.rows, err);
+    if (h.training)
+        reply_in_place(gs, &h, bv_shared_dact(s), gs->dact[s] + h.row_begin * k, bytes);
+    return gs_send_task(gs, i, BV_MSG_LOSS_TASK, &h,
+                        (task_array){gs->act[s] + h.row_begin * k, bytes, bv_shared_act(s)},
+                        (task_array){d->labels + h.row_begin, (size_t)h.rows * sizeof(int32_t),
+                                     BV_SHARED_LABELS},
+                        (task_array){d->split + h.row_begin, (size_t)h.rows, BV_SHARED_SPLIT},
+                        err);
 }
 
 static bv_status loss_take(graph_server *gs, size_t s, bv_role_msg *m, void *ctx, bv_error *err)
 {
     loss_ctx *lc = ctx;
     int64_t k = gs->e->stages[s]->out_dim;
-    size_t want = m->hdr.training ? (size_t)(m->hdr.rows * k) * sizeof(float) : 0;
+    size_t want = m->hdr.training && !gs->e->share_arrays
+                      ? (size_t)(m->hdr.rows * k) * sizeof(float) : 0;
     bv_status rc = BV_OK;
     if (!interval_matches(gs->e, &m->hdr, (int32_t)s) || m->hdr.na != want) {
         rc = bv_error_set(err, BV_ERR_CORRUPT, "bad loss result");
@@ -285,17 +354,28 @@ static bv_status avb_send(graph_server *gs, size_t s, const bv_task_hdr *epoch, 
     bv_task_hdr h = interval_hdr(gs, s, epoch, i);
     size_t out_bytes = (size_t)(h.rows * st->out_dim) * sizeof(float), in_bytes;
     const float *in = task_input(gs, s, &h, &in_bytes);
+    float *din = stage_input_grad(gs, s);
     (void)ctx;
-    return bv_role_send(gs->t, worker_of(gs, i), BV_MSG_BWD_TASK, BV_ROLE_GS, &h, in, in_bytes,
-                        gs->act[s] + h.row_begin * st->out_dim, out_bytes,
-                        gs->dact[s] + h.row_begin * st->out_dim, out_bytes, err);
+    if (st->needs_input_grad && din)
+        reply_in_place(gs, &h, bv_shared_dact((size_t)gs->e->vin[s]),
+                       din + h.row_begin * st->in_dim,
+                       (size_t)(h.rows * st->in_dim) * sizeof(float));
+    return gs_send_task(gs, i, BV_MSG_BWD_TASK, &h,
+                        (task_array){in, in_bytes, stage_input_array(gs, s)},
+                        (task_array){gs->act[s] + h.row_begin * st->out_dim, out_bytes,
+                                     bv_shared_act(s)},
+                        (task_array){gs->dact[s] + h.row_begin * st->out_dim, out_bytes,
+                                     bv_shared_dact(s)},
+                        err);
 }
 
 static bv_status avb_take(graph_server *gs, size_t s, bv_role_msg *m, void *ctx, bv_error *err)
 {
     const bv_stage *st = gs->e->stages[s];
     float *din = stage_input_grad(gs, s);
-    size_t want = st->needs_input_grad ? (size_t)(m->hdr.rows * st->in_dim) * sizeof(float) : 0;
+    bool in_place = gs->e->share_arrays && din; /* the worker added it already */
+    size_t want = st->needs_input_grad && !in_place
+                      ? (size_t)(m->hdr.rows * st->in_dim) * sizeof(float) : 0;
     bv_status rc = BV_OK;
     if (!interval_matches(gs->e, &m->hdr, (int32_t)s) || m->hdr.na != want)
         rc = bv_error_set(err, BV_ERR_CORRUPT, "bad backward result for %s", st->name);
@@ -491,7 +571,9 @@ static void gs_gather_backward(graph_server *gs, size_t s)
 
 /* Gradient arrays exist only while the backward pass needs them: dact[x] from the first
  * stage that adds to it until stage x has used it, so a large graph never holds every
- * stage's gradient at once. Zeroed when made: every producer adds. */
+ * stage's gradient at once. Zeroed when made: every producer adds. A dropped array is
+ * kept as a spare and handed to the next gradient of its size (in this epoch or the
+ * next): zeroing memory already mapped costs far less than faulting in fresh pages. */
 static size_t stage_bytes(const graph_server *gs, size_t s)
 {
     return (size_t)(stage_rows(gs, s) * gs->e->stages[s]->out_dim) * sizeof(float);
@@ -501,15 +583,33 @@ static bv_status ensure_grad(graph_server *gs, int s, bv_error *err)
 {
     if (s < 0 || gs->dact[s])
         return BV_OK;
-    gs->dact[s] = bv_alloc_aligned(stage_bytes(gs, (size_t)s));
-    return gs->dact[s] ? BV_OK
-                       : bv_error_set(err, BV_ERR_NOMEM, "out of memory for the gradient of %s",
-                                      gs->e->stages[s]->name);
+    size_t bytes = stage_bytes(gs, (size_t)s);
+    for (size_t k = 0; k < gs->nspare && !gs->dact[s]; k++)
+        if (gs->spare_bytes[k] == bytes) {
+            gs->dact[s] = gs->spare[k];
+            gs->nspare--;
+            gs->spare[k] = gs->spare[gs->nspare];
+            gs->spare_bytes[k] = gs->spare_bytes[gs->nspare];
+            memset(gs->dact[s], 0, bytes);
+        }
+    if (!gs->dact[s] && !(gs->dact[s] = bv_alloc_aligned(bytes)))
+        return bv_error_set(err, BV_ERR_NOMEM, "out of memory for the gradient of %s",
+                            gs->e->stages[s]->name);
+    gs->e->shared[bv_shared_dact((size_t)s)] = (bv_shared_array){gs->dact[s], bytes};
+    return BV_OK;
 }
 
 static void drop_grad(graph_server *gs, size_t s)
 {
-    bv_free_aligned(gs->dact[s]);
+    if (!gs->dact[s])
+        return;
+    gs->e->shared[bv_shared_dact(s)] = (bv_shared_array){NULL, 0};
+    if (gs->nspare < gs->e->nstages) {
+        gs->spare[gs->nspare] = gs->dact[s];
+        gs->spare_bytes[gs->nspare++] = stage_bytes(gs, s);
+    } else {
+        bv_free_aligned(gs->dact[s]);
+    }
     gs->dact[s] = NULL;
 }
 
@@ -577,7 +677,9 @@ static bv_status gs_setup(graph_server *gs, bv_error *err)
     gs->input_sent = calloc((size_t)e->cfg.intervals, sizeof *gs->input_sent);
     gs->act = calloc(e->nstages, sizeof *gs->act);
     gs->dact = calloc(e->nstages, sizeof *gs->dact);
-    if (!gs->act || !gs->dact || !gs->input_sent)
+    gs->spare = calloc(e->nstages, sizeof *gs->spare);
+    gs->spare_bytes = calloc(e->nstages, sizeof *gs->spare_bytes);
+    if (!gs->act || !gs->dact || !gs->spare || !gs->spare_bytes || !gs->input_sent)
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory in the graph server");
     int64_t n = e->cfg.data->num_nodes;
     int64_t widest = e->cfg.data->num_features;
@@ -588,6 +690,7 @@ static bv_status gs_setup(graph_server *gs, bv_error *err)
         if (!gs->act[s])
             return bv_error_set(err, BV_ERR_NOMEM, "out of memory for %s's vertex arrays",
                                 e->stages[s]->name);
+        e->shared[bv_shared_act(s)] = (bv_shared_array){gs->act[s], stage_bytes(gs, s)};
     }
     if (e->has_norm_gathers) /* only ∇GA with Â needs it */
         gs->scratch = bv_alloc_aligned((size_t)(n * widest) * sizeof(float));
@@ -612,6 +715,10 @@ static void gs_teardown(graph_server *gs)
         bv_free_aligned(gs->act[s]);
         bv_free_aligned(gs->dact[s]);
     }
+    for (size_t k = 0; k < gs->nspare; k++)
+        bv_free_aligned(gs->spare[k]);
+    free(gs->spare);
+    free(gs->spare_bytes);
     free(gs->act);
     free(gs->dact);
     free(gs->input_sent);

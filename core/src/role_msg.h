@@ -39,6 +39,17 @@ enum bv_msg_type {
     BV_MSG_EDGE_BWD_RESULT  /* TW -> GS: a = d(src windows), b = d(dst windows) */
 };
 
+/* Roles that share one address space (the engine's threads) pass the large arrays of
+ * vertex tasks by reference instead of copying them into messages: the array's bytes in
+ * the message are then this struct, naming a window of one of the arrays the graph server
+ * shares (bv_engine_shared_window checks it against the array's size before any use;
+ * docs/architecture.md#shared-arrays). */
+typedef struct bv_array_ref {
+    int64_t array;   /* BV_SHARED_* or bv_shared_act / bv_shared_dact of a stage */
+    uint64_t offset; /* bytes from the array's start */
+    uint64_t bytes;
+} bv_array_ref;
+
 /* Fixed part of every payload; multiple of 8 bytes so the arrays stay aligned. */
 typedef struct bv_task_hdr {
     int64_t epoch;
@@ -56,6 +67,7 @@ typedef struct bv_task_hdr {
     float grad_scale;
     float lr;
     uint64_t na, nb, nc; /* byte sizes of arrays a, b, c */
+    bv_array_ref reply; /* BV_TASK_REPLY_IN_PLACE: where the result goes */
     /* loss stats per split (train, val, test): loss_sum, count, correct */
     double stats[9];
 } bv_task_hdr;
@@ -66,6 +78,10 @@ typedef struct bv_task_hdr {
 enum { BV_TASK_KEEP_INPUT = 1, BV_TASK_CACHED_INPUT = 2 };
 /* The same for an interval's edges (EDGE tasks): sent once, then kept by the worker. */
 enum { BV_TASK_KEEP_GRAPH = 4, BV_TASK_CACHED_GRAPH = 8 };
+/* Arrays a, b, c hold a bv_array_ref each instead of their bytes; and the result is
+ * written into hdr.reply in place (a forward or loss result is stored there, a backward
+ * result added) instead of being sent back. Only between roles of one process. */
+enum { BV_TASK_REF_A = 16, BV_TASK_REF_B = 32, BV_TASK_REF_C = 64, BV_TASK_REPLY_IN_PLACE = 128 };
 
 /* Role ids (the wire header's sender). Tensor workers are BV_ROLE_TW + i. */
 enum { BV_ROLE_COORD = 1, BV_ROLE_GS = 2, BV_ROLE_PS = 3, BV_ROLE_TW = 16 };

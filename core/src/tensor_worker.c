@@ -127,11 +127,9 @@ static const float *tw_input(tensor_worker *w, const bv_role_msg *m, size_t want
         }
         return w->kept[h->interval];
     }
-    if (h->na != want) {
-        bv_error_set(err, BV_ERR_CORRUPT, "task for stage %d has %llu bytes of input, not %zu",
-                     h->stage, (unsigned long long)h->na, want);
+    const float *in = bv_engine_task_array(w->e, m, 0, want, err);
+    if (!in)
         return NULL;
-    }
     if (h->flags & BV_TASK_KEEP_INPUT) {
         free(w->kept[h->interval]);
         w->kept[h->interval] = malloc(want + 1);
@@ -139,14 +137,36 @@ static const float *tw_input(tensor_worker *w, const bv_role_msg *m, size_t want
             bv_error_set(err, BV_ERR_NOMEM, "out of memory keeping an input");
             return NULL;
         }
-        memcpy(w->kept[h->interval], m->a, want);
+        memcpy(w->kept[h->interval], in, want);
         w->kept_bytes[h->interval] = want;
         bv_csr_free(w->kept_csr[h->interval]);
         w->kept_csr[h->interval] =
             sparse_rows(w->kept[h->interval], h->rows, (int64_t)(want / sizeof(float)) /
                                                            (h->rows ? h->rows : 1));
     }
-    return (const float *)m->a;
+    return in;
+}
+
+/* Where a task's result of `bytes` bytes goes: the graph server's rows it named
+ * (BV_TASK_REPLY_IN_PLACE), else a fresh buffer for the reply message (*owned). */
+static float *tw_result_buffer(tensor_worker *w, const bv_task_hdr *h, size_t bytes,
+                               bool *owned, bv_error *err)
+{
+    *owned = !(h->flags & BV_TASK_REPLY_IN_PLACE);
+    if (!*owned)
+        return bv_engine_shared_window(w->e, &h->reply, bytes, true, err);
+    float *p = malloc(bytes + sizeof(float));
+    if (!p)
+        bv_error_set(err, BV_ERR_NOMEM, "out of memory for a %zu-byte task result", bytes);
+    return p;
+}
+
+/* The reply's header: the task's, without the flags that describe the task's arrays. */
+static bv_task_hdr reply_hdr(const bv_task_hdr *h)
+{
+    bv_task_hdr r = *h;
+    r.flags &= ~(BV_TASK_REF_A | BV_TASK_REF_B | BV_TASK_REF_C);
+    return r;
 }
 
 static bv_status tw_ensure_weights(tensor_worker *w, int64_t version, bv_error *err)
@@ -209,17 +229,20 @@ static bv_status tw_forward(tensor_worker *w, const bv_role_msg *m, bv_error *er
     if (st != BV_OK)
         return st;
     size_t out_bytes = (size_t)(h->rows * s->out_dim) * sizeof(float);
-    float *out = malloc(out_bytes + sizeof(float));
+    bool owned;
+    float *out = tw_result_buffer(w, h, out_bytes, &owned, err);
     if (!out)
-        return bv_error_set(err, BV_ERR_NOMEM, "out of memory in %s", s->name);
+        return err->status;
     bv_task_ctx ctx = tw_ctx(w, h);
     ctx.sparse_in = tw_sparse_input(w, h);
     st = w->e->cfg.model_ops->tensor_forward(w->e->cfg.model, (size_t)h->stage, &ctx, in, out,
                                              err);
+    bv_task_hdr reply = reply_hdr(h);
     if (st == BV_OK)
-        st = bv_role_send(w->t, w->to_gs, BV_MSG_FWD_RESULT, w->id, h, out, out_bytes, NULL, 0,
-                          NULL, 0, err);
-    free(out);
+        st = bv_role_send(w->t, w->to_gs, BV_MSG_FWD_RESULT, w->id, &reply, out,
+                          owned ? out_bytes : 0, NULL, 0, NULL, 0, err);
+    if (owned)
+        free(out);
     return st;
 }
 
@@ -231,10 +254,14 @@ static bv_status tw_backward(tensor_worker *w, const bv_role_msg *m, bv_error *e
     const bv_stage *s = w->e->stages[h->stage];
     size_t in_bytes = (size_t)(h->rows * s->in_dim) * sizeof(float);
     size_t out_bytes = (size_t)(h->rows * s->out_dim) * sizeof(float);
-    if (h->nb != out_bytes || h->nc != out_bytes)
-        return bv_error_set(err, BV_ERR_CORRUPT, "backward task for %s has wrong sizes", s->name);
     const float *in = tw_input(w, m, in_bytes, err);
-    if (!in)
+    const float *out = in ? bv_engine_task_array(w->e, m, 1, out_bytes, err) : NULL;
+    const float *dout = out ? bv_engine_task_array(w->e, m, 2, out_bytes, err) : NULL;
+    if (!dout)
+        return err->status;
+    float *din_to = NULL; /* the graph server's rows to add d(input) into */
+    if ((h->flags & BV_TASK_REPLY_IN_PLACE) &&
+        !(din_to = bv_engine_shared_window(w->e, &h->reply, in_bytes, true, err)))
         return err->status;
     bv_status st = tw_ensure_weights(w, h->version, err);
     if (st != BV_OK)
@@ -245,15 +272,17 @@ static bv_status tw_backward(tensor_worker *w, const bv_role_msg *m, bv_error *e
     memset(w->grads, 0, w->e->param_floats * sizeof(float));
     bv_task_ctx ctx = tw_ctx(w, h);
     ctx.sparse_in = tw_sparse_input(w, h);
-    st = w->e->cfg.model_ops->tensor_backward(w->e->cfg.model, (size_t)h->stage, &ctx, in,
-                                              (const float *)m->b,
-                                              (const float *)m->c, din, w->grad_ptrs, err);
+    st = w->e->cfg.model_ops->tensor_backward(w->e->cfg.model, (size_t)h->stage, &ctx, in, out,
+                                              dout, din, w->grad_ptrs, err);
+    bv_task_hdr reply = reply_hdr(h);
     if (st == BV_OK)
-        st = bv_role_send(w->t, w->to_ps, BV_MSG_GRADS, w->id, h, w->grads,
+        st = bv_role_send(w->t, w->to_ps, BV_MSG_GRADS, w->id, &reply, w->grads,
                           w->e->param_floats * sizeof(float), NULL, 0, NULL, 0, err);
+    if (st == BV_OK && din && din_to) /* rows of one interval: no other task adds to them */
+        w->e->cfg.compute_ops->axpy(w->compute, h->rows * s->in_dim, 1.0f, din, din_to);
     if (st == BV_OK)
-        st = bv_role_send(w->t, w->to_gs, BV_MSG_BWD_RESULT, w->id, h, din, din ? in_bytes : 0,
-                          NULL, 0, NULL, 0, err);
+        st = bv_role_send(w->t, w->to_gs, BV_MSG_BWD_RESULT, w->id, &reply, din,
+                          din && !din_to ? in_bytes : 0, NULL, 0, NULL, 0, err);
     free(din);
     return st;
 }
@@ -262,37 +291,45 @@ static bv_status tw_loss(tensor_worker *w, const bv_role_msg *m, bv_error *err)
 {
     const bv_task_hdr *h = &m->hdr;
     const bv_stage *last = w->e->stages[w->e->nstages - 1];
-    size_t logit_bytes = (size_t)(h->rows * last->out_dim) * sizeof(float);
-    if (h->rows < 0 || h->na != logit_bytes || h->nb != (size_t)h->rows * sizeof(int32_t) ||
-        h->nc != (size_t)h->rows)
+    if (h->rows < 0)
         return bv_error_set(err, BV_ERR_CORRUPT, "loss task has wrong sizes");
+    size_t logit_bytes = (size_t)(h->rows * last->out_dim) * sizeof(float);
+    const float *logits = bv_engine_task_array(w->e, m, 0, logit_bytes, err);
+    const int32_t *labels =
+        logits ? bv_engine_task_array(w->e, m, 1, (size_t)h->rows * sizeof(int32_t), err) : NULL;
+    const uint8_t *split = labels ? bv_engine_task_array(w->e, m, 2, (size_t)h->rows, err) : NULL;
+    if (!split)
+        return err->status;
+    bool owned = false;
+    float *dlogits = NULL;
+    if (h->training && !(dlogits = tw_result_buffer(w, h, logit_bytes, &owned, err)))
+        return err->status;
     uint8_t *mask = malloc((size_t)h->rows + 1);
-    float *dlogits = h->training ? malloc(logit_bytes + sizeof(float)) : NULL;
-    if (!mask || (h->training && !dlogits)) {
-        free(mask);
-        free(dlogits);
+    if (!mask) {
+        if (owned)
+            free(dlogits);
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory in the loss task");
     }
-    bv_task_hdr reply = *h;
+    bv_task_hdr reply = reply_hdr(h);
     bv_task_ctx ctx = tw_ctx(w, h);
     bv_status st = BV_OK;
-    const uint8_t *split = m->c;
     for (int s = 0; s < 3 && st == BV_OK; s++) {
         for (int64_t i = 0; i < h->rows; i++)
             mask[i] = split[i] == BV_SPLIT_TRAIN + s;
         bv_xent_result r = {0};
         float *d = (s == 0 && dlogits) ? dlogits : NULL;
-        st = w->e->cfg.model_ops->loss(w->e->cfg.model, &ctx, (const float *)m->a,
-                                       (const int32_t *)m->b, mask, h->grad_scale, d, &r, err);
+        st = w->e->cfg.model_ops->loss(w->e->cfg.model, &ctx, logits, labels, mask,
+                                       h->grad_scale, d, &r, err);
         reply.stats[3 * s] = r.loss_sum;
         reply.stats[3 * s + 1] = (double)r.count;
         reply.stats[3 * s + 2] = (double)r.correct;
     }
     if (st == BV_OK)
         st = bv_role_send(w->t, w->to_gs, BV_MSG_LOSS_RESULT, w->id, &reply, dlogits,
-                          dlogits ? logit_bytes : 0, NULL, 0, NULL, 0, err);
+                          owned ? logit_bytes : 0, NULL, 0, NULL, 0, err);
     free(mask);
-    free(dlogits);
+    if (owned)
+        free(dlogits);
     return st;
 }
 

@@ -238,6 +238,7 @@ static bv_status setup(run_state *r, const bv_graph_dataset *data, bv_error *err
         .seed = r->o->seed,
         .intervals = (int)bv_opts_int(&x->engine, "intervals"),
         .tensor_workers = (int)bv_opts_int(&x->engine, "tensor_workers"),
+        .share_arrays = bv_opts_bool(&x->engine, "share_arrays"),
         .beta1 = (float)bv_opts_float(&x->train, "beta1"),
         .beta2 = (float)bv_opts_float(&x->train, "beta2"),
         .eps = (float)bv_opts_float(&x->train, "eps"),

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Training is a function of the experiment and the seed: the same seed twice gives the same
 # result.json (wall_seconds aside), the same metrics.jsonl ("seconds" aside) and the same
-# final weights (params_crc32c); another seed gives other weights; and a --repeat run gives
-# each seed exactly what a run of that seed alone gives (no state leaks between repeats).
+# final weights (params_crc32c); another seed gives other weights; a --repeat run gives
+# each seed exactly what a run of that seed alone gives (no state leaks between repeats);
+# and tasks sharing the graph server's arrays give what tasks carrying copies give.
 # Environment (set by ctest): BIVOUAC (the binary), BIVOUAC_DATA_DIR, BIVOUAC_SOURCE_DIR;
 # BIVOUAC_CACHE_DIR is honoured (default: a temporary directory).
 set -euo pipefail
@@ -100,6 +101,24 @@ fi
 train "$tmp/rep" --seed 42 --repeat 2
 same_run "--repeat 2, seed 42 vs a run of seed 42 alone" "$tmp/s42-a" "$tmp/rep/seed-42"
 same_run "--repeat 2, seed 43 vs a run of seed 43 alone" "$tmp/s43" "$tmp/rep/seed-43"
+
+# Tensor tasks reading and writing the graph server's arrays in place (engine.share_arrays,
+# the default) compute exactly what tasks carrying copies do, with several intervals and
+# workers in flight; for GCN (tensor stages only) and GAT (edge stages too).
+for model in gcn gat; do
+    experiment="$BIVOUAC_SOURCE_DIR/configs/$model-cora.yaml"
+    for share in true false; do
+        train "$tmp/$model-share-$share" --seed 42 -s "train.epochs=$((EPOCHS / 3))" \
+            -s engine.intervals=3 -s engine.tensor_workers=2 -s "engine.share_arrays=$share"
+    done
+    if grep -qx '  share_arrays: false' "$tmp/$model-share-false/experiment.yaml"; then
+        ok "$model: the copying run ran with share_arrays: false"
+    else
+        fail "$model: experiment.yaml of the copying run does not say share_arrays: false"
+    fi
+    same_run "$model, engine.share_arrays true vs false" "$tmp/$model-share-true" \
+        "$tmp/$model-share-false"
+done
 
 echo "$passed passed, $failed failed"
 [[ $failed == 0 ]]

@@ -21,6 +21,7 @@
 
 #include "bivouac/graph.h"
 #include "engine_graph.h"
+#include "engine_graph_internal.h"
 #include "graph_internal.h"
 
 /* --- helpers ---------------------------------------------------------------------- */
@@ -842,6 +843,58 @@ static void test_auto_intervals(void **state)
     assert_int_equal(bv_graph_auto_intervals(1000000), 16);
 }
 
+/* A task's reference into the shared arrays is checked before any use: the array must
+ * exist, the window lie inside it with the size the task needs, and nothing may write into
+ * the dataset's arrays. */
+static void test_shared_window_checks_every_reference(void **state)
+{
+    (void)state;
+    float features[40], act[12];
+    bv_shared_array table[BV_SHARED_STAGES + 2] = {{features, sizeof features}};
+    table[bv_shared_act(0)] = (bv_shared_array){act, sizeof act};
+    bv_graph_engine e = {.nstages = 1, .share_arrays = true, .shared = table};
+    bv_error err;
+    bv_array_ref ref = {bv_shared_act(0), 8, 16};
+    assert_ptr_equal(bv_engine_shared_window(&e, &ref, 16, true, &err), act + 2);
+    ref = (bv_array_ref){BV_SHARED_FEATURES, 0, 160};
+    assert_ptr_equal(bv_engine_shared_window(&e, &ref, 160, false, &err), features);
+    assert_null(bv_engine_shared_window(&e, &ref, 160, true, &err));
+    assert_string_equal(err.msg, "task names shared array 0, which is not one");
+    ref = (bv_array_ref){bv_shared_dact(0) + 1, 0, 4};
+    assert_null(bv_engine_shared_window(&e, &ref, 4, false, &err));
+    assert_string_equal(err.msg, "task names shared array 5, which is not one");
+    ref = (bv_array_ref){bv_shared_dact(0), 0, 4}; /* no gradient array right now */
+    assert_null(bv_engine_shared_window(&e, &ref, 4, false, &err));
+    assert_string_equal(err.msg,
+                        "task names bytes [0, +4) of shared array 4 (0 bytes, want 4)");
+    ref = (bv_array_ref){bv_shared_act(0), 40, 16}; /* runs 8 bytes past the end */
+    assert_null(bv_engine_shared_window(&e, &ref, 16, false, &err));
+    assert_string_equal(err.msg,
+                        "task names bytes [40, +16) of shared array 3 (48 bytes, want 16)");
+    ref = (bv_array_ref){bv_shared_act(0), UINT64_MAX - 3, 8}; /* offset + bytes wraps */
+    assert_null(bv_engine_shared_window(&e, &ref, 8, false, &err));
+    ref = (bv_array_ref){bv_shared_act(0), 0, 8};
+    assert_null(bv_engine_shared_window(&e, &ref, 12, false, &err)); /* not the size wanted */
+    e.share_arrays = false; /* a run that copies accepts no references */
+    assert_null(bv_engine_shared_window(&e, &ref, 8, false, &err));
+    assert_string_equal(err.msg, "task names shared array 3, which is not one");
+
+    /* bv_engine_task_array: the message's own bytes, or the window a reference names */
+    e.share_arrays = true;
+    float inline_rows[3] = {1, 2, 3};
+    ref = (bv_array_ref){bv_shared_act(0), 4, 8};
+    bv_role_msg m = {.hdr = {.stage = 2, .na = sizeof inline_rows, .nb = sizeof ref,
+                             .flags = BV_TASK_REF_B},
+                     .a = (const uint8_t *)inline_rows, .b = (const uint8_t *)&ref};
+    assert_ptr_equal(bv_engine_task_array(&e, &m, 0, sizeof inline_rows, &err), inline_rows);
+    assert_ptr_equal(bv_engine_task_array(&e, &m, 1, 8, &err), act + 1);
+    assert_null(bv_engine_task_array(&e, &m, 0, 8, &err));
+    assert_string_equal(err.msg, "task for stage 2 has 12 bytes in array a, not 8");
+    m.hdr.nb = 8; /* a reference that is not one */
+    assert_null(bv_engine_task_array(&e, &m, 1, 8, &err));
+    assert_string_equal(err.msg, "task's array reference is 8 bytes, not 24");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -875,6 +928,7 @@ int main(void)
         cmocka_unit_test(test_powerlaw_sizes_shape_and_determinism),
         cmocka_unit_test(test_powerlaw_rejects_impossible_requests),
         cmocka_unit_test(test_auto_intervals),
+        cmocka_unit_test(test_shared_window_checks_every_reference),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
