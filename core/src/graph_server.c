@@ -17,9 +17,6 @@ typedef struct graph_server {
     float **act;  /* per stage output: num_nodes x out_dim (EDGE: nnz(A + I) x out_dim) */
     float **dact; /* per stage d(output), accumulated over the stages that read it */
     float *scratch; /* num_nodes x widest vertex array, for ∇GA */
-    float **spare;  /* dropped gradient arrays, for reuse (at most one per stage) */
-    size_t *spare_bytes;
-    size_t nspare;
     float grad_scale;
     bool *input_sent; /* per interval: its static input is at its tensor worker */
     bool *graph_sent; /* per interval: its edges are at its tensor worker */
@@ -571,9 +568,7 @@ static void gs_gather_backward(graph_server *gs, size_t s)
 
 /* Gradient arrays exist only while the backward pass needs them: dact[x] from the first
  * stage that adds to it until stage x has used it, so a large graph never holds every
- * stage's gradient at once. Zeroed when made: every producer adds. A dropped array is
- * kept as a spare and handed to the next gradient of its size (in this epoch or the
- * next): zeroing memory already mapped costs far less than faulting in fresh pages. */
+ * stage's gradient at once. Zeroed when made: every producer adds. */
 static size_t stage_bytes(const graph_server *gs, size_t s)
 {
     return (size_t)(stage_rows(gs, s) * gs->e->stages[s]->out_dim) * sizeof(float);
@@ -584,15 +579,7 @@ static bv_status ensure_grad(graph_server *gs, int s, bv_error *err)
     if (s < 0 || gs->dact[s])
         return BV_OK;
     size_t bytes = stage_bytes(gs, (size_t)s);
-    for (size_t k = 0; k < gs->nspare && !gs->dact[s]; k++)
-        if (gs->spare_bytes[k] == bytes) {
-            gs->dact[s] = gs->spare[k];
-            gs->nspare--;
-            gs->spare[k] = gs->spare[gs->nspare];
-            gs->spare_bytes[k] = gs->spare_bytes[gs->nspare];
-            memset(gs->dact[s], 0, bytes);
-        }
-    if (!gs->dact[s] && !(gs->dact[s] = bv_alloc_aligned(bytes)))
+    if (!(gs->dact[s] = bv_alloc_aligned(bytes)))
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory for the gradient of %s",
                             gs->e->stages[s]->name);
     gs->e->shared[bv_shared_dact((size_t)s)] = (bv_shared_array){gs->dact[s], bytes};
@@ -601,15 +588,8 @@ static bv_status ensure_grad(graph_server *gs, int s, bv_error *err)
 
 static void drop_grad(graph_server *gs, size_t s)
 {
-    if (!gs->dact[s])
-        return;
     gs->e->shared[bv_shared_dact(s)] = (bv_shared_array){NULL, 0};
-    if (gs->nspare < gs->e->nstages) {
-        gs->spare[gs->nspare] = gs->dact[s];
-        gs->spare_bytes[gs->nspare++] = stage_bytes(gs, s);
-    } else {
-        bv_free_aligned(gs->dact[s]);
-    }
+    bv_free_aligned(gs->dact[s]);
     gs->dact[s] = NULL;
 }
 
@@ -677,9 +657,7 @@ static bv_status gs_setup(graph_server *gs, bv_error *err)
     gs->input_sent = calloc((size_t)e->cfg.intervals, sizeof *gs->input_sent);
     gs->act = calloc(e->nstages, sizeof *gs->act);
     gs->dact = calloc(e->nstages, sizeof *gs->dact);
-    gs->spare = calloc(e->nstages, sizeof *gs->spare);
-    gs->spare_bytes = calloc(e->nstages, sizeof *gs->spare_bytes);
-    if (!gs->act || !gs->dact || !gs->spare || !gs->spare_bytes || !gs->input_sent)
+    if (!gs->act || !gs->dact || !gs->input_sent)
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory in the graph server");
     int64_t n = e->cfg.data->num_nodes;
     int64_t widest = e->cfg.data->num_features;
@@ -715,10 +693,6 @@ static void gs_teardown(graph_server *gs)
         bv_free_aligned(gs->act[s]);
         bv_free_aligned(gs->dact[s]);
     }
-    for (size_t k = 0; k < gs->nspare; k++)
-        bv_free_aligned(gs->spare[k]);
-    free(gs->spare);
-    free(gs->spare_bytes);
     free(gs->act);
     free(gs->dact);
     free(gs->input_sent);
