@@ -475,6 +475,9 @@ static void test_softmax_xent_matches_reference_with_mask_and_ignored_labels(voi
     check_xent(c, 50, 7, true);
     check_xent(c, 50, 7, false);
     check_xent(c, 5000, 7, true); /* several blocks and threads */
+    check_xent(c, 300, 8, true);   /* one full vector of exponentials per row */
+    check_xent(c, 300, 19, false); /* two full vectors and a tail */
+    check_xent(c, 300, 2, false);
     ops()->destroy(c);
 }
 
