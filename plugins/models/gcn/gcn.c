@@ -77,20 +77,25 @@ static const bv_stage *gcn_stage(const bv_model *m, size_t i)
     return &m->stages[i];
 }
 
-/* buf = dropout(act(in)), the input of the stage's matrix product. */
-static void gcn_stage_input(const bv_model *m, size_t stage, const bv_task_ctx *ctx,
-                            const float *in, float *buf)
+/* dropout(act(in)), the input of the stage's matrix product: in buf, or `in` itself for
+ * the features without dropout (evaluation), which need no copy. */
+static const float *gcn_stage_input(const bv_model *m, size_t stage, const bv_task_ctx *ctx,
+                                    const float *in, float *buf)
 {
     const bv_stage *s = &m->stages[stage];
     int64_t n = ctx->rows * s->in_dim;
-    if (stage > 0)
+    bool drop = ctx->training && m->dropout > 0;
+    if (stage > 0) {
         ctx->k->relu_forward(ctx->compute, n, in, buf);
-    else
-        memcpy(buf, in, (size_t)n * sizeof *buf);
-    if (ctx->training && m->dropout > 0)
+        in = buf;
+    } else if (!drop) {
+        return in; /* the features as they are */
+    }
+    if (drop)
         ctx->k->dropout_forward(ctx->compute, n, m->dropout, ctx->seed,
                                 (uint64_t)ctx->epoch * 64 + stage,
-                                (uint64_t)(ctx->row_begin * s->in_dim), buf, buf);
+                                (uint64_t)(ctx->row_begin * s->in_dim), in, buf);
+    return buf;
 }
 
 /* The first layer on sparse features: dropout(X) W0 over X's nonzeros only, with the
@@ -119,8 +124,8 @@ static bv_status gcn_tensor_forward(bv_model *m, size_t stage, const bv_task_ctx
     float *buf = malloc((size_t)(ctx->rows * s->in_dim + 1) * sizeof *buf);
     if (!buf)
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory in %s", s->name);
-    gcn_stage_input(m, stage, ctx, in, buf);
-    ctx->k->gemm(ctx->compute, false, false, ctx->rows, s->out_dim, s->in_dim, 1.0f, buf,
+    const float *x = gcn_stage_input(m, stage, ctx, in, buf);
+    ctx->k->gemm(ctx->compute, false, false, ctx->rows, s->out_dim, s->in_dim, 1.0f, x,
                  s->in_dim, ctx->params[stage / 2], s->out_dim, 0.0f, out, s->out_dim);
     free(buf);
     return BV_OK;
@@ -142,9 +147,9 @@ static bv_status gcn_tensor_backward(bv_model *m, size_t stage, const bv_task_ct
     float *buf = malloc((size_t)(n + 1) * sizeof *buf);
     if (!buf)
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory in backward of %s", s->name);
-    gcn_stage_input(m, stage, ctx, in, buf); /* rematerialised, not stored */
-    /* dW += buf^T dout */
-    ctx->k->gemm(ctx->compute, true, false, s->in_dim, s->out_dim, ctx->rows, 1.0f, buf,
+    const float *x = gcn_stage_input(m, stage, ctx, in, buf); /* rematerialised, not stored */
+    /* dW += x^T dout */
+    ctx->k->gemm(ctx->compute, true, false, s->in_dim, s->out_dim, ctx->rows, 1.0f, x,
                  s->in_dim, dout, s->out_dim, 1.0f, dparams[stage / 2], s->out_dim);
     if (din) {
         /* dbuf = dout W^T, then back through dropout and ReLU */
