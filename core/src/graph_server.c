@@ -267,7 +267,8 @@ static bv_status av_take(graph_server *gs, size_t s, bv_role_msg *m, void *ctx, 
 {
     const bv_stage *st = gs->e->stages[s];
     bv_status rc = BV_OK;
-    uint64_t want = gs->e->share_arrays ? 0 : (uint64_t)(m->hdr.rows * st->out_dim) * sizeof(float);
+    uint64_t want =
+        gs->e->share_arrays ? 0 : (uint64_t)(m->hdr.rows * st->out_dim) * sizeof(float);
     if (!interval_matches(gs->e, &m->hdr, (int32_t)s) || m->hdr.na != want)
         rc = bv_error_set(err, BV_ERR_CORRUPT, "bad result for %s", st->name);
     else if (want) /* Scatter: the rows land where the next stage reads them */
