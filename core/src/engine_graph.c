@@ -186,7 +186,6 @@ static bv_status engine_spawn(bv_graph_engine *e, bv_error *err)
  * makes them. */
 static bv_status engine_share(bv_graph_engine *e, bv_error *err)
 {
-    e->share_arrays = e->cfg.share_arrays;
     e->shared = calloc(bv_shared_count(e), sizeof *e->shared);
     if (!e->shared)
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory");
@@ -202,7 +201,7 @@ static bv_status engine_share(bv_graph_engine *e, bv_error *err)
 void *bv_engine_shared_window(const bv_graph_engine *e, const bv_array_ref *ref, size_t bytes,
                               bool write, bv_error *err)
 {
-    if (!e->share_arrays || ref->array < 0 || (size_t)ref->array >= bv_shared_count(e) ||
+    if (!e->cfg.share_arrays || ref->array < 0 || (size_t)ref->array >= bv_shared_count(e) ||
         (write && ref->array < BV_SHARED_STAGES)) {
         bv_error_set(err, BV_ERR_CORRUPT, "task names shared array %lld, which is not one",
                      (long long)ref->array);

@@ -48,10 +48,9 @@ struct bv_graph_engine {
     pthread_t gs_thread, ps_thread, tw_thread[BV_MAX_TENSOR_WORKERS];
     struct bv_tw_arg *tw_args; /* one per tensor worker */
     bool gs_started, ps_started, tw_started[BV_MAX_TENSOR_WORKERS];
-    /* Arrays the graph server shares with the tensor workers when share_arrays is on
+    /* Arrays the graph server shares with the tensor workers when cfg.share_arrays is on
      * (role_msg.h, bv_array_ref): the dataset's, then each stage's output and gradient.
      * The graph server sets an entry before it sends a task naming it. */
-    bool share_arrays;
     bv_shared_array *shared; /* bv_shared_count(e) */
     int64_t version;    /* weights version the PS last reported */
     double decay_now;   /* sum of squares of the decayed weights, as of that version */

@@ -206,6 +206,14 @@ typedef struct task_array {
 
 static const task_array no_array = {NULL, 0, -1};
 
+/* The reference to bytes [p, p + bytes) of shared array `array`. */
+static bv_array_ref shared_ref(const graph_server *gs, int64_t array, const void *p,
+                               size_t bytes)
+{
+    const char *base = gs->e->shared[array].base;
+    return (bv_array_ref){array, (uint64_t)((const char *)p - base), bytes};
+}
+
 /* Sends interval i's task. With shared arrays each array travels as a reference to its
  * window (BV_TASK_REF_*), otherwise as a copy of its bytes. */
 static bv_status gs_send_task(graph_server *gs, int i, uint16_t type, bv_task_hdr *h,
@@ -219,11 +227,8 @@ static bv_status gs_send_task(graph_server *gs, int i, uint16_t type, bv_task_hd
     for (int k = 0; k < 3; k++) {
         p[k] = arr[k].p;
         n[k] = arr[k].bytes;
-        if (gs->e->share_arrays && arr[k].p && arr[k].array >= 0) {
-            const bv_shared_array *sh = &gs->e->shared[arr[k].array];
-            ref[k] = (bv_array_ref){arr[k].array,
-                                    (uint64_t)((const char *)arr[k].p - (const char *)sh->base),
-                                    arr[k].bytes};
+        if (gs->e->cfg.share_arrays && arr[k].p && arr[k].array >= 0) {
+            ref[k] = shared_ref(gs, arr[k].array, arr[k].p, arr[k].bytes);
             p[k] = &ref[k];
             n[k] = sizeof ref[k];
             h->flags |= flag[k];
@@ -238,12 +243,10 @@ static bv_status gs_send_task(graph_server *gs, int i, uint16_t type, bv_task_hd
 static void reply_in_place(const graph_server *gs, bv_task_hdr *h, int64_t array,
                            const float *rows, size_t bytes)
 {
-    if (!gs->e->share_arrays || !rows)
+    if (!gs->e->cfg.share_arrays || !rows)
         return;
-    const bv_shared_array *sh = &gs->e->shared[array];
     h->flags |= BV_TASK_REPLY_IN_PLACE;
-    h->reply = (bv_array_ref){array, (uint64_t)((const char *)rows - (const char *)sh->base),
-                              bytes};
+    h->reply = shared_ref(gs, array, rows, bytes);
 }
 
 /* ---- AV: ApplyVertex ---- */
@@ -268,7 +271,7 @@ static bv_status av_take(graph_server *gs, size_t s, bv_role_msg *m, void *ctx, 
     const bv_stage *st = gs->e->stages[s];
     bv_status rc = BV_OK;
     uint64_t want =
-        gs->e->share_arrays ? 0 : (uint64_t)(m->hdr.rows * st->out_dim) * sizeof(float);
+        gs->e->cfg.share_arrays ? 0 : (uint64_t)(m->hdr.rows * st->out_dim) * sizeof(float);
     if (!interval_matches(gs->e, &m->hdr, (int32_t)s) || m->hdr.na != want)
         rc = bv_error_set(err, BV_ERR_CORRUPT, "bad result for %s", st->name);
     else if (want) /* Scatter: the rows land where the next stage reads them */
@@ -309,7 +312,7 @@ static bv_status loss_take(graph_server *gs, size_t s, bv_role_msg *m, void *ctx
 {
     loss_ctx *lc = ctx;
     int64_t k = gs->e->stages[s]->out_dim;
-    size_t want = m->hdr.training && !gs->e->share_arrays
+    size_t want = m->hdr.training && !gs->e->cfg.share_arrays
                       ? (size_t)(m->hdr.rows * k) * sizeof(float) : 0;
     bv_status rc = BV_OK;
     if (!interval_matches(gs->e, &m->hdr, (int32_t)s) || m->hdr.na != want) {
@@ -371,7 +374,7 @@ static bv_status avb_take(graph_server *gs, size_t s, bv_role_msg *m, void *ctx,
 {
     const bv_stage *st = gs->e->stages[s];
     float *din = stage_input_grad(gs, s);
-    bool in_place = gs->e->share_arrays && din; /* the worker added it already */
+    bool in_place = gs->e->cfg.share_arrays && din; /* the worker added it already */
     size_t want = st->needs_input_grad && !in_place
                       ? (size_t)(m->hdr.rows * st->in_dim) * sizeof(float) : 0;
     bv_status rc = BV_OK;

@@ -852,7 +852,7 @@ static void test_shared_window_checks_every_reference(void **state)
     float features[40], act[12];
     bv_shared_array table[BV_SHARED_STAGES + 2] = {{features, sizeof features}};
     table[bv_shared_act(0)] = (bv_shared_array){act, sizeof act};
-    bv_graph_engine e = {.nstages = 1, .share_arrays = true, .shared = table};
+    bv_graph_engine e = {.nstages = 1, .cfg.share_arrays = true, .shared = table};
     bv_error err;
     bv_array_ref ref = {bv_shared_act(0), 8, 16};
     assert_ptr_equal(bv_engine_shared_window(&e, &ref, 16, true, &err), act + 2);
@@ -875,12 +875,12 @@ static void test_shared_window_checks_every_reference(void **state)
     assert_null(bv_engine_shared_window(&e, &ref, 8, false, &err));
     ref = (bv_array_ref){bv_shared_act(0), 0, 8};
     assert_null(bv_engine_shared_window(&e, &ref, 12, false, &err)); /* not the size wanted */
-    e.share_arrays = false; /* a run that copies accepts no references */
+    e.cfg.share_arrays = false; /* a run that copies accepts no references */
     assert_null(bv_engine_shared_window(&e, &ref, 8, false, &err));
     assert_string_equal(err.msg, "task names shared array 3, which is not one");
 
     /* bv_engine_task_array: the message's own bytes, or the window a reference names */
-    e.share_arrays = true;
+    e.cfg.share_arrays = true;
     float inline_rows[3] = {1, 2, 3};
     ref = (bv_array_ref){bv_shared_act(0), 4, 8};
     bv_role_msg m = {.hdr = {.stage = 2, .na = sizeof inline_rows, .nb = sizeof ref,

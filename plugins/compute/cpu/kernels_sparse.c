@@ -84,28 +84,25 @@ CPU_VEC_INLINE void spmm_rows_vec_body(const spmm_ctx *s, int64_t b, int64_t e, 
     }
 }
 
-CPU_VEC_INLINE void spmm_rows_fixed_body(const spmm_ctx *s, int64_t b, int64_t e)
+CPU_VEC_INLINE void spmm_rows_body(const spmm_ctx *s, int64_t b, int64_t e)
 {
     switch (s->f) {
     case 8: spmm_rows_vec_body(s, b, e, 1); break;
     case 16: spmm_rows_vec_body(s, b, e, 2); break;
     case 32: spmm_rows_vec_body(s, b, e, 4); break;
-    default: spmm_rows_vec_body(s, b, e, 8); break; /* 64 */
+    case 64: spmm_rows_vec_body(s, b, e, 8); break;
+    default: spmm_rows_any(s, b, e); break;
     }
 }
-CPU_DEFINE_DISPATCH(spmm_rows_fixed, (const spmm_ctx *s, int64_t b, int64_t e), (s, b, e))
+CPU_DEFINE_DISPATCH(spmm_rows, (const spmm_ctx *s, int64_t b, int64_t e), (s, b, e))
 
 static void spmm_task(void *arg, int tid, int ntasks)
 {
     const spmm_ctx *s = arg;
     int64_t b, e;
     cpu_split_rows_by_nnz(s->a->rowptr, s->row_begin, s->row_end, tid, ntasks, &b, &e);
-    if (b >= e)
-        return;
-    if (s->f == 8 || s->f == 16 || s->f == 32 || s->f == 64)
-        spmm_rows_fixed(s, b, e);
-    else
-        spmm_rows_any(s, b, e);
+    if (b < e)
+        spmm_rows(s, b, e);
 }
 
 void cpu_spmm(bv_compute *c, const bv_csr *a, int64_t row_begin, int64_t row_end,
