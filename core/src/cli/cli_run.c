@@ -10,15 +10,12 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "bivouac/graph.h"
 #include "bivouac/log.h"
 #include "cli.h"
 #include "config.h"
 #include "experiment.h"
-#include "json_out.h"
 #include "registry.h"
-#include "train_graph.h"
-#include "train_seq.h"
+#include "train.h"
 
 #define MAX_OVERRIDES 256
 
@@ -178,76 +175,6 @@ static int read_run_file(const char *dir, run_args *a, char **experiment, bv_nod
     return 0;
 }
 
-static void write_run_fields(FILE *f, const bv_run_result *r, unsigned long long seed)
-{
-    fprintf(f, "\"seed\": %llu, \"epochs\": %lld, \"best_epoch\": %lld, "
-               "\"selected_epoch\": %lld, ", seed, (long long)r->epochs,
-            (long long)r->best_epoch, (long long)r->selected_epoch);
-    fputs("\"best_val_accuracy\": ", f);
-    bv_json_number(f, r->best_val_accuracy);
-    bv_json_field(f, "val_accuracy", r->val_accuracy);
-    bv_json_field(f, "test_accuracy", r->test_accuracy);
-    bv_json_field(f, "train_loss", r->train_loss);
-    bv_json_field(f, "val_loss", r->val_loss);
-    bv_json_field(f, "wall_seconds", r->wall_seconds);
-    fprintf(f, ", \"params_crc32c\": \"%08llx\", \"stop_reason\": ",
-            (unsigned long long)r->params_hash);
-    bv_json_string(f, r->stop_reason);
-}
-
-static int write_result(const char *dir, const bv_experiment *x, const bv_run_result *runs,
-                        const unsigned long long *seeds, long long n)
-{
-    char path[4200], tmp[4300];
-    if (snprintf(path, sizeof path, "%s/result.json", dir) >= (int)sizeof path)
-        return -1; /* a directory name this long cannot be written to anyway */
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "w");
-    if (!f)
-        return -1;
-    fputs("{\"model\": ", f);
-    bv_json_string(f, x->model.plugin->name);
-    fputs(", \"dataset\": ", f);
-    bv_json_string(f, x->dataset_label);
-    fputs(", \"experiment\": ", f);
-    bv_json_string(f, x->name);
-    fputs(", ", f);
-    if (n == 1) {
-        write_run_fields(f, &runs[0], seeds[0]);
-    } else {
-        double mean[4] = {0}, wall = 0, sq = 0;
-        for (long long i = 0; i < n; i++) {
-            mean[0] += runs[i].test_accuracy;
-            mean[1] += runs[i].best_val_accuracy;
-            mean[2] += (double)runs[i].epochs;
-            mean[3] += runs[i].val_accuracy;
-            wall += runs[i].wall_seconds;
-        }
-        for (int k = 0; k < 4; k++)
-            mean[k] /= (double)n;
-        for (long long i = 0; i < n; i++)
-            sq += (runs[i].test_accuracy - mean[0]) * (runs[i].test_accuracy - mean[0]);
-        fprintf(f, "\"seed\": %llu, \"repeat\": %lld, \"epochs\": ", seeds[0], n);
-        bv_json_number(f, mean[2]);
-        bv_json_field(f, "best_val_accuracy", mean[1]);
-        bv_json_field(f, "val_accuracy", mean[3]);
-        bv_json_field(f, "test_accuracy", mean[0]);
-        bv_json_field(f, "test_accuracy_std", sqrt(sq / (double)n));
-        bv_json_field(f, "wall_seconds", wall);
-        fputs(", \"runs\": [", f);
-        for (long long i = 0; i < n; i++) {
-            fputs(i ? ", {" : "{", f);
-            write_run_fields(f, &runs[i], seeds[i]);
-            fputc('}', f);
-        }
-        fputc(']', f);
-    }
-    fputs("}\n", f);
-    if (fclose(f) != 0)
-        return -1;
-    return rename(tmp, path);
-}
-
 static int write_experiment_copy(const char *dir, const bv_experiment *x)
 {
     char path[4200];
@@ -274,12 +201,36 @@ static void default_out_dir(const bv_experiment *x, char *buf, size_t len)
     snprintf(buf, len, "runs/%s-%s", x->name, stamp);
 }
 
-static int train_all(const bv_experiment *x, const bv_graph_dataset *data, const char *out,
-                     const run_args *a, unsigned long long seed0)
+/* The headline of a --repeat summary line: "test accuracy 0.8141 +- 0.0096". */
+static void headline_text(const bv_run_result *runs, long long n, char *buf, size_t len)
+{
+    const bv_result_field *h = bv_result_headline(&runs[0]);
+    if (!h) {
+        snprintf(buf, len, "%lld seeds done", n);
+        return;
+    }
+    size_t k = (size_t)(h - runs[0].fields);
+    double mean = 0, sq = 0;
+    for (long long i = 0; i < n; i++)
+        mean += runs[i].fields[k].value / (double)n;
+    for (long long i = 0; i < n; i++)
+        sq += (runs[i].fields[k].value - mean) * (runs[i].fields[k].value - mean);
+    char name[64];
+    snprintf(name, sizeof name, "%s", h->name);
+    for (char *p = name; *p; p++)
+        if (*p == '_')
+            *p = ' ';
+    snprintf(buf, len, "%s %.4f +- %.4f", name, mean, sqrt(sq / (double)n));
+}
+
+/* Trains seeds seed0 .. seed0+repeat-1 (into DIR/seed-N/ when more than one) and writes
+ * DIR/result.json over the seeds that produced something. */
+static int train_all(const bv_experiment *x, void *data, const char *out, const run_args *a,
+                     unsigned long long seed0)
 {
     long long n = a->repeat;
     bv_run_result *runs = calloc((size_t)n, sizeof *runs);
-    unsigned long long *seeds = calloc((size_t)n, sizeof *seeds);
+    uint64_t *seeds = calloc((size_t)n, sizeof *seeds);
     if (!runs || !seeds) {
         free(runs);
         free(seeds);
@@ -291,7 +242,7 @@ static int train_all(const bv_experiment *x, const bv_graph_dataset *data, const
         seeds[i] = seed0 + (unsigned long long)i;
         char dir[4200];
         if (n > 1)
-            snprintf(dir, sizeof dir, "%s/seed-%llu", out, seeds[i]);
+            snprintf(dir, sizeof dir, "%s/seed-%llu", out, (unsigned long long)seeds[i]);
         else
             snprintf(dir, sizeof dir, "%s", out);
         if (mkdir_p(dir) != 0) {
@@ -304,15 +255,15 @@ static int train_all(const bv_experiment *x, const bv_graph_dataset *data, const
         snprintf(ckpt, sizeof ckpt, "%s/checkpoints", dir);
         struct stat ck;
         bool started = n == 1 || (stat(ckpt, &ck) == 0 && S_ISDIR(ck.st_mode));
-        bv_run_options o = {
+        bv_train_options o = {
             .out_dir = dir,
             .seed = seeds[i],
             .resume = a->resume != NULL && started,
             .progress = !a->quiet && isatty(STDERR_FILENO),
-            .kill_after_epoch = kill_env ? strtoll(kill_env, NULL, 10) : 0,
+            .kill_after = kill_env ? strtoll(kill_env, NULL, 10) : 0,
         };
         bv_error err = {0};
-        if (bv_train_graph(x, data, &o, &runs[i], &err) != BV_OK) {
+        if (bv_train(x, data, &o, &runs[i], &err) != BV_OK) {
             code = bv_cli_fail(err.status == BV_ERR_INVALID ? BV_EXIT_USAGE : BV_EXIT_FAILED,
                                "%s", err.msg);
             break;
@@ -320,38 +271,30 @@ static int train_all(const bv_experiment *x, const bv_graph_dataset *data, const
         if (runs[i].failed)
             code = bv_cli_fail(BV_EXIT_FAILED, "run stopped: %s", runs[i].stop_reason);
         if (n > 1) {
-            write_result(dir, x, &runs[i], &seeds[i], 1);
+            bv_result_write(dir, x, &runs[i], &seeds[i], 1);
             if (!a->quiet)
-                printf("seed %llu: test accuracy %.4f (best val %.4f) after %lld epochs, %.2f s\n",
-                       seeds[i], runs[i].test_accuracy, runs[i].best_val_accuracy,
-                       (long long)runs[i].epochs, runs[i].wall_seconds);
+                printf("seed %llu: %s\n", (unsigned long long)seeds[i], runs[i].brief);
         }
     }
-    if (code == BV_EXIT_OK || runs[0].epochs > 0) {
+    if (code == BV_EXIT_OK || runs[0].units > 0) {
         long long done = 0;
-        while (done < n && runs[done].epochs > 0)
+        while (done < n && runs[done].units > 0)
             done++;
-        if (done > 0 && write_result(out, x, runs, seeds, done) != 0)
+        if (done > 0 && bv_result_write(out, x, runs, seeds, (size_t)done) != 0)
             code = bv_cli_fail(BV_EXIT_FAILED, "cannot write %s/result.json", out);
         if (code == BV_EXIT_OK) {
-            double mean = 0, sq = 0, wall = 0;
-            for (long long i = 0; i < n; i++) {
-                mean += runs[i].test_accuracy / (double)n;
-                wall += runs[i].wall_seconds;
+            if (n == 1) {
+                printf("%s on %s: %s -> %s/result.json\n", x->model.plugin->name,
+                       x->dataset_label, runs[0].summary, out);
+            } else {
+                double wall = 0;
+                for (long long i = 0; i < n; i++)
+                    wall += runs[i].wall_seconds;
+                char head[128];
+                headline_text(runs, n, head, sizeof head);
+                printf("%s on %s: %s over %lld seeds in %.2f s -> %s/result.json\n",
+                       x->model.plugin->name, x->dataset_label, head, n, wall, out);
             }
-            for (long long i = 0; i < n; i++)
-                sq += (runs[i].test_accuracy - mean) * (runs[i].test_accuracy - mean);
-            if (n == 1)
-                printf("%s on %s: test accuracy %.4f (best val %.4f at epoch %lld), %lld epochs "
-                       "in %.2f s; %s -> %s/result.json\n",
-                       x->model.plugin->name, x->dataset_label, runs[0].test_accuracy,
-                       runs[0].best_val_accuracy, (long long)runs[0].best_epoch,
-                       (long long)runs[0].epochs, wall, runs[0].stop_reason, out);
-            else
-                printf("%s on %s: test accuracy %.4f +- %.4f over %lld seeds in %.2f s -> "
-                       "%s/result.json\n",
-                       x->model.plugin->name, x->dataset_label, mean, sqrt(sq / (double)n), n,
-                       wall, out);
         }
     }
     free(runs);
@@ -388,13 +331,10 @@ int bv_cli_run(int argc, char **argv)
         code = BV_EXIT_USAGE;
     }
     bv_diag_free(&d);
-    bv_graph_dataset *data = NULL;
-    /* sequence models (seqmodel.h) read their text themselves: train_seq.c */
-    bool sequence = code == BV_EXIT_OK &&
-                    *(const bv_engine_kind *)x->model.plugin->ops == BV_ENGINE_SEQUENCE;
-    if (code == BV_EXIT_OK && !sequence) {
+    void *data = NULL;
+    if (code == BV_EXIT_OK) {
         bv_error err = {0};
-        if (bv_experiment_load_dataset(x, 0, &data, &err) != BV_OK)
+        if (x->engine_ops->load_data(x, &data, &err) != BV_OK)
             code = bv_cli_fail(err.status == BV_ERR_NOMEM ? BV_EXIT_FAILED : BV_EXIT_USAGE, "%s",
                                err.msg);
     }
@@ -413,11 +353,11 @@ int bv_cli_run(int argc, char **argv)
                               write_experiment_copy(out, x) != 0))
                 code = bv_cli_fail(BV_EXIT_FAILED, "cannot write the run files in %s", out);
             if (code == BV_EXIT_OK)
-                code = sequence ? bv_train_seq_main(x, out, seed, a.resume != NULL, a.quiet)
-                                : train_all(x, data, out, &a, seed);
+                code = train_all(x, data, out, &a, seed);
         }
     }
-    bv_graph_free(data);
+    if (x && x->engine_ops->free_data)
+        x->engine_ops->free_data(data);
     bv_experiment_free(x);
     bv_registry_free(reg);
     bv_node_free(run_file);

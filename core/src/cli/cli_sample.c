@@ -14,7 +14,7 @@
 #include "config.h"
 #include "registry.h"
 #include "rng.h"
-#include "train_seq.h"
+#include "layer_engine.h"
 
 typedef struct sample_args {
     const char *checkpoint;
@@ -221,7 +221,7 @@ int bv_cli_sample(int argc, char **argv)
     bv_opts mopts = {0}, copts = {0};
     bv_seq_model *model = NULL;
     bv_compute *c = NULL;
-    bv_seq_engine *e = NULL;
+    bv_layer_engine *e = NULL;
     const bv_seq_model_ops *mops = NULL;
     const bv_compute_ops *k = NULL;
     int32_t *ids = NULL;
@@ -268,12 +268,12 @@ int bv_cli_sample(int argc, char **argv)
     }
     bv_seq_shape shape = {nv, block, 1};
     if (!(model = mops->create(&mopts, &shape, &err)) || !(c = k->create(&copts, &err)) ||
-        bv_seq_engine_create(mops, model, k, c, 1, block, &e, &err) != BV_OK) {
+        bv_layer_engine_create(mops, model, k, c, 1, block, &e, &err) != BV_OK) {
         code = bv_cli_fail(BV_EXIT_FAILED, "%s", err.msg);
         goto done;
     }
     for (size_t l = 0; l < mops->layer_count(model); l++)
-        if (bv_seq_engine_layer_set(e, l, false, &s, &err) != BV_OK) {
+        if (bv_layer_engine_layer_set(e, l, false, &s, &err) != BV_OK) {
             code = bv_cli_fail(BV_EXIT_FAILED, "%s", err.msg);
             goto done;
         }
@@ -299,7 +299,7 @@ int bv_cli_sample(int argc, char **argv)
     for (long long t = 0; t < a.tokens; t++) {
         int64_t ctx = n < block ? n : block;
         const float *logits;
-        if (bv_seq_engine_forward(e, ids + n - ctx, 1, ctx, false, a.seed, 0, &logits, &err) !=
+        if (bv_layer_engine_forward(e, ids + n - ctx, 1, ctx, false, a.seed, 0, &logits, &err) !=
             BV_OK) {
             code = bv_cli_fail(BV_EXIT_FAILED, "%s", err.msg);
             goto done;
@@ -311,7 +311,7 @@ int bv_cli_sample(int argc, char **argv)
     }
     fputc('\n', stdout);
 done:
-    bv_seq_engine_free(e);
+    bv_layer_engine_free(e);
     if (c)
         k->destroy(c);
     if (model)

@@ -2,7 +2,7 @@
 #include "experiment.h"
 
 #include "bivouac/log.h"
-#include "train_seq.h" /* sequence models: schemas and data checks */
+#include "bivouac/model.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -14,50 +14,6 @@ static const char *const top_level_keys[] = {"name",      "model",  "dataset",  
                                              "compute",   "engine", "transport",  "resilience",
                                              "policy"};
 #define N_TOP_LEVEL (sizeof top_level_keys / sizeof top_level_keys[0])
-
-static const bv_option train_schema[] = {
-    BV_OPT_INT_RANGE("epochs", "200", 1, 1e9, "maximum number of epochs"),
-    BV_OPT_FLOAT_RANGE("lr", "0.01", 0, 10, "Adam learning rate"),
-    BV_OPT_FLOAT_RANGE("weight_decay", "5e-4", 0, 1,
-                       "L2 penalty on the parameters the model marks for decay"),
-    BV_OPT_FLOAT_RANGE("beta1", "0.9", 0, 0.999999, "Adam beta1"),
-    BV_OPT_FLOAT_RANGE("beta2", "0.999", 0, 0.999999, "Adam beta2"),
-    BV_OPT_FLOAT_RANGE("eps", "1e-8", 0, 1, "Adam epsilon"),
-    BV_OPT_INT_RANGE("seed", "42", 0, 9007199254740992.0, "seed for weights and dropout"),
-    BV_OPT_CHOICE("select", "last", "last|best_val_accuracy|best_val_loss|best_val_both",
-                  "which epoch's model result.json reports: the last (Kipf & Welling), or "
-                  "the best on validation (best_val_both: accuracy and loss both at their "
-                  "best so far, as GAT's reference code saves its model)"),
-    BV_OPT_BOOLEAN("decay_in_loss", "true",
-                   "reported losses include the weight-decay term (Kipf's GCN does, GAT's "
-                   "code does not); early stopping sees what is reported"),
-    BV_OPT_END,
-};
-
-static const bv_option dataset_schema[] = {
-    BV_OPT_STR("name", "", "dataset directory under $BIVOUAC_DATA_DIR"),
-    BV_OPT_FILE("path", "", "dataset directory, relative to the experiment file"),
-    BV_OPT_CHOICE("synthetic", "none", "none|communities|powerlaw", "built-in generator"),
-    BV_OPT_INT_RANGE("nodes", "2000", 2, 2e9, "synthetic: vertices"),
-    BV_OPT_INT_RANGE("edges", "10000", 1, 1e11, "synthetic powerlaw: undirected edges"),
-    BV_OPT_INT_RANGE("features", "500", 1, 1e6, "synthetic: features per vertex"),
-    BV_OPT_INT_RANGE("classes", "5", 2, 1e5, "synthetic: classes"),
-    BV_OPT_FLOAT_RANGE("avg_degree", "4", 0, 1e5, "synthetic communities: mean degree"),
-    BV_OPT_FLOAT_RANGE("homophily", "0.8", 0, 1,
-                       "synthetic communities: fraction of edges inside a community"),
-    BV_OPT_FLOAT_RANGE("feature_density", "0.02", 0, 1,
-                       "synthetic communities: fraction of nonzero features"),
-    BV_OPT_FLOAT_RANGE("feature_signal", "0.5", 0, 1,
-                       "synthetic communities: fraction of words drawn from the class"),
-    BV_OPT_FLOAT_RANGE("exponent", "2.1", 1.01, 10, "synthetic powerlaw: degree exponent"),
-    BV_OPT_INT_RANGE("train_per_class", "20", 1, 1e9, "synthetic communities: labelled"),
-    BV_OPT_INT_RANGE("val", "500", 0, 1e9, "synthetic communities: validation vertices"),
-    BV_OPT_INT_RANGE("test", "1000", 0, 1e9, "synthetic communities: test vertices"),
-    BV_OPT_INT_RANGE("seed", "1", 0, 9007199254740992.0, "synthetic: generator seed"),
-    BV_OPT_BOOLEAN("normalize_features", "true", "divide each feature row by its sum"),
-    BV_OPT_BOOLEAN("cache", "true", "keep a binary cache of parsed datasets"),
-    BV_OPT_END,
-};
 
 static const bv_option engine_schema[] = {
     BV_OPT_INT_RANGE("intervals", "0", 0, 1e6,
@@ -100,14 +56,10 @@ void bv_experiment_free(bv_experiment *x)
     free(x);
 }
 
-static bool is_directory(const char *p)
-{
-    struct stat st;
-    return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
-}
-
-/* A plugin section: `plugin:` names it, the other keys are the plugin's options. */
-static void load_plugin_section(bv_experiment *x, bv_registry *reg, const bv_node *section,
+/* A plugin section: `plugin:` names it, the other keys are the plugin's options. Returns
+ * the plugin, found and loaded, even when its options are wrong (out->plugin is set only
+ * when they are right); NULL if there is none. */
+static const bv_plugin *load_plugin_section(bv_experiment *x, bv_registry *reg, const bv_node *section,
                                 const char *section_name, bv_plugin_kind kind,
                                 const char *default_plugin, bv_section *out, bv_diag *diag)
 {
@@ -118,18 +70,18 @@ static void load_plugin_section(bv_experiment *x, bv_registry *reg, const bv_nod
     if (section && section->kind != BV_NODE_MAP &&
         !(section->kind == BV_NODE_SCALAR && section->scalar[0] == '\0')) {
         bv_diag_add(diag, &section->pos, "section '%s' must be a mapping", section_name);
-        return;
+        return NULL;
     }
     const char *name = name_node ? name_node->scalar : default_plugin;
     if (name_node && name_node->kind != BV_NODE_SCALAR) {
         bv_diag_add(diag, &name_node->pos, "'plugin' in section '%s' must be a name",
                     section_name);
-        return;
+        return NULL;
     }
     if (!name) {
         bv_pos pos = section ? section->pos : (bv_pos){x->root->pos.file, 0, 0};
         bv_diag_add(diag, &pos, "missing required key 'plugin' in section '%s'", section_name);
-        return;
+        return NULL;
     }
     bv_error err = {0};
     const bv_plugin *p = bv_registry_get(reg, kind, name, &err);
@@ -148,51 +100,12 @@ static void load_plugin_section(bv_experiment *x, bv_registry *reg, const bv_nod
         } else {
             bv_diag_add(diag, pos, "%s", err.msg);
         }
-        return;
+        return NULL;
     }
     static const char *const ignore[] = {"plugin", NULL};
     if (bv_config_validate(section, section_name, p->options, ignore, &out->opts, diag) == BV_OK)
         out->plugin = p;
-}
-
-static void check_dataset(bv_experiment *x, const bv_node *section, bv_diag *diag)
-{
-    const char *name = bv_opts_str(&x->dataset, "name");
-    const char *path = bv_opts_str(&x->dataset, "path");
-    const char *synth = bv_opts_str(&x->dataset, "synthetic");
-    int given = (name[0] != '\0') + (path[0] != '\0') + (strcmp(synth, "none") != 0);
-    bv_pos here = section ? section->pos : (bv_pos){x->root->pos.file, 1, 1};
-    if (given != 1) {
-        bv_diag_add(diag, &here, given ? "dataset takes only one of 'name', 'path' or 'synthetic'"
-                                       : "dataset needs one of 'name', 'path' or 'synthetic'");
-        return;
-    }
-    if (strcmp(synth, "none") != 0) {
-        char label[64];
-        snprintf(label, sizeof label, "synthetic-%s", synth);
-        x->dataset_label = strdup(label);
-        return;
-    }
-    const bv_opt_value *v = bv_opts_find(&x->dataset, name[0] ? "name" : "path");
-    char dir[4096];
-    if (name[0]) {
-        const char *root = getenv("BIVOUAC_DATA_DIR");
-        snprintf(dir, sizeof dir, "%s/%s", root && *root ? root : "data", name);
-        x->dataset_label = strdup(name);
-    } else {
-        snprintf(dir, sizeof dir, "%s", path);
-        const char *base = strrchr(path, '/');
-        x->dataset_label = strdup(base && base[1] ? base + 1 : path);
-    }
-    if (!is_directory(dir)) {
-        if (name[0])
-            bv_diag_add(diag, &v->pos, "dataset '%s' not found: %s is not a directory%s", name,
-                        dir, getenv("BIVOUAC_DATA_DIR") ? "" : " (set BIVOUAC_DATA_DIR)");
-        else
-            bv_diag_add(diag, &v->pos, "dataset directory %s does not exist", dir);
-        return;
-    }
-    x->dataset_dir = strdup(dir);
+    return p;
 }
 
 static void load_policy_params(bv_experiment *x, const bv_node *section, bv_diag *diag)
@@ -279,6 +192,48 @@ static char *default_name(const char *path)
     return name;
 }
 
+/* The engine a model plugin needs (until the descriptor names it: the legacy leading
+ * field of its ops table). */
+static const char *bv_plugin_model_engine(const bv_plugin *p)
+{
+    bv_engine_kind kind = BV_ENGINE_GRAPH;
+    if (p->ops && p->ops_size >= sizeof kind)
+        memcpy(&kind, p->ops, sizeof kind);
+    return kind == BV_ENGINE_SEQUENCE ? "sequence" : "graph";
+}
+
+/* The engine a model plugin's descriptor names. */
+static const bv_engine_ops *model_engine(const bv_plugin *p, const bv_node *section,
+                                         bv_diag *diag)
+{
+    const char *name = bv_plugin_model_engine(p);
+    const bv_engine_ops *e = name ? bv_engine_find(name) : NULL;
+    if (!e)
+        bv_diag_add(diag, section ? &section->pos : NULL,
+                    "model plugin '%s' needs engine '%s'; this bivouac has %s", p->name,
+                    name ? name : "(none)", bv_engine_names());
+    return e;
+}
+
+const bv_pos *bv_experiment_value_pos(const bv_opts *o, const char *name,
+                                      const bv_node *fallback)
+{
+    const bv_opt_value *v = bv_opts_find(o, name);
+    if (v && v->from_user)
+        return &v->pos;
+    return fallback ? &fallback->pos : NULL;
+}
+
+void bv_experiment_dir(const bv_experiment *x, char *buf, size_t len)
+{
+    snprintf(buf, len, "%s", x->path);
+    char *slash = strrchr(buf, '/');
+    if (slash)
+        *slash = '\0';
+    else
+        snprintf(buf, len, ".");
+}
+
 bv_status bv_experiment_load(const char *path, char *const *overrides, size_t noverrides,
                              bv_registry *reg, bv_experiment **out, bv_diag *diag)
 {
@@ -315,35 +270,38 @@ bv_status bv_experiment_load(const char *path, char *const *overrides, size_t no
                                                                       : default_name(path);
 
     const bv_node *model = bv_node_get(root, "model");
+    const bv_plugin *model_plugin = NULL;
     if (!model)
         bv_diag_add(diag, &(bv_pos){root->pos.file, 1, 1},
                     "missing section 'model' (e.g. model: {plugin: gcn})");
     else
-        load_plugin_section(x, reg, model, "model", BV_KIND_MODEL, NULL, &x->model, diag);
+        model_plugin = load_plugin_section(x, reg, model, "model", BV_KIND_MODEL, NULL,
+                                           &x->model, diag);
     load_plugin_section(x, reg, bv_node_get(root, "compute"), "compute", BV_KIND_COMPUTE, "cpu",
                         &x->compute, diag);
     load_plugin_section(x, reg, bv_node_get(root, "transport"), "transport", BV_KIND_TRANSPORT,
                         "zmq", &x->transport, diag);
     load_resilience(x, reg, bv_node_get(root, "resilience"), diag);
 
-    /* ---- sequence models (seqmodel.h) have their own dataset and train schemas ---- */
-    bool sequence = x->model.plugin &&
-                    *(const bv_engine_kind *)x->model.plugin->ops == BV_ENGINE_SEQUENCE;
+    /* ---- the engine the model needs decides the dataset and train schemas ---- */
+    /* (the graph engine's schemas check the rest when no model plugin could be found) */
+    const bv_engine_ops *engine = model_plugin ? model_engine(model_plugin, model, diag)
+                                               : &bv_graph_engine_ops;
     const bv_node *dataset = bv_node_get(root, "dataset");
     if (!dataset)
         bv_diag_add(diag, &(bv_pos){root->pos.file, 1, 1},
-                    sequence ? "missing section 'dataset' (e.g. dataset: {text: input.txt})"
-                             : "missing section 'dataset' (e.g. dataset: {name: cora})");
-    else if (sequence)
-        bv_config_validate(dataset, "dataset", bv_seq_dataset_schema, NULL, &x->dataset, diag);
-    else if (bv_config_validate(dataset, "dataset", dataset_schema, NULL, &x->dataset, diag) ==
-             BV_OK)
-        check_dataset(x, dataset, diag);
-    bv_config_validate(bv_node_get(root, "train"), "train",
-                       sequence ? bv_seq_train_schema : train_schema, NULL, &x->train, diag);
-    if (sequence && diag->count == before)
-        bv_seq_experiment_check(x, dataset, diag);
-    /* ---- end sequence models ---- */
+                    engine == &bv_sequence_engine_ops
+                        ? "missing section 'dataset' (e.g. dataset: {text: input.txt})"
+                        : "missing section 'dataset' (e.g. dataset: {name: cora})");
+    if (engine) {
+        bool dataset_valid = dataset && bv_config_validate(dataset, "dataset",
+                                                           engine->dataset_schema, NULL,
+                                                           &x->dataset, diag) == BV_OK;
+        bv_config_validate(bv_node_get(root, "train"), "train", engine->train_schema, NULL,
+                           &x->train, diag);
+        engine->check(x, dataset, dataset_valid, diag->count == before, diag);
+    }
+    x->engine_ops = engine;
     bv_config_validate(bv_node_get(root, "engine"), "engine", engine_schema, NULL, &x->engine,
                        diag);
     const bv_node *policy = bv_node_get(root, "policy");
@@ -369,15 +327,16 @@ bv_status bv_experiment_load(const char *path, char *const *overrides, size_t no
         bv_experiment_free(x);
         return BV_ERR_INVALID;
     }
-    /* graph models only: a sequence model's table is seqmodel.h's */
-    if (*(const bv_engine_kind *)x->model.plugin->ops == BV_ENGINE_GRAPH)
-        bv_ops_copy(&x->model_ops, sizeof x->model_ops, x->model.plugin);
-    bv_ops_copy(&x->compute_ops, sizeof x->compute_ops, x->compute.plugin);
-    bv_ops_copy(&x->transport_ops, sizeof x->transport_ops, x->transport.plugin);
-    if (x->model_ops.validate && x->model_ops.validate(&x->model.opts, diag) != BV_OK) {
+    /* the model's own cross-option checks, once everything else is known to be valid */
+    if (x->engine_ops->check_model && x->engine_ops->check_model(x, diag) != BV_OK) {
         bv_experiment_free(x);
         return BV_ERR_INVALID;
     }
+    bv_ops_copy(&x->compute_ops, sizeof x->compute_ops, x->compute.plugin);
+    bv_ops_copy(&x->transport_ops, sizeof x->transport_ops, x->transport.plugin);
+    for (size_t i = 0; i < x->nresilience; i++)
+        bv_ops_copy(&x->resilience_ops[i], sizeof x->resilience_ops[i],
+                    x->resilience[i].plugin);
     *out = x;
     return BV_OK;
 }

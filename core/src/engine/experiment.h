@@ -8,11 +8,12 @@
 
 #include "bivouac/compute.h"
 #include "bivouac/error.h"
-#include "bivouac/model.h"
-#include "bivouac/transport.h"
 #include "bivouac/options.h"
 #include "bivouac/plugin.h"
+#include "bivouac/resilience.h"
+#include "bivouac/transport.h"
 #include "config.h"
+#include "engine.h"
 #include "policy.h"
 #include "registry.h"
 
@@ -28,11 +29,13 @@ typedef struct bv_experiment {
     char *name; /* `name:` or the file's base name without .yaml */
     bv_node *root;
     bv_section model, compute, transport;
-    /* the model's and compute backend's ops at this build's size (newer slots NULL) */
-    bv_model_ops model_ops;
+    const bv_engine_ops *engine_ops; /* the engine the model plugin's descriptor names */
+    /* the plugins' ops at this build's size (bv_ops_copy: newer slots NULL or defaulted);
+     * the model's is the engine's business (its table depends on the engine) */
     bv_compute_ops compute_ops;
     bv_transport_ops transport_ops;
     bv_section resilience[BV_MAX_RESILIENCE];
+    bv_resilience_ops resilience_ops[BV_MAX_RESILIENCE];
     size_t nresilience;
     bv_opts dataset, train, engine, policy;
     bool has_policy;
@@ -49,10 +52,8 @@ bv_status bv_experiment_load(const char *path, char *const *overrides, size_t no
                              bv_registry *reg, bv_experiment **out, bv_diag *diag);
 void bv_experiment_free(bv_experiment *x);
 
-/* The experiment's dataset, normalised as configured. seed_offset is added to a synthetic
- * generator's seed (0 keeps the dataset fixed across --repeat seeds). */
-struct bv_graph_dataset;
-bv_status bv_experiment_load_dataset(const bv_experiment *x, uint64_t seed_offset,
-                                     struct bv_graph_dataset **out, bv_error *err);
+/* The value's position when the user set it, else fallback's (may be NULL). */
+const bv_pos *bv_experiment_value_pos(const bv_opts *o, const char *name,
+                                      const bv_node *fallback);
 
 #endif

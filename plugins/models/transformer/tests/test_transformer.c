@@ -13,7 +13,7 @@
 
 #include "bivouac/plugin.h"
 #include "bivouac/seqmodel.h"
-#include "train_seq.h"
+#include "layer_engine.h"
 
 const bv_plugin *bv_compute_cpu_plugin(void);
 const bv_plugin *bv_model_transformer_plugin(void);
@@ -23,7 +23,7 @@ typedef struct fixture {
     const bv_compute_ops *k;
     bv_seq_model *model;
     bv_compute *c;
-    bv_seq_engine *e;
+    bv_layer_engine *e;
 } fixture;
 
 static void set_opt(bv_opts *o, const char *name, double v)
@@ -63,16 +63,16 @@ static void make(fixture *f, int64_t vocab, int64_t batch, int64_t seq, double d
     f->c = f->k->create(&co, &err);
     assert_non_null(f->model);
     assert_non_null(f->c);
-    assert_int_equal(bv_seq_engine_create(f->mops, f->model, f->k, f->c, batch, seq, &f->e,
+    assert_int_equal(bv_layer_engine_create(f->mops, f->model, f->k, f->c, batch, seq, &f->e,
                                           &err), BV_OK);
-    bv_seq_engine_init(f->e, seed);
+    bv_layer_engine_init(f->e, seed);
     bv_opts_free(&mo);
     bv_opts_free(&co);
 }
 
 static void destroy(fixture *f)
 {
-    bv_seq_engine_free(f->e);
+    bv_layer_engine_free(f->e);
     f->k->destroy(f->c);
     f->mops->destroy(f->model);
 }
@@ -96,9 +96,10 @@ static void gradcheck_model(double dropout, bool tied)
         const bv_seq_layer *L = f.mops->layer(f.model, l);
         for (size_t i = 0; i < L->nparams; i++) {
             int64_t n = L->params[i].rows * L->params[i].cols;
-            float *p, *g;
-            bv_seq_engine_param(f.e, l, i, &p, &g);
-            assert_int_equal(bv_seq_engine_gradient(f.e, tok, tgt, B, S, 9, 3, &loss, &err),
+            bv_layer_tensor t;
+            bv_layer_engine_tensor(f.e, l, i, &t);
+            float *p = t.param, *g = t.grad;
+            assert_int_equal(bv_layer_engine_gradient(f.e, tok, tgt, B, S, 9, 3, &loss, &err),
                              BV_OK);
             float *ga = malloc((size_t)n * sizeof *ga);
             memcpy(ga, g, (size_t)n * sizeof *ga);
@@ -107,9 +108,9 @@ static void gradcheck_model(double dropout, bool tied)
                 float keep = p[j];
                 double lp, lm;
                 p[j] = keep + h;
-                bv_seq_engine_gradient(f.e, tok, tgt, B, S, 9, 3, &lp, &err);
+                bv_layer_engine_gradient(f.e, tok, tgt, B, S, 9, 3, &lp, &err);
                 p[j] = keep - h;
-                bv_seq_engine_gradient(f.e, tok, tgt, B, S, 9, 3, &lm, &err);
+                bv_layer_engine_gradient(f.e, tok, tgt, B, S, 9, 3, &lm, &err);
                 p[j] = keep;
                 double num = (lp - lm) / (2.0 * h);
                 double e = fabs(num - ga[j]) / (1e-3 + fabs(num) + fabs(ga[j]));
@@ -154,17 +155,17 @@ static void test_layer_state_moves_between_engines(void **state)
         tok[i] = (i * 4 + 1) % V;
     bv_error err = {0};
     const float *la, *lb;
-    assert_int_equal(bv_seq_engine_forward(a.e, tok, B, S, false, 0, 0, &la, &err), BV_OK);
-    assert_int_equal(bv_seq_engine_forward(b.e, tok, B, S, false, 0, 0, &lb, &err), BV_OK);
+    assert_int_equal(bv_layer_engine_forward(a.e, tok, B, S, false, 0, 0, &la, &err), BV_OK);
+    assert_int_equal(bv_layer_engine_forward(b.e, tok, B, S, false, 0, 0, &lb, &err), BV_OK);
     assert_true(memcmp(la, lb, sizeof(float) * B * S * V) != 0);
     for (size_t l = 0; l < a.mops->layer_count(a.model); l++) {
         bv_state s = {0};
-        assert_int_equal(bv_seq_engine_layer_get(a.e, l, true, &s, &err), BV_OK);
-        assert_int_equal(bv_seq_engine_layer_set(b.e, l, true, &s, &err), BV_OK);
+        assert_int_equal(bv_layer_engine_layer_get(a.e, l, true, &s, &err), BV_OK);
+        assert_int_equal(bv_layer_engine_layer_set(b.e, l, true, &s, &err), BV_OK);
         bv_state_free(&s);
     }
-    assert_int_equal(bv_seq_engine_forward(a.e, tok, B, S, false, 0, 0, &la, &err), BV_OK);
-    assert_int_equal(bv_seq_engine_forward(b.e, tok, B, S, false, 0, 0, &lb, &err), BV_OK);
+    assert_int_equal(bv_layer_engine_forward(a.e, tok, B, S, false, 0, 0, &la, &err), BV_OK);
+    assert_int_equal(bv_layer_engine_forward(b.e, tok, B, S, false, 0, 0, &lb, &err), BV_OK);
     assert_memory_equal(la, lb, sizeof(float) * B * S * V);
     destroy(&a);
     destroy(&b);

@@ -1,0 +1,130 @@
+/* Reading a UTF-8 text into character tokens (text_corpus.h). */
+#include "text_corpus.h"
+
+#include <errno.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Decodes one UTF-8 sequence at p (n bytes left); 0 if invalid (overlong, surrogate, out of
+ * range, truncated), else its length. */
+static int utf8_decode(const unsigned char *p, size_t n, uint32_t *cp)
+{
+    unsigned char c = p[0];
+    if (c < 0x80) {
+        *cp = c;
+        return 1;
+    }
+    int len = (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 0;
+    if (!len || (size_t)len > n)
+        return 0;
+    uint32_t v = c & (0x7F >> len);
+    for (int i = 1; i < len; i++) {
+        if ((p[i] & 0xC0) != 0x80)
+            return 0;
+        v = (v << 6) | (p[i] & 0x3F);
+    }
+    static const uint32_t min_for_len[] = {0, 0, 0x80, 0x800, 0x10000};
+    if (v < min_for_len[len] || v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF))
+        return 0;
+    *cp = v;
+    return len;
+}
+
+static int cmp_u32(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return (x > y) - (x < y);
+}
+
+bv_status bv_text_corpus_load(const char *path, double val_fraction, bv_text_corpus *out,
+                              bv_error *err)
+{
+    memset(out, 0, sizeof *out);
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return bv_error_set(err, BV_ERR_IO, "cannot read %s: %s", path, strerror(errno));
+    unsigned char *buf = NULL;
+    size_t len = 0, cap = 0;
+    for (;;) {
+        if (len == cap) {
+            cap = cap ? cap * 2 : 1 << 20;
+            unsigned char *nb = realloc(buf, cap);
+            if (!nb) {
+                free(buf);
+                fclose(f);
+                return bv_error_set(err, BV_ERR_NOMEM, "out of memory reading %s", path);
+            }
+            buf = nb;
+        }
+        size_t got = fread(buf + len, 1, cap - len, f);
+        len += got;
+        if (got == 0)
+            break;
+    }
+    bool read_error = ferror(f);
+    fclose(f);
+    if (read_error) {
+        free(buf);
+        return bv_error_set(err, BV_ERR_IO, "error reading %s", path);
+    }
+    if (len == 0) {
+        free(buf);
+        return bv_error_set(err, BV_ERR_INVALID, "the text %s is empty", path);
+    }
+    uint32_t *cps = malloc(len * sizeof *cps);
+    if (!cps) {
+        free(buf);
+        return bv_error_set(err, BV_ERR_NOMEM, "out of memory reading %s", path);
+    }
+    size_t n = 0, line = 1;
+    for (size_t i = 0; i < len;) {
+        int l = utf8_decode(buf + i, len - i, &cps[n]);
+        if (!l) {
+            bv_status st = bv_error_set(err, BV_ERR_INVALID,
+                                        "the text %s is not UTF-8: invalid byte 0x%02x at "
+                                        "offset %zu (line %zu)", path, buf[i], i, line);
+            free(buf);
+            free(cps);
+            return st;
+        }
+        line += cps[n] == '\n';
+        i += (size_t)l;
+        n++;
+    }
+    free(buf);
+    /* the vocabulary: every distinct code point of the text, sorted (nanoGPT's
+     * prepare.py builds it from the whole file, so validation has no unknown chars) */
+    uint32_t *sorted = malloc(n * sizeof *sorted);
+    out->ids = malloc(n * sizeof *out->ids);
+    if (!sorted || !out->ids) {
+        free(sorted);
+        free(cps);
+        free(out->ids);
+        return bv_error_set(err, BV_ERR_NOMEM, "out of memory tokenising %s", path);
+    }
+    memcpy(sorted, cps, n * sizeof *sorted);
+    qsort(sorted, n, sizeof *sorted, cmp_u32);
+    size_t v = 0;
+    for (size_t i = 0; i < n; i++)
+        if (v == 0 || sorted[i] != sorted[v - 1])
+            sorted[v++] = sorted[i];
+    out->vocab = sorted; /* n entries allocated, the first v used */
+    out->vocab_size = (int64_t)v;
+    for (size_t i = 0; i < n; i++) {
+        const uint32_t *hit = bsearch(&cps[i], out->vocab, v, sizeof *cps, cmp_u32);
+        out->ids[i] = (int32_t)(hit - out->vocab);
+    }
+    free(cps);
+    out->n = (int64_t)n;
+    out->n_train = (int64_t)((double)n * (1.0 - val_fraction));
+    return BV_OK;
+}
+
+void bv_text_corpus_free(bv_text_corpus *c)
+{
+    free(c->vocab);
+    free(c->ids);
+    memset(c, 0, sizeof *c);
+}

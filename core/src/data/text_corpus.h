@@ -1,0 +1,24 @@
+/* A UTF-8 text as a character-level token sequence (nanoGPT's shakespeare_char): the
+ * vocabulary is every distinct code point of the text, sorted; token id = its index. */
+#ifndef BIVOUAC_TEXT_CORPUS_H
+#define BIVOUAC_TEXT_CORPUS_H
+
+#include <stdint.h>
+
+#include "bivouac/error.h"
+
+typedef struct bv_text_corpus {
+    uint32_t *vocab;    /* sorted code points; token id = index */
+    int64_t vocab_size;
+    int32_t *ids;       /* the whole text as token ids */
+    int64_t n;          /* tokens */
+    int64_t n_train;    /* the first n_train tokens are the training split */
+} bv_text_corpus;
+
+/* Reads a UTF-8 text file. BV_ERR_INVALID (empty, not UTF-8 with the byte offset and
+ * line) or BV_ERR_IO. */
+bv_status bv_text_corpus_load(const char *path, double val_fraction, bv_text_corpus *out,
+                              bv_error *err);
+void bv_text_corpus_free(bv_text_corpus *c);
+
+#endif

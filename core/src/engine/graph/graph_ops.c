@@ -1,0 +1,243 @@
+/* The graph engine behind the training loop's interface (engine.h): a unit is an epoch,
+ * a training pass (forward with dropout, loss, backward, WeightUpdate) then an evaluation
+ * pass over every vertex; its record carries the loss and accuracy of each split. */
+#include "graph_ops.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bivouac/model.h"
+#include "bivouac/wire.h"
+#include "engine_graph.h"
+
+/* The fields of a unit record, in metrics.jsonl order (the indices below follow it). */
+static const char *const epoch_fields[] = {"epoch", "train_loss", "train_accuracy",
+                                           "val_loss", "val_accuracy", "test_loss",
+                                           "test_accuracy", "lr", "seconds"};
+enum { F_EPOCH, F_TRAIN_LOSS, F_TRAIN_ACC, F_VAL_LOSS, F_VAL_ACC, F_TEST_LOSS, F_TEST_ACC, F_LR };
+static const bv_record_kind epoch_record = {"epoch_end", epoch_fields,
+                                            sizeof epoch_fields / sizeof epoch_fields[0]};
+
+struct bv_engine {
+    const bv_experiment *x;
+    bv_model_ops model_ops; /* the plugin's table at this build's size */
+    bv_model *model;
+    bv_graph_engine *engine;
+    double reported_wd; /* weight decay added to the reported losses (decay_in_loss) */
+};
+
+static bv_status load_data(const bv_experiment *x, void **data, bv_error *err)
+{
+    bv_graph_dataset *d = NULL;
+    bv_status st = bv_graph_load_data(x, 0, &d, err);
+    *data = d;
+    return st;
+}
+
+static void free_data(void *data)
+{
+    bv_graph_free(data);
+}
+
+static void destroy(bv_engine *g)
+{
+    if (!g)
+        return;
+    bv_graph_engine_stop(g->engine);
+    if (g->model)
+        g->model_ops.destroy(g->model);
+    free(g);
+}
+
+static bv_status create(const bv_experiment *x, void *data, const bv_engine_run *run,
+                        bv_engine **out, bv_error *err)
+{
+    const bv_graph_dataset *d = data;
+    bv_engine *g = calloc(1, sizeof *g);
+    if (!(*out = g))
+        return bv_error_set(err, BV_ERR_NOMEM, "out of memory");
+    g->x = x;
+    bv_ops_copy(&g->model_ops, sizeof g->model_ops, x->model.plugin);
+    double wd = bv_opts_float(&x->train, "weight_decay");
+    g->reported_wd = bv_opts_bool(&x->train, "decay_in_loss") ? wd : 0.0;
+    bv_graph_shape shape = {d->num_nodes, d->num_features, d->num_classes};
+    g->model = g->model_ops.create(&x->model.opts, &shape, err);
+    if (!g->model)
+        return err->status ? err->status : BV_ERR_PLUGIN;
+    bv_graph_engine_cfg cfg = {
+        .model_ops = &g->model_ops,
+        .model = g->model,
+        .compute_ops = &x->compute_ops,
+        .compute_opts = &x->compute.opts,
+        .transport_ops = &x->transport_ops,
+        .transport_opts = &x->transport.opts,
+        .data = d,
+        .seed = run->seed,
+        .intervals = (int)bv_opts_int(&x->engine, "intervals"),
+        .tensor_workers = (int)bv_opts_int(&x->engine, "tensor_workers"),
+        .share_arrays = bv_opts_bool(&x->engine, "share_arrays"),
+        .beta1 = (float)bv_opts_float(&x->train, "beta1"),
+        .beta2 = (float)bv_opts_float(&x->train, "beta2"),
+        .eps = (float)bv_opts_float(&x->train, "eps"),
+        .weight_decay = (float)wd,
+    };
+    return bv_graph_engine_start(&cfg, &g->engine, err);
+}
+
+static bv_status init(bv_engine *g, bv_error *err)
+{
+    return bv_graph_engine_init_weights(g->engine, err);
+}
+
+static double lr(const bv_engine *g, int64_t epoch)
+{
+    (void)epoch;
+    return bv_opts_float(&g->x->train, "lr");
+}
+
+static bv_status train(bv_engine *g, int64_t epoch, double lr_now, bv_record *rec,
+                       bv_error *err)
+{
+    bv_epoch_stats tr, ev;
+    bv_status st = bv_graph_engine_train_epoch(g->engine, epoch, (float)lr_now, &tr, err);
+    if (st == BV_OK)
+        st = bv_graph_engine_evaluate(g->engine, epoch, &ev, err);
+    if (st != BV_OK)
+        return st;
+    /* Kipf's loss adds weight_decay * l2_loss(W) = wd/2 * sum(W^2) */
+    double wd = 0.5 * g->reported_wd;
+    *rec = (bv_record){{
+        [F_EPOCH] = (double)(epoch + 1),
+        [F_TRAIN_LOSS] = tr.loss[0] + wd * tr.decay_sumsq,
+        [F_TRAIN_ACC] = tr.accuracy[0],
+        [F_VAL_LOSS] = ev.loss[1] + wd * ev.decay_sumsq,
+        [F_VAL_ACC] = ev.accuracy[1],
+        [F_TEST_LOSS] = ev.loss[2] + wd * ev.decay_sumsq,
+        [F_TEST_ACC] = ev.accuracy[2],
+        [F_LR] = lr_now,
+    }};
+    return BV_OK;
+}
+
+static bv_status get_state(bv_engine *g, bv_state *s, bv_error *err)
+{
+    return bv_graph_engine_get_state(g->engine, s, err);
+}
+
+static bv_status set_state(bv_engine *g, const bv_state *s, bv_error *err)
+{
+    return bv_graph_engine_set_state(g->engine, s, err);
+}
+
+static uint32_t params_crc32c(bv_engine *g)
+{
+    bv_state s = {0};
+    bv_error ignored;
+    if (bv_graph_engine_get_state(g->engine, &s, &ignored) != BV_OK)
+        return 0;
+    uint32_t crc = 0;
+    for (size_t i = 0; i < s.count; i++)
+        if (strncmp(s.blobs[i].name, "param/", 6) == 0)
+            crc = bv_crc32c(crc, s.blobs[i].data, s.blobs[i].size);
+    bv_state_free(&s);
+    return crc;
+}
+
+/* The first epoch with the highest validation accuracy. */
+static size_t best_epoch(const bv_record *h, size_t n)
+{
+    size_t best = 0;
+    for (size_t i = 1; i < n; i++)
+        if (h[i].v[F_VAL_ACC] > h[best].v[F_VAL_ACC])
+            best = i;
+    return best;
+}
+
+/* The epoch whose model result.json reports (train.select). Every epoch's test metrics
+ * are already in the history, so no weights need restoring. */
+static size_t select_epoch(const bv_record *h, size_t n, const char *mode)
+{
+    size_t pick = n - 1;
+    if (strcmp(mode, "last") == 0)
+        return pick;
+    double best_acc = -1, best_loss = INFINITY;
+    for (size_t i = 0; i < n; i++) {
+        double acc = h[i].v[F_VAL_ACC], loss = h[i].v[F_VAL_LOSS];
+        if (strcmp(mode, "best_val_accuracy") == 0) {
+            if (acc > best_acc)
+                best_acc = acc, pick = i;
+        } else if (strcmp(mode, "best_val_loss") == 0) {
+            if (loss < best_loss)
+                best_loss = loss, pick = i;
+        } else { /* best_val_both: GAT's execute_cora.py saves when both reach their best */
+            if (acc >= best_acc && loss <= best_loss)
+                pick = i;
+            if (acc > best_acc)
+                best_acc = acc;
+            if (loss < best_loss)
+                best_loss = loss;
+        }
+    }
+    return pick;
+}
+
+static void result(bv_engine *g, const bv_history *h, bv_run_result *res)
+{
+    const bv_record *last = &h->units[h->nunits - 1];
+    size_t best = best_epoch(h->units, h->nunits);
+    size_t pick = select_epoch(h->units, h->nunits, bv_opts_str(&g->x->train, "select"));
+    double epochs = last->v[F_EPOCH], best_val = h->units[best].v[F_VAL_ACC];
+    double test = h->units[pick].v[F_TEST_ACC];
+    bv_result_add(res, "epochs", epochs, true, BV_RESULT_MEAN);
+    bv_result_add(res, "best_epoch", h->units[best].v[F_EPOCH], true, 0);
+    bv_result_add(res, "selected_epoch", h->units[pick].v[F_EPOCH], true, 0);
+    bv_result_add(res, "best_val_accuracy", best_val, false, BV_RESULT_MEAN);
+    bv_result_add(res, "val_accuracy", last->v[F_VAL_ACC], false, BV_RESULT_MEAN);
+    bv_result_add(res, "test_accuracy", test, false, BV_RESULT_MEAN | BV_RESULT_HEADLINE);
+    bv_result_add(res, "train_loss", last->v[F_TRAIN_LOSS], false, 0);
+    bv_result_add(res, "val_loss", last->v[F_VAL_LOSS], false, 0);
+    snprintf(res->summary, sizeof res->summary,
+             "test accuracy %.4f (best val %.4f at epoch %lld), %lld epochs in %.2f s; %s",
+             test, best_val, (long long)h->units[best].v[F_EPOCH], (long long)epochs,
+             h->wall_seconds, h->stop_reason);
+    snprintf(res->brief, sizeof res->brief,
+             "test accuracy %.4f (best val %.4f) after %lld epochs, %.2f s", test, best_val,
+             (long long)epochs, h->wall_seconds);
+}
+
+static void progress(const bv_engine *g, const bv_history *h, char *buf, size_t len)
+{
+    (void)g;
+    const bv_record *last = &h->units[h->nunits - 1];
+    snprintf(buf, len, "loss %.4f  train %.3f  val %.3f (best %.3f)", last->v[F_TRAIN_LOSS],
+             last->v[F_TRAIN_ACC], last->v[F_VAL_ACC],
+             h->units[best_epoch(h->units, h->nunits)].v[F_VAL_ACC]);
+}
+
+const bv_engine_ops bv_graph_engine_ops = {
+    .name = "graph",
+    .unit = "epoch",
+    .train_units_option = "epochs",
+    .dataset_schema = bv_graph_dataset_schema,
+    .train_schema = bv_graph_train_schema,
+    .unit_record = &epoch_record,
+    .eval_record = NULL,
+    .check = bv_graph_check,
+    .check_model = bv_graph_check_model,
+    .load_data = load_data,
+    .free_data = free_data,
+    .create = create,
+    .destroy = destroy,
+    .init = init,
+    .lr = lr,
+    .train = train,
+    .evaluate = NULL,
+    .eval_due = NULL,
+    .get_state = get_state,
+    .set_state = set_state,
+    .params_crc32c = params_crc32c,
+    .result = result,
+    .progress = progress,
+};

@@ -1,0 +1,26 @@
+/* The graph engine as the training loop sees it (bv_graph_engine_ops, engine.h): the
+ * pieces graph_data.c (schemas, checks, loading the dataset) shares with graph_ops.c. */
+#ifndef BIVOUAC_GRAPH_OPS_H
+#define BIVOUAC_GRAPH_OPS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "bivouac/graph.h"
+#include "engine.h"
+#include "experiment.h"
+
+extern const bv_option bv_graph_dataset_schema[];
+extern const bv_option bv_graph_train_schema[];
+
+/* engine.h's check and check_model for graph models. */
+void bv_graph_check(bv_experiment *x, const bv_node *dataset, bool dataset_valid, bool clean,
+                    bv_diag *diag);
+bv_status bv_graph_check_model(const bv_experiment *x, bv_diag *diag);
+
+/* The experiment's dataset, normalised as configured. seed_offset is added to a synthetic
+ * generator's seed (0 keeps the dataset fixed across --repeat seeds). */
+bv_status bv_graph_load_data(const bv_experiment *x, uint64_t seed_offset,
+                             bv_graph_dataset **out, bv_error *err);
+
+#endif

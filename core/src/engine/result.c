@@ -1,0 +1,90 @@
+/* result.json (train.h): what a run, or the seeds of --repeat, produced. */
+#include <math.h>
+#include <stdio.h>
+
+#include "json_out.h"
+#include "train.h"
+
+/* "seed": S, the engine's fields, "wall_seconds", "params_crc32c", "stop_reason" */
+static void write_run_fields(FILE *f, const bv_run_result *r, uint64_t seed)
+{
+    fprintf(f, "\"seed\": %llu", (unsigned long long)seed);
+    for (size_t i = 0; i < r->nfields; i++) {
+        const bv_result_field *fl = &r->fields[i];
+        if (fl->integer) {
+            fputs(", ", f);
+            bv_json_string(f, fl->name);
+            fprintf(f, ": %lld", (long long)fl->value);
+        } else {
+            bv_json_field(f, fl->name, fl->value);
+        }
+    }
+    bv_json_field(f, "wall_seconds", r->wall_seconds);
+    fprintf(f, ", \"params_crc32c\": \"%08x\", \"stop_reason\": ", (unsigned)r->params_crc32c);
+    bv_json_string(f, r->stop_reason);
+}
+
+/* The summary over seeds: the mean of every BV_RESULT_MEAN field (the fields are the same
+ * for every seed of one engine), the headline's standard deviation after it, and the
+ * summed wall time. */
+static void write_summary_fields(FILE *f, const bv_run_result *runs, size_t n)
+{
+    for (size_t k = 0; k < runs[0].nfields; k++) {
+        const bv_result_field *fl = &runs[0].fields[k];
+        if (!(fl->flags & BV_RESULT_MEAN))
+            continue;
+        double mean = 0;
+        for (size_t i = 0; i < n; i++)
+            mean += runs[i].fields[k].value;
+        mean /= (double)n;
+        bv_json_field(f, fl->name, mean);
+        if (fl->flags & BV_RESULT_HEADLINE) {
+            double sq = 0;
+            for (size_t i = 0; i < n; i++)
+                sq += (runs[i].fields[k].value - mean) * (runs[i].fields[k].value - mean);
+            char name[80];
+            snprintf(name, sizeof name, "%s_std", fl->name);
+            bv_json_field(f, name, sqrt(sq / (double)n));
+        }
+    }
+    double wall = 0;
+    for (size_t i = 0; i < n; i++)
+        wall += runs[i].wall_seconds;
+    bv_json_field(f, "wall_seconds", wall);
+}
+
+int bv_result_write(const char *dir, const bv_experiment *x, const bv_run_result *runs,
+                    const uint64_t *seeds, size_t n)
+{
+    char path[4200], tmp[4300];
+    if (snprintf(path, sizeof path, "%s/result.json", dir) >= (int)sizeof path)
+        return -1; /* a directory name this long cannot be written to anyway */
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    if (!f)
+        return -1;
+    fputs("{\"model\": ", f);
+    bv_json_string(f, x->model.plugin->name);
+    fputs(", \"dataset\": ", f);
+    bv_json_string(f, x->dataset_label);
+    fputs(", \"experiment\": ", f);
+    bv_json_string(f, x->name);
+    fputs(", ", f);
+    if (n == 1) {
+        write_run_fields(f, &runs[0], seeds[0]);
+    } else {
+        fprintf(f, "\"seed\": %llu, \"repeat\": %zu", (unsigned long long)seeds[0], n);
+        write_summary_fields(f, runs, n);
+        fputs(", \"runs\": [", f);
+        for (size_t i = 0; i < n; i++) {
+            fputs(i ? ", {" : "{", f);
+            write_run_fields(f, &runs[i], seeds[i]);
+            fputc('}', f);
+        }
+        fputc(']', f);
+    }
+    fputs("}\n", f);
+    if (fclose(f) != 0)
+        return -1;
+    return rename(tmp, path);
+}

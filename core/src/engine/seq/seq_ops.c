@@ -1,0 +1,436 @@
+/* The sequence engine behind the training loop's interface (engine.h): a unit is one
+ * optimizer step of a sequence model (seqmodel.h) on a batch of the character corpus,
+ * trained by the layer engine (layer_engine.h) with AdamW (adamw.h), and evaluated every
+ * eval_interval steps and once more, on more batches, at the end. Everything random is a
+ * pure function of (seed, step): the batch a step trains on, the evaluation batches, the
+ * dropout masks. With the parameters, AdamW moments and step count in the checkpoint, a
+ * resumed run continues bit for bit (same thread count). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "adamw.h"
+#include "bivouac/wire.h"
+#include "engine.h"
+#include "experiment.h"
+#include "layer_engine.h"
+#include "rng.h"
+#include "text_corpus.h"
+
+/* ---- the experiment: schemas, data checks, the corpus ------------------------------- */
+
+static const bv_option dataset_schema[] = {
+    BV_OPT_FILE("text", "", "UTF-8 text file, relative to the experiment file"),
+    BV_OPT_STR("name", "",
+               "text under $BIVOUAC_DATA_DIR: a file, or a directory holding input.txt"),
+    BV_OPT_FLOAT_RANGE("val_fraction", "0.1", 0.0001, 0.9,
+                       "the last fraction of the text is the validation split (nanoGPT: 0.1)"),
+    BV_OPT_END,
+};
+
+static const bv_option train_schema[] = {
+    BV_OPT_INT_RANGE("steps", "2000", 1, 1e12, "optimizer steps (iterations)"),
+    BV_OPT_INT_RANGE("batch", "12", 1, 1e6, "sequences per step"),
+    BV_OPT_INT_RANGE("block", "64", 1, 1e6, "tokens per sequence (context length)"),
+    BV_OPT_FLOAT_RANGE("lr", "1e-3", 0, 10, "peak learning rate"),
+    BV_OPT_FLOAT_RANGE("min_lr", "1e-4", 0, 10, "learning rate at the end of the cosine"),
+    BV_OPT_INT_RANGE("warmup", "100", 0, 1e12, "linear warmup steps"),
+    BV_OPT_INT_RANGE("decay_steps", "0", 0, 1e12,
+                     "step where the cosine reaches min_lr (0: steps)"),
+    BV_OPT_FLOAT_RANGE("weight_decay", "0.1", 0, 10, "AdamW decay on matrices only"),
+    BV_OPT_FLOAT_RANGE("beta1", "0.9", 0, 0.999999, "AdamW beta1"),
+    BV_OPT_FLOAT_RANGE("beta2", "0.99", 0, 0.999999, "AdamW beta2"),
+    BV_OPT_FLOAT_RANGE("eps", "1e-8", 0, 1, "AdamW epsilon"),
+    BV_OPT_FLOAT_RANGE("grad_clip", "1.0", 0, 1e9, "clip the global gradient norm (0: off)"),
+    BV_OPT_INT_RANGE("eval_interval", "250", 1, 1e12,
+                     "evaluate (and offer a checkpoint) every this many steps"),
+    BV_OPT_INT_RANGE("eval_iters", "20", 1, 1e9, "batches per split at each evaluation"),
+    BV_OPT_INT_RANGE("final_eval_iters", "200", 1, 1e9,
+                     "batches per split for the final val_loss in result.json"),
+    BV_OPT_INT_RANGE("seed", "1337", 0, 9007199254740992.0,
+                     "seed for weights, batches and dropout"),
+    BV_OPT_END,
+};
+
+
+/* Where the experiment's text is. */
+static void corpus_path(const bv_experiment *x, char *buf, size_t len)
+{
+    const char *text = bv_opts_str(&x->dataset, "text");
+    const char *name = bv_opts_str(&x->dataset, "name");
+    if (text[0]) {
+        snprintf(buf, len, "%s", text);
+        return;
+    }
+    const char *root = getenv("BIVOUAC_DATA_DIR");
+    snprintf(buf, len, "%s/%s", root && *root ? root : "data", name);
+    struct stat st;
+    if (stat(buf, &st) == 0 && S_ISDIR(st.st_mode)) {
+        size_t used = strlen(buf);
+        snprintf(buf + used, len - used, "/input.txt");
+    }
+}
+
+static void check(bv_experiment *x, const bv_node *dataset, bool dataset_valid, bool clean,
+                  bv_diag *diag)
+{
+    (void)dataset_valid;
+    if (!clean) /* the data is read only once the sections are known to be valid */
+        return;
+    const char *text = bv_opts_str(&x->dataset, "text");
+    const char *name = bv_opts_str(&x->dataset, "name");
+    const bv_pos *dpos = bv_experiment_value_pos(&x->dataset, text[0] ? "text" : "name", dataset);
+    if ((text[0] != '\0') == (name[0] != '\0')) {
+        bv_diag_add(diag, dataset ? &dataset->pos : NULL,
+                    text[0] ? "dataset takes only one of 'text' or 'name'"
+                            : "dataset needs 'text' (a UTF-8 file) or 'name' for a "
+                              "sequence model");
+        return;
+    }
+    char path[4096];
+    corpus_path(x, path, sizeof path);
+    /* the label: the name, or the file's name ("input.txt": its directory's name) */
+    char label[4096];
+    snprintf(label, sizeof label, "%s", name[0] ? name : path);
+    char *base = strrchr(label, '/');
+    if (base && strcmp(base, "/input.txt") == 0) {
+        *base = '\0';
+        base = strrchr(label, '/');
+    }
+    free(x->dataset_label);
+    x->dataset_label = strdup(base ? base + 1 : label);
+
+    bv_compute_ops k;
+    bv_ops_copy(&k, sizeof k, x->compute.plugin); /* slots the plugin predates are NULL */
+    if (!k.scale || !k.attention_forward || !k.layernorm_forward)
+        bv_diag_add(diag, NULL, "compute plugin '%s' has no transformer kernels (plugin ABI "
+                    "1.2)", x->compute.plugin->name);
+
+    /* the model's own checks need no data: report them even if the text is bad */
+    bv_seq_model_ops mops;
+    bv_ops_copy(&mops, sizeof mops, x->model.plugin);
+    if (mops.validate) {
+        bv_seq_shape shape = {1, bv_opts_int(&x->train, "block"),
+                              bv_opts_int(&x->train, "batch")};
+        mops.validate(&x->model.opts, &shape, diag);
+    }
+    bv_text_corpus c;
+    bv_error err = {0};
+    if (bv_text_corpus_load(path, bv_opts_float(&x->dataset, "val_fraction"), &c, &err) !=
+        BV_OK) {
+        bv_diag_add(diag, dpos, "%s", err.msg);
+        return;
+    }
+    int64_t block = bv_opts_int(&x->train, "block");
+    int64_t val = c.n - c.n_train;
+    if (block >= c.n_train || block >= val)
+        bv_diag_add(diag, bv_experiment_value_pos(&x->train, "block", NULL),
+                    "'block' (%lld) must be smaller than both splits of %s: %lld training "
+                    "and %lld validation characters", (long long)block, path,
+                    (long long)c.n_train, (long long)val);
+    bv_text_corpus_free(&c);
+}
+
+static bv_status load_data(const bv_experiment *x, void **data, bv_error *err)
+{
+    bv_text_corpus *c = calloc(1, sizeof *c);
+    if (!(*data = c))
+        return bv_error_set(err, BV_ERR_NOMEM, "out of memory");
+    char path[4096];
+    corpus_path(x, path, sizeof path);
+    return bv_text_corpus_load(path, bv_opts_float(&x->dataset, "val_fraction"), c, err);
+}
+
+static void free_data(void *data)
+{
+    if (data)
+        bv_text_corpus_free(data);
+    free(data);
+}
+
+/* ---- one run -------------------------------------------------------------------------- */
+
+static const char *const step_fields[] = {"step", "train_loss", "lr", "grad_norm", "seconds"};
+static const bv_record_kind step_record = {"step_end", step_fields,
+                                           sizeof step_fields / sizeof step_fields[0]};
+static const char *const eval_fields[] = {"step", "eval_train_loss", "val_loss", "seconds"};
+static const bv_record_kind eval_record = {"eval_end", eval_fields,
+                                           sizeof eval_fields / sizeof eval_fields[0]};
+enum { S_STEP, S_LOSS, S_LR, S_GRAD_NORM };
+enum { E_STEP, E_TRAIN_LOSS, E_VAL_LOSS };
+
+struct bv_engine {
+    const bv_experiment *x;
+    const bv_text_corpus *corpus;
+    uint64_t seed;
+    bv_seq_model_ops mops; /* the plugin's table at this build's size */
+    bv_seq_model *model;
+    bv_compute *c;
+    bv_layer_engine *layers;
+    bv_adamw adamw;
+    int64_t batch, block, steps, eval_interval;
+    int32_t *tokens, *targets;
+};
+
+static void destroy(bv_engine *e)
+{
+    if (!e)
+        return;
+    bv_layer_engine_free(e->layers);
+    if (e->c)
+        e->x->compute_ops.destroy(e->c);
+    if (e->model)
+        e->mops.destroy(e->model);
+    free(e->tokens);
+    free(e->targets);
+    free(e);
+}
+
+static bv_status create(const bv_experiment *x, void *data, const bv_engine_run *run,
+                        bv_engine **out, bv_error *err)
+{
+    bv_engine *e = calloc(1, sizeof *e);
+    if (!(*out = e))
+        return bv_error_set(err, BV_ERR_NOMEM, "out of memory");
+    e->x = x;
+    e->corpus = data;
+    e->seed = run->seed;
+    e->batch = bv_opts_int(&x->train, "batch");
+    e->block = bv_opts_int(&x->train, "block");
+    e->steps = bv_opts_int(&x->train, "steps");
+    e->eval_interval = bv_opts_int(&x->train, "eval_interval");
+    e->adamw = bv_adamw_from_opts(&x->train);
+    bv_ops_copy(&e->mops, sizeof e->mops, x->model.plugin);
+    bv_seq_shape shape = {e->corpus->vocab_size, e->block, e->batch};
+    if (!(e->model = e->mops.create(&x->model.opts, &shape, err)))
+        return err->status ? err->status : BV_ERR_PLUGIN;
+    if (!(e->c = x->compute_ops.create(&x->compute.opts, err)))
+        return err->status ? err->status : BV_ERR_PLUGIN;
+    bv_status st = bv_layer_engine_create(&e->mops, e->model, &x->compute_ops, e->c, e->batch,
+                                          e->block, &e->layers, err);
+    if (st != BV_OK)
+        return st;
+    e->tokens = malloc((size_t)(e->batch * e->block) * sizeof *e->tokens);
+    e->targets = malloc((size_t)(e->batch * e->block) * sizeof *e->targets);
+    if (!e->tokens || !e->targets)
+        return bv_error_set(err, BV_ERR_NOMEM, "out of memory");
+    return BV_OK;
+}
+
+static bv_status init(bv_engine *e, bv_error *err)
+{
+    (void)err;
+    bv_layer_engine_init(e->layers, e->seed);
+    return BV_OK;
+}
+
+static double lr(const bv_engine *e, int64_t step)
+{
+    return bv_adamw_lr_at(&e->x->train, step);
+}
+
+/* batch sequences of block tokens at random offsets of a split, as nanoGPT's get_batch;
+ * the offsets depend only on (seed, stream). */
+static void draw_batch(bv_engine *e, bool val, uint64_t stream)
+{
+    const bv_text_corpus *c = e->corpus;
+    int64_t begin = val ? c->n_train : 0;
+    int64_t len = val ? c->n - c->n_train : c->n_train;
+    bv_rng rng;
+    bv_rng_init(&rng, e->seed, stream);
+    for (int64_t b = 0; b < e->batch; b++) {
+        int64_t off = begin + (int64_t)(bv_rng_next(&rng) % (uint64_t)(len - e->block));
+        memcpy(e->tokens + b * e->block, c->ids + off, (size_t)e->block * 4);
+        memcpy(e->targets + b * e->block, c->ids + off + 1, (size_t)e->block * 4);
+    }
+}
+
+#define STREAM_TRAIN(step) ((uint64_t)(step) * 2)
+#define STREAM_EVAL(step, split, i) \
+    ((uint64_t)1 << 62 | (uint64_t)(step) << 24 | (uint64_t)(split) << 23 | (uint64_t)(i))
+
+static bv_status train(bv_engine *e, int64_t it, double lr_now, bv_record *rec, bv_error *err)
+{
+    draw_batch(e, false, STREAM_TRAIN(it));
+    double loss;
+    bv_status st = bv_layer_engine_gradient(e->layers, e->tokens, e->targets, e->batch,
+                                            e->block, e->seed, it, &loss, err);
+    if (st != BV_OK)
+        return st;
+    if (!isfinite(loss))
+        return bv_error_set(err, BV_ERR_STOPPED, "the loss is %g at step %lld", loss,
+                            (long long)it + 1);
+    double norm = bv_adamw_step(e->layers, &e->x->compute_ops, e->c, &e->adamw, it + 1,
+                                lr_now);
+    *rec = (bv_record){{[S_STEP] = (double)(it + 1), [S_LOSS] = loss, [S_LR] = lr_now,
+                        [S_GRAD_NORM] = norm}};
+    return BV_OK;
+}
+
+static bool eval_due(const bv_engine *e, int64_t done)
+{
+    return done % e->eval_interval == 0 && done < e->steps;
+}
+
+/* Mean loss over iters batches of each split (nanoGPT's estimate_loss). */
+static bv_status evaluate(bv_engine *e, int64_t done, bool final, bv_record *rec,
+                          bv_error *err)
+{
+    int64_t iters = bv_opts_int(&e->x->train, final ? "final_eval_iters" : "eval_iters");
+    double sum[2] = {0, 0};
+    for (int split = 0; split < 2; split++)
+        for (int64_t i = 0; i < iters; i++) {
+            draw_batch(e, split == 1, STREAM_EVAL(done, split, i));
+            double l;
+            bv_status st = bv_layer_engine_loss(e->layers, e->tokens, e->targets, e->batch,
+                                                e->block, e->seed, done, &l, err);
+            if (st != BV_OK)
+                return st;
+            sum[split] += l;
+        }
+    *rec = (bv_record){{[E_STEP] = (double)done, [E_TRAIN_LOSS] = sum[0] / (double)iters,
+                        [E_VAL_LOSS] = sum[1] / (double)iters}};
+    return BV_OK;
+}
+
+/* The layers' weights and moments, and what `bivouac sample` needs to rebuild the model
+ * and its tokeniser from a checkpoint alone. */
+static bv_status get_state(bv_engine *e, bv_state *s, bv_error *err)
+{
+    for (size_t l = 0; l < bv_layer_engine_layers(e->layers); l++) {
+        bv_status st = bv_layer_engine_layer_get(e->layers, l, true, s, err);
+        if (st != BV_OK)
+            return st;
+    }
+    const bv_node *section = bv_node_get(e->x->root, "model");
+    char *yaml = section ? bv_node_to_yaml(section) : NULL;
+    const char *plugin = e->x->model.plugin->name;
+    bool ok = yaml && bv_state_add(s, "model/plugin", plugin, strlen(plugin)) == BV_OK &&
+              bv_state_add(s, "model/section", yaml, strlen(yaml)) == BV_OK &&
+              bv_state_add(s, "model/block", &e->block, sizeof e->block) == BV_OK &&
+              bv_state_add(s, "tokenizer/vocab", e->corpus->vocab,
+                           (size_t)e->corpus->vocab_size * sizeof *e->corpus->vocab) == BV_OK;
+    free(yaml);
+    if (!ok)
+        return bv_error_set(err, BV_ERR_NOMEM, "out of memory for the training state");
+    return BV_OK;
+}
+
+static bv_status set_state(bv_engine *e, const bv_state *s, bv_error *err)
+{
+    const bv_blob *vocab = bv_state_find(s, "tokenizer/vocab");
+    if (!vocab)
+        return bv_error_set(err, BV_ERR_CORRUPT, "the checkpoint lacks the run's own state");
+    if (vocab->size != (size_t)e->corpus->vocab_size * sizeof(uint32_t) ||
+        memcmp(vocab->data, e->corpus->vocab, vocab->size) != 0)
+        return bv_error_set(err, BV_ERR_INVALID, "the checkpoint's vocabulary differs from "
+                            "the text's: was the corpus changed?");
+    bv_status st = BV_OK;
+    for (size_t l = 0; st == BV_OK && l < bv_layer_engine_layers(e->layers); l++)
+        st = bv_layer_engine_layer_set(e->layers, l, true, s, err);
+    return st;
+}
+
+static uint32_t params_crc32c(bv_engine *e)
+{
+    uint32_t crc = 0;
+    bv_layer_tensor t;
+    for (size_t l = 0; l < bv_layer_engine_layers(e->layers); l++)
+        for (size_t i = 0; i < bv_layer_engine_layer(e->layers, l)->nparams; i++)
+            if (bv_layer_engine_tensor(e->layers, l, i, &t))
+                crc = bv_crc32c(crc, t.param, (size_t)t.n * sizeof(float));
+    return crc;
+}
+
+/* FLOPs of one training token: 3x the forward (forward, and backward's two products per
+ * weight), counting the gemms as the kernels run them (full seq x seq attention blocks). */
+static double flops_per_token(const bv_engine *e, int64_t *nparams)
+{
+    double f = 0;
+    int64_t np = 0;
+    for (size_t l = 0; l < bv_layer_engine_layers(e->layers); l++) {
+        const bv_seq_layer *L = bv_layer_engine_layer(e->layers, l);
+        for (size_t i = 0; i < L->nparams; i++) {
+            const bv_seq_param *p = &L->params[i];
+            bv_layer_tensor t;
+            if (bv_layer_engine_tensor(e->layers, l, i, &t))
+                np += t.n;
+            if (L->kind != BV_SEQ_EMBED && p->rows > 1)
+                f += 2.0 * (double)(p->rows * p->cols);
+        }
+        if (L->kind == BV_SEQ_BLOCK)
+            f += 4.0 * (double)e->block * (double)L->in_width; /* QK^T and PV */
+    }
+    *nparams = np;
+    return 3.0 * f;
+}
+
+static void result(bv_engine *e, const bv_history *h, bv_run_result *res)
+{
+    const bv_record *last = &h->units[h->nunits - 1];
+    double steps = last->v[S_STEP];
+    double val = h->final_eval ? h->final_eval->v[E_VAL_LOSS] : NAN;
+    double train_loss = h->final_eval ? h->final_eval->v[E_TRAIN_LOSS] : NAN;
+    int64_t np;
+    double fpt = flops_per_token(e, &np);
+    double tps = h->train_seconds > 0 ? steps * (double)(e->batch * e->block) / h->train_seconds
+                                      : 0;
+    bv_result_add(res, "steps", steps, true, BV_RESULT_MEAN);
+    bv_result_add(res, "batch", (double)e->batch, true, 0);
+    bv_result_add(res, "block", (double)e->block, true, 0);
+    bv_result_add(res, "vocab", (double)e->corpus->vocab_size, true, 0);
+    bv_result_add(res, "params", (double)np, true, 0);
+    bv_result_add(res, "threads", e->x->compute_ops.num_threads(e->c), true, 0);
+    bv_result_add(res, "val_loss", val, false, BV_RESULT_MEAN | BV_RESULT_HEADLINE);
+    bv_result_add(res, "train_loss", train_loss, false, BV_RESULT_MEAN);
+    bv_result_add(res, "final_eval_batches",
+                  (double)bv_opts_int(&e->x->train, "final_eval_iters"), true, 0);
+    bv_result_add(res, "last_step_loss", last->v[S_LOSS], false, 0);
+    bv_result_add(res, "tokens_per_second", tps, false, BV_RESULT_MEAN);
+    bv_result_add(res, "flops_per_token", fpt, false, 0);
+    bv_result_add(res, "model_flops_per_second", fpt * tps, false, 0);
+    bv_result_add(res, "train_seconds", h->train_seconds, false, 0);
+    snprintf(res->summary, sizeof res->summary,
+             "val loss %.4f (train %.4f) after %lld steps, %.0f tokens/s, %.1f s", val,
+             train_loss, (long long)steps, tps, h->wall_seconds);
+    snprintf(res->brief, sizeof res->brief, "val loss %.4f after %lld steps, %.1f s", val,
+             (long long)steps, h->wall_seconds);
+}
+
+static void progress(const bv_engine *e, const bv_history *h, char *buf, size_t len)
+{
+    const bv_record *last = &h->units[h->nunits - 1];
+    double tps = h->session_seconds > 0 ? (double)h->session_units *
+                                              (double)(e->batch * e->block) /
+                                              h->session_seconds
+                                        : 0;
+    snprintf(buf, len, "loss %.4f  lr %.2e  %.0f tok/s", last->v[S_LOSS], last->v[S_LR], tps);
+}
+
+const bv_engine_ops bv_sequence_engine_ops = {
+    .name = "sequence",
+    .unit = "step",
+    .train_units_option = "steps",
+    .dataset_schema = dataset_schema,
+    .train_schema = train_schema,
+    .unit_record = &step_record,
+    .eval_record = &eval_record,
+    .check = check,
+    .check_model = NULL,
+    .load_data = load_data,
+    .free_data = free_data,
+    .create = create,
+    .destroy = destroy,
+    .init = init,
+    .lr = lr,
+    .train = train,
+    .eval_due = eval_due,
+    .evaluate = evaluate,
+    .get_state = get_state,
+    .set_state = set_state,
+    .params_crc32c = params_crc32c,
+    .result = result,
+    .progress = progress,
+};

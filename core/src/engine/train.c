@@ -1,0 +1,432 @@
+/* The training loop every engine runs under (train.h). Each unit (epoch or step) is
+ * trained by the engine and reported as a record; the loop writes it to metrics.jsonl,
+ * shows it, hands it to the policy (which may stop the run or set the learning rate), and
+ * offers the training state to the resilience strategies (after every unit, or after each
+ * evaluation for engines that evaluate periodically). A resumed run rebuilds its history
+ * from the checkpoint and replays it through the policy, so it goes on exactly as the
+ * uninterrupted run would have. */
+#include "train.h"
+
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bivouac/log.h"
+#include "bivouac/wire.h"
+#include "clock.h"
+#include "json_out.h"
+
+/* Records of one kind, in the order they were made. */
+typedef struct record_list {
+    bv_record *items;
+    size_t count, cap;
+} record_list;
+
+typedef struct train_run {
+    const bv_experiment *x;
+    const bv_engine_ops *ops;
+    const bv_train_options *o;
+    bv_engine *engine;
+    bv_resilience *res[BV_MAX_RESILIENCE];
+    bv_policy *policy;
+    bool policy_active;
+    bool policy_stops_on_error;
+    bool policy_failed; /* it failed (in this run or, replayed, before a resume) with stop */
+    record_list units, evals;
+    bv_record final_eval;
+    bool has_final_eval;
+    double lr_set;      /* the learning rate a policy set; NaN: the engine's schedule */
+    double wall_before; /* seconds spent before a resume */
+    double train_seconds;
+    double t0, session_start, last_draw;
+    int64_t session_units;
+    FILE *metrics;
+} train_run;
+
+static bv_status record_push(record_list *l, const bv_record *rec, bv_error *err)
+{
+    if (l->count == l->cap) {
+        size_t cap = l->cap ? l->cap * 2 : 256;
+        bv_record *items = realloc(l->items, cap * sizeof *items);
+        if (!items)
+            return bv_error_set(err, BV_ERR_NOMEM, "out of memory");
+        l->items = items;
+        l->cap = cap;
+    }
+    l->items[l->count++] = *rec;
+    return BV_OK;
+}
+
+/* One metrics.jsonl line: {"epoch": 3, "train_loss": 1.2, ..., "seconds": 0.5} */
+static void write_record(FILE *f, const bv_record_kind *kind, const bv_record *rec)
+{
+    fputc('{', f);
+    bv_json_string(f, kind->fields[0]);
+    fprintf(f, ": %lld", (long long)rec->v[0]);
+    for (size_t i = 1; i < kind->nfields; i++)
+        bv_json_field(f, kind->fields[i], rec->v[i]);
+    fputs("}\n", f);
+    fflush(f);
+}
+
+static double *seconds_of(const bv_record_kind *kind, bv_record *rec)
+{
+    return &rec->v[kind->nfields - 1];
+}
+
+/* The policy's handler for the record's event. Policies see what a user would watch: no
+ * test metrics. A replayed record (resume) rebuilds the policy's own state; its learning
+ * rate is already in the restored state. */
+static void policy_record(train_run *r, const bv_record_kind *kind, const bv_record *rec,
+                          bool replay, bool *stop, char *reason, size_t reason_len)
+{
+    if (!r->policy_active)
+        return;
+    bv_metric m[BV_RECORD_FIELDS + 1];
+    size_t n = 0;
+    for (size_t i = 0; i < kind->nfields; i++)
+        if (strncmp(kind->fields[i], "test_", 5) != 0)
+            m[n++] = (bv_metric){kind->fields[i], rec->v[i]};
+    bv_policy_actions a;
+    bv_error perr = {0};
+    if (bv_policy_call(r->policy, kind->event, m, n, &a, &perr) != BV_OK) {
+        r->policy_active = false;
+        if (r->policy_stops_on_error) {
+            snprintf(reason, reason_len, "policy error: %.280s", perr.msg);
+            *stop = true;
+            r->policy_failed = true;
+            return;
+        }
+        if (!replay)
+            bv_log(BV_LOG_WARN, "%s; the run goes on without the policy", perr.msg);
+        return;
+    }
+    if (a.set_lr && !replay)
+        r->lr_set = a.lr;
+    if (a.stop) {
+        *stop = true;
+        snprintf(reason, reason_len, "policy: %s", a.reason[0] ? a.reason : "stop");
+    }
+}
+
+/* The full training state: the engine's plus the loop's own. */
+static bv_status snapshot(train_run *r, bv_state *s, bv_error *err)
+{
+    bv_status st = r->ops->get_state(r->engine, s, err);
+    if (st != BV_OK)
+        return st;
+    int64_t units = (int64_t)r->units.count;
+    double wall = r->wall_before + (bv_now_seconds() - r->t0);
+    uint64_t seed = r->o->seed;
+    s->epoch = units;
+    if (bv_state_add(s, "run/units", &units, sizeof units) != BV_OK ||
+        bv_state_add(s, "run/lr", &r->lr_set, sizeof r->lr_set) != BV_OK ||
+        bv_state_add(s, "run/seed", &seed, sizeof seed) != BV_OK ||
+        bv_state_add(s, "run/wall", &wall, sizeof wall) != BV_OK ||
+        bv_state_add(s, "run/train_seconds", &r->train_seconds, sizeof r->train_seconds) !=
+            BV_OK ||
+        bv_state_add(s, "run/history", r->units.items, r->units.count * sizeof(bv_record)) !=
+            BV_OK ||
+        bv_state_add(s, "run/evals", r->evals.items, r->evals.count * sizeof(bv_record)) !=
+            BV_OK) {
+        bv_state_free(s);
+        return bv_error_set(err, BV_ERR_NOMEM, "out of memory for the training state");
+    }
+    return BV_OK;
+}
+
+/* Offers the state to every resilience strategy (the checkpoint plugin keeps it). */
+static bv_status offer_state(train_run *r, bv_error *err)
+{
+    if (!r->x->nresilience)
+        return BV_OK;
+    bv_state s = {0};
+    bv_status st = snapshot(r, &s, err);
+    for (size_t i = 0; st == BV_OK && i < r->x->nresilience; i++)
+        if (r->x->resilience_ops[i].epoch_end)
+            st = r->x->resilience_ops[i].epoch_end(r->res[i], &s, err);
+    bv_state_free(&s);
+    return st;
+}
+
+static bv_status read_records(const bv_blob *b, record_list *l, bv_error *err)
+{
+    size_t n = b->size / sizeof(bv_record);
+    bv_status st = BV_OK;
+    for (size_t i = 0; st == BV_OK && i < n; i++) {
+        bv_record rec;
+        memcpy(&rec, (const char *)b->data + i * sizeof rec, sizeof rec);
+        st = record_push(l, &rec, err);
+    }
+    return st;
+}
+
+/* Replays the history through the policy in the order it was made: a policy is
+ * deterministic (no clock, no random numbers), so this rebuilds its state exactly, and a
+ * run its policy stopped stays stopped (with its reason) when resumed. */
+static void replay_policy(train_run *r, bool *stop, char *reason, size_t reason_len)
+{
+    size_t ev = 0;
+    for (size_t i = 0; i < r->units.count; i++) {
+        *stop = false;
+        policy_record(r, r->ops->unit_record, &r->units.items[i], true, stop, reason,
+                      reason_len);
+        for (; ev < r->evals.count && r->evals.items[ev].v[0] == r->units.items[i].v[0]; ev++)
+            policy_record(r, r->ops->eval_record, &r->evals.items[ev], true, stop, reason,
+                          reason_len);
+    }
+}
+
+static bv_status restore(train_run *r, bool *stop, char *reason, size_t reason_len,
+                         bv_error *err)
+{
+    bv_state s = {0};
+    bv_status st = BV_ERR_IO;
+    bool any = false;
+    for (size_t i = 0; i < r->x->nresilience; i++) {
+        const bv_resilience_ops *ops = &r->x->resilience_ops[i];
+        if (!ops->restore)
+            continue;
+        any = true;
+        if ((st = ops->restore(r->res[i], &s, err)) == BV_OK)
+            break;
+    }
+    if (!any)
+        return bv_error_set(err, BV_ERR_INVALID, "--resume needs a resilience strategy that "
+                            "keeps state, e.g. resilience: [{plugin: checkpoint}]");
+    if (st != BV_OK)
+        return st;
+    int64_t units = 0;
+    uint64_t seed = 0;
+    const bv_blob *hist = bv_state_find(&s, "run/history");
+    const bv_blob *evals = bv_state_find(&s, "run/evals");
+    if (!bv_state_read(&s, "run/units", &units, sizeof units) ||
+        !bv_state_read(&s, "run/lr", &r->lr_set, sizeof r->lr_set) ||
+        !bv_state_read(&s, "run/seed", &seed, sizeof seed) ||
+        !bv_state_read(&s, "run/wall", &r->wall_before, sizeof r->wall_before) ||
+        !bv_state_read(&s, "run/train_seconds", &r->train_seconds, sizeof r->train_seconds) ||
+        !hist || units < 0 || hist->size != (size_t)units * sizeof(bv_record) || !evals ||
+        evals->size % sizeof(bv_record) != 0) {
+        bv_state_free(&s);
+        return bv_error_set(err, BV_ERR_CORRUPT, "the checkpoint lacks the run's own state");
+    }
+    if (seed != r->o->seed) {
+        bv_state_free(&s);
+        return bv_error_set(err, BV_ERR_INVALID, "the checkpoint was made with seed %llu, "
+                            "not %llu", (unsigned long long)seed,
+                            (unsigned long long)r->o->seed);
+    }
+    st = r->ops->set_state(r->engine, &s, err);
+    if (st == BV_OK)
+        st = read_records(hist, &r->units, err);
+    if (st == BV_OK)
+        st = read_records(evals, &r->evals, err);
+    bv_state_free(&s);
+    if (st != BV_OK)
+        return st;
+    replay_policy(r, stop, reason, reason_len);
+    bv_log(BV_LOG_INFO, "resumed after %s %lld", r->ops->unit, (long long)units);
+    return BV_OK;
+}
+
+/* The history so far, as engines read it. */
+static bv_history history_of(const train_run *r, const char *stop_reason)
+{
+    double now = bv_now_seconds();
+    return (bv_history){
+        .units = r->units.items,
+        .nunits = r->units.count,
+        .evals = r->evals.items,
+        .nevals = r->evals.count,
+        .final_eval = r->has_final_eval ? &r->final_eval : NULL,
+        .train_seconds = r->train_seconds,
+        .wall_seconds = r->wall_before + (now - r->t0),
+        .session_seconds = now - r->session_start,
+        .session_units = r->session_units,
+        .stop_reason = stop_reason,
+    };
+}
+
+static void show_progress(train_run *r, int64_t total)
+{
+    int64_t done = (int64_t)r->units.count;
+    double now = bv_now_seconds();
+    if (now - r->last_draw < 0.1 && done < total) /* at most 10 redraws a second */
+        return;
+    r->last_draw = now;
+    bv_history h = history_of(r, NULL);
+    char part[256] = "";
+    r->ops->progress(r->engine, &h, part, sizeof part);
+    double eta = r->session_units > 0 ? h.session_seconds / (double)r->session_units *
+                                             (double)(total - done)
+                                       : 0;
+    fprintf(stderr, "\r\033[K%s %lld/%lld  %s  %.1fs elapsed  ETA %.1fs", r->ops->unit,
+            (long long)done, (long long)total, part, h.wall_seconds, eta);
+    fflush(stderr);
+}
+
+static void show_eval(const train_run *r, const bv_record *ev)
+{
+    const bv_record_kind *k = r->ops->eval_record;
+    fprintf(stderr, "\r\033[K%s %lld:", r->ops->unit, (long long)ev->v[0]);
+    for (size_t i = 1; i + 1 < k->nfields; i++)
+        fprintf(stderr, "%s %s %.4f", i > 1 ? "," : "", k->fields[i], ev->v[i]);
+    fputc('\n', stderr);
+}
+
+static bv_status setup(train_run *r, void *data, bv_error *err)
+{
+    const bv_experiment *x = r->x;
+    bv_engine_run run = {r->o->out_dir, r->o->seed};
+    bv_status st = r->ops->create(x, data, &run, &r->engine, err);
+    if (st != BV_OK)
+        return st;
+    char config_dir[4096];
+    bv_experiment_dir(x, config_dir, sizeof config_dir);
+    bv_run_info info = {r->o->out_dir, config_dir, r->o->seed};
+    for (size_t i = 0; i < x->nresilience; i++) {
+        r->res[i] = x->resilience_ops[i].create(&x->resilience[i].opts, &info, err);
+        if (!r->res[i])
+            return err->status ? err->status : BV_ERR_PLUGIN;
+    }
+    if (x->has_policy && !x->policy_broken) { /* a broken one was reported at validation */
+        bv_policy_limits lim = {
+            bv_opts_int(&x->policy, "instructions"),
+            (size_t)bv_opts_int(&x->policy, "memory_mb") << 20,
+        };
+        r->policy_stops_on_error = strcmp(bv_opts_str(&x->policy, "on_error"), "stop") == 0;
+        st = bv_policy_load(bv_opts_str(&x->policy, "file"), x->policy_params,
+                            x->npolicy_params, &lim, &r->policy, err);
+        if (st != BV_OK) {
+            if (r->policy_stops_on_error)
+                return st;
+            bv_log(BV_LOG_WARN, "%s; the run goes on without the policy", err->msg);
+            bv_error_clear(err);
+        } else {
+            r->policy_active = true;
+        }
+    }
+    return BV_OK;
+}
+
+static void teardown(train_run *r)
+{
+    for (size_t i = 0; i < r->x->nresilience; i++)
+        if (r->res[i])
+            r->x->resilience_ops[i].destroy(r->res[i]);
+    if (r->engine)
+        r->ops->destroy(r->engine);
+    bv_policy_free(r->policy);
+    if (r->metrics)
+        fclose(r->metrics);
+    free(r->units.items);
+    free(r->evals.items);
+}
+
+/* metrics.jsonl from the start: a resumed run rewrites what it had, interleaved as it
+ * was written. */
+static bv_status open_metrics(train_run *r, bv_error *err)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", r->o->out_dir);
+    if (!(r->metrics = fopen(path, "w")))
+        return bv_error_set(err, BV_ERR_IO, "cannot write %s", path);
+    size_t ev = 0;
+    for (size_t i = 0; i < r->units.count; i++) {
+        write_record(r->metrics, r->ops->unit_record, &r->units.items[i]);
+        for (; ev < r->evals.count && r->evals.items[ev].v[0] == r->units.items[i].v[0]; ev++)
+            write_record(r->metrics, r->ops->eval_record, &r->evals.items[ev]);
+    }
+    return BV_OK;
+}
+
+/* An evaluation after `done` units: recorded, shown, offered to the policy. */
+static bv_status evaluate(train_run *r, int64_t done, bool final, bool *stop, char *reason,
+                          size_t reason_len, bv_error *err)
+{
+    const bv_record_kind *kind = r->ops->eval_record;
+    bv_record ev = {{0}};
+    bv_status st = r->ops->evaluate(r->engine, done, final, &ev, err);
+    if (st != BV_OK)
+        return st;
+    *seconds_of(kind, &ev) = r->wall_before + (bv_now_seconds() - r->t0);
+    write_record(r->metrics, kind, &ev);
+    if (final) {
+        r->final_eval = ev;
+        r->has_final_eval = true;
+        return BV_OK;
+    }
+    if ((st = record_push(&r->evals, &ev, err)) != BV_OK)
+        return st;
+    if (r->o->progress)
+        show_eval(r, &ev);
+    policy_record(r, kind, &ev, false, stop, reason, reason_len);
+    return BV_OK;
+}
+
+bv_status bv_train(const bv_experiment *x, void *data, const bv_train_options *o,
+                   bv_run_result *res, bv_error *err)
+{
+    memset(res, 0, sizeof *res);
+    train_run r = {.x = x, .ops = x->engine_ops, .o = o, .lr_set = NAN};
+    r.t0 = bv_now_seconds();
+    const bv_engine_ops *ops = r.ops;
+    const bv_record_kind *kind = ops->unit_record;
+    int64_t total = bv_opts_int(&x->train, ops->train_units_option);
+    char *reason = res->stop_reason;
+    size_t reason_len = sizeof res->stop_reason;
+    snprintf(reason, reason_len, "reached %lld %ss", (long long)total, ops->unit);
+    bool stop = false;
+    bv_status st = setup(&r, data, err);
+    if (st == BV_OK)
+        st = o->resume ? restore(&r, &stop, reason, reason_len, err) : ops->init(r.engine, err);
+    if (st == BV_OK)
+        st = open_metrics(&r, err);
+    r.session_start = bv_now_seconds();
+    for (int64_t unit = (int64_t)r.units.count; st == BV_OK && !stop && unit < total; unit++) {
+        double lr = isnan(r.lr_set) ? ops->lr(r.engine, unit) : r.lr_set;
+        bv_record rec = {{0}};
+        double ts = bv_now_seconds();
+        if ((st = ops->train(r.engine, unit, lr, &rec, err)) != BV_OK)
+            break;
+        double te = bv_now_seconds();
+        r.train_seconds += te - ts;
+        *seconds_of(kind, &rec) = r.wall_before + (te - r.t0);
+        if ((st = record_push(&r.units, &rec, err)) != BV_OK)
+            break;
+        r.session_units++;
+        write_record(r.metrics, kind, &rec);
+        if (o->progress)
+            show_progress(&r, total);
+        policy_record(&r, kind, &rec, false, &stop, reason, reason_len);
+        if (ops->eval_record && ops->eval_due(r.engine, unit + 1)) {
+            st = evaluate(&r, unit + 1, false, &stop, reason, reason_len, err);
+            if (st == BV_OK)
+                st = offer_state(&r, err);
+        } else if (!ops->eval_record) {
+            st = offer_state(&r, err);
+        }
+        if (o->kill_after && unit + 1 == o->kill_after)
+            raise(SIGKILL); /* fault injection for the kill-and-resume tests */
+    }
+    if (o->progress && r.session_units)
+        fputc('\n', stderr);
+    /* engines that evaluate periodically end with a larger final estimate */
+    if (st == BV_OK && ops->eval_record) {
+        st = evaluate(&r, (int64_t)r.units.count, true, &stop, reason, reason_len, err);
+        if (st == BV_OK)
+            st = offer_state(&r, err);
+    }
+    res->failed = r.policy_failed;
+    if (st == BV_OK && r.units.count > 0) {
+        bv_history h = history_of(&r, reason);
+        res->units = (int64_t)r.units.count;
+        res->wall_seconds = h.wall_seconds;
+        res->params_crc32c = ops->params_crc32c(r.engine);
+        ops->result(r.engine, &h, res);
+    }
+    teardown(&r);
+    return st;
+}
