@@ -1,5 +1,6 @@
 /* The engines this bivouac has, found by the name a model plugin's descriptor gives, and
  * the small helpers every engine's result uses. */
+#include <stdio.h>
 #include <string.h>
 
 #include "engine.h"
@@ -17,7 +18,12 @@ const bv_engine_ops *bv_engine_find(const char *name)
 
 const char *bv_engine_names(void)
 {
-    return "graph, sequence";
+    static char names[128]; /* built once from the table, the same every time */
+    if (!names[0])
+        for (size_t i = 0, used = 0; i < N_ENGINES && used < sizeof names; i++)
+            used += (size_t)snprintf(names + used, sizeof names - used, "%s%s", i ? ", " : "",
+                                     engines[i]->name);
+    return names;
 }
 
 void bv_result_add(bv_run_result *r, const char *name, double value, bool integer,

@@ -82,9 +82,9 @@ static double *seconds_of(const bv_record_kind *kind, bv_record *rec)
 static void policy_record(train_run *r, const bv_record_kind *kind, const bv_record *rec,
                           bool replay, bool *stop, char *reason, size_t reason_len)
 {
-    if (!r->policy_active)
+    if (!r->policy_active || !bv_policy_has_handler(r->policy, kind->event))
         return;
-    bv_metric m[BV_RECORD_FIELDS + 1];
+    bv_metric m[BV_RECORD_FIELDS];
     size_t n = 0;
     for (size_t i = 0; i < kind->nfields; i++)
         if (strncmp(kind->fields[i], "test_", 5) != 0)
