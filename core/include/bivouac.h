@@ -2,6 +2,7 @@
 #ifndef BIVOUAC_BIVOUAC_H
 #define BIVOUAC_BIVOUAC_H
 
+#include "bivouac/cloud.h"
 #include "bivouac/compute.h"
 #include "bivouac/error.h"
 #include "bivouac/graph.h"
@@ -10,6 +11,7 @@
 #include "bivouac/options.h"
 #include "bivouac/plugin.h"
 #include "bivouac/resilience.h"
+#include "bivouac/schedule.h"
 #include "bivouac/tensor.h"
 #include "bivouac/transport.h"
 #include "bivouac/wire.h"

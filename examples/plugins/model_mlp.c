@@ -209,12 +209,14 @@ static const bv_model_ops mlp_ops = {
     .tensor_forward = mlp_tensor_forward,
     .tensor_backward = mlp_tensor_backward,
     .loss = mlp_loss,
+    .stage_size = sizeof(bv_stage), /* ABI 1.4: lets bv_stage grow */
 };
 
 static const bv_plugin mlp_plugin = {
     BV_PLUGIN_HEADER(BV_KIND_MODEL, "mlp", "0.1.0",
                      "two-layer perceptron on the features alone (example plugin)"),
     .options = mlp_options,
+    .engine = "graph", /* ABI 1.4: which engine drives it */
     .ops = &mlp_ops,
     .ops_size = sizeof mlp_ops,
     /* .probe left NULL: plain C on the compute backend runs anywhere. */

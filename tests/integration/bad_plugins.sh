@@ -45,8 +45,51 @@ expect_plugin_fail undefined \
 expect_plugin_fail incomplete \
     "$tp/incomplete/model_incomplete.so: ops table is 8 bytes, a model plugin needs <N>"
 expect_plugin_fail noprobe "model plugin 'noprobe' cannot run here: no test accelerator here"
+# ABI 1.4: a newer minor is refused; a model names its engine in the descriptor.
+major=${abi%%.*}
+newer="$major.$((${abi#*.} + 1))"
+newabi_why="$tp/newabi/model_newabi.so: built for plugin ABI $newer, newer than this bivouac's $abi; rebuild it against this SDK or use a newer bivouac"
+badengine_why="$tp/badengine/model_badengine.so: model plugin declares engine 'tpu'; this bivouac has graph, sequence"
+noengine_why="$tp/noengine/model_noengine.so: model plugin declares no engine; set .engine to \"graph\" or \"sequence\" in its descriptor"
+expect_plugin_fail newabi "$newabi_why"
+expect_plugin_fail badengine "$badengine_why"
+expect_plugin_fail noengine "$noengine_why"
+# No `cloud:` section in experiments yet, so the cloud cases are checked through
+# `bivouac plugins` below.
+nullops_why="$tp/nullops/cloud_nullops.so: descriptor has no ops table"
+short_why="$tp/short/cloud_short.so: ops table is 8 bytes, a cloud plugin needs <N>"
+mask_ops='s/a (model|cloud) plugin needs [0-9]+$/a \1 plugin needs <N>/'
+stderr_filter=$mask_ops
 
-all="$tp/badabi:$tp/noentry:$tp/mismatch:$tp/undefined:$tp/incomplete:$tp/noprobe:$plugins"
+t "a model built against the ABI 1.3 headers loads, reads its options and trains"
+f="$EXP/plugin_abi13.yaml"
+: >"$why"
+s=0
+rm -rf "$tmp/abi13"
+BIVOUAC_PLUGIN_PATH="$tp/abi13:$plugins" capture "$B" run "$f" --out "$tmp/abi13" --quiet
+[[ $rc == 0 ]] || { echo "exit status $rc, expected 0" >>"$why"; cat "$tmp/stderr" >>"$why"; s=1; }
+jq -e '.model == "abi13" and .epochs == 30 and .test_accuracy > 0.5' \
+    "$tmp/abi13/result.json" >/dev/null 2>&1 ||
+    { echo "result.json missing or wrong:" >>"$why"; cat "$tmp/abi13/result.json" >>"$why" 2>&1; s=1; }
+BIVOUAC_PLUGIN_PATH="$tp/abi13:$plugins" capture "$B" plugins --json
+jq -r '.plugins[] | select(.name == "abi13") | "\(.loaded) \(.abi) \(.engine) \(.options[0].name)"' \
+    "$tmp/stdout" >"$tmp/stderr" 2>&1
+stderr_is "true 1.3 graph note" || s=1
+report $s "$B" run "$f"
+
+t "bivouac plugins lists a valid cloud plugin with its options"
+BIVOUAC_PLUGIN_PATH="$tp/minimal:$plugins" capture "$B" plugins
+: >"$why"
+s=0
+[[ $rc == 0 ]] || { echo "exit status $rc, expected 0" >>"$why"; s=1; }
+grep -A2 '^cloud minimal' "$tmp/stdout" | sed -E 's/ +/ /g' >"$tmp/stderr"
+stderr_is "cloud minimal 0.0.1 test: the smallest valid cloud
+ file: $tp/minimal/cloud_minimal.so
+ nodes int 1 [1, 64] most nodes at once" || s=1
+report $s "$B" plugins
+
+all="$tp/badabi:$tp/noentry:$tp/mismatch:$tp/undefined:$tp/incomplete:$tp/noprobe"
+all="$all:$tp/newabi:$tp/badengine:$tp/noengine:$tp/nullops:$tp/short:$tp/minimal:$plugins"
 
 t "a file that is not a shared object: dlopen's reason is kept"
 mkdir -p "$tmp/garbage"
@@ -69,7 +112,12 @@ stderr_is "not loaded:
   $tp/noentry/model_noentry.so: missing entry symbol bv_model_noentry_plugin
   $tp/mismatch/model_mismatch.so: descriptor says model 'other', the file name says model 'mismatch'
   cannot load $tp/undefined/model_undefined.so: undefined symbol: bv_test_symbol_nobody_defines
-  $tp/incomplete/model_incomplete.so: ops table is 8 bytes, a model plugin needs <N>" || s=1
+  $tp/incomplete/model_incomplete.so: ops table is 8 bytes, a model plugin needs <N>
+  $newabi_why
+  $badengine_why
+  $noengine_why
+  $nullops_why
+  $short_why" || s=1
 report $s "$B" plugins
 
 t "bivouac plugins --json marks each broken plugin loaded: false with its reason"
@@ -83,7 +131,12 @@ stderr_is "model badabi: $tp/badabi/model_badabi.so: built for plugin ABI 9.0, t
 model noentry: $tp/noentry/model_noentry.so: missing entry symbol bv_model_noentry_plugin
 model mismatch: $tp/mismatch/model_mismatch.so: descriptor says model 'other', the file name says model 'mismatch'
 model undefined: cannot load $tp/undefined/model_undefined.so: undefined symbol: bv_test_symbol_nobody_defines
-model incomplete: $tp/incomplete/model_incomplete.so: ops table is 8 bytes, a model plugin needs <N>" || s=1
+model incomplete: $tp/incomplete/model_incomplete.so: ops table is 8 bytes, a model plugin needs <N>
+model newabi: $newabi_why
+model badengine: $badengine_why
+model noengine: $noengine_why
+cloud nullops: $nullops_why
+cloud short: $short_why" || s=1
 report $s "$B" plugins --json
 
 t "broken plugins on the path do not disturb an experiment that does not name them"

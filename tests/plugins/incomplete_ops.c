@@ -6,6 +6,7 @@ static const bv_model_ops ops;
 
 static const bv_plugin incomplete_plugin = {
     BV_PLUGIN_HEADER(BV_KIND_MODEL, "incomplete", "0.0.1", "test: ops table too short"),
+    .engine = "graph",
     .ops = &ops,
     .ops_size = sizeof(void *),
 };

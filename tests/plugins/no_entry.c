@@ -7,6 +7,7 @@ static const bv_model_ops ops;
 
 static const bv_plugin noentry_plugin = {
     BV_PLUGIN_HEADER(BV_KIND_MODEL, "noentry", "0.0.1", "test: misspelt entry symbol"),
+    .engine = "graph",
     .ops = &ops,
     .ops_size = sizeof ops,
 };

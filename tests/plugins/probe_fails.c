@@ -14,6 +14,7 @@ static bool probe(char *why, size_t why_len)
 
 static const bv_plugin noprobe_plugin = {
     BV_PLUGIN_HEADER(BV_KIND_MODEL, "noprobe", "0.0.1", "test: probe always fails"),
+    .engine = "graph",
     .ops = &ops,
     .ops_size = sizeof ops,
     .probe = probe,

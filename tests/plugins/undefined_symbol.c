@@ -14,6 +14,7 @@ static const bv_model_ops ops = {.create = create};
 
 static const bv_plugin undefined_plugin = {
     BV_PLUGIN_HEADER(BV_KIND_MODEL, "undefined", "0.0.1", "test: undefined symbol"),
+    .engine = "graph",
     .ops = &ops,
     .ops_size = sizeof ops,
 };

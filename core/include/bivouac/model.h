@@ -32,9 +32,11 @@ extern "C" {
 
 typedef struct bv_model bv_model;
 
-/* Which engine drives a model plugin. The ops table of every model plugin starts with
- * this field, so the core can tell a graph model (this header's bv_model_ops) from a
- * layered sequence model (seqmodel.h) before using anything else in the table. */
+/* Which engine drives a model plugin. Since ABI 1.4 the descriptor says it (bv_plugin
+ * .engine = "graph" or "sequence"). The ops table of every model plugin still starts with
+ * this field (removing it would be an ABI major change), but it is DEPRECATED: the core
+ * reads it only for plugins built against ABI 1.3 or older. Keep setting it to the same
+ * engine as the descriptor until the next major version. */
 typedef enum bv_engine_kind {
     BV_ENGINE_GRAPH = 0,   /* Dorylus graph engine: bv_model_ops below */
     BV_ENGINE_SEQUENCE = 1 /* layer-by-layer / pipeline engine: see seqmodel.h */
@@ -101,7 +103,9 @@ typedef struct bv_task_ctx {
 } bv_task_ctx;
 
 typedef struct bv_model_ops {
-    bv_engine_kind engine; /* BV_ENGINE_GRAPH (0, so a table that omits it is a graph model) */
+    /* Deprecated (see bv_engine_kind): BV_ENGINE_GRAPH, 0, so a table that omits it is a
+     * graph model. The descriptor's .engine = "graph" is what counts from ABI 1.4 on. */
+    bv_engine_kind engine;
     bv_model *(*create)(const bv_opts *opts, const bv_graph_shape *shape, bv_error *err);
     void (*destroy)(bv_model *m);
 
@@ -145,6 +149,11 @@ typedef struct bv_model_ops {
      * heads) before anything runs; reports each problem at its option's position
      * (opts->values[i].pos) with bv_diag_add. Returns BV_ERR_INVALID if any. */
     bv_status (*validate)(const bv_opts *opts, bv_diag *diag);
+
+    /* ABI 1.4: sizeof(bv_stage) as the plugin was compiled, so bv_stage can grow at its
+     * end; the core copies each stage() result into its own layout, zero-filling the
+     * fields the plugin predates. 0 means the ABI 1.3 size. */
+    size_t stage_size;
 } bv_model_ops;
 
 #ifdef __cplusplus

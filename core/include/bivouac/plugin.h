@@ -14,10 +14,15 @@ extern "C" {
 #endif
 
 #define BV_PLUGIN_MAGIC 0x42565047u /* "BVPG" */
-/* Major: incompatible change, the core refuses the plugin. Minor: additions at the end of
- * an ops table; the core checks ops_size before using a later slot. */
+/* Major: incompatible change, the core refuses the plugin. Minor: additions only (slots at
+ * the end of an ops table, fields in reserved space or at the end of a struct that carries
+ * its size, new kinds); the core reads an older plugin through size-normalised copies and
+ * refuses a plugin whose minor is newer than its own (docs/plugins.md, "ABI rules").
+ *   1.4: bv_plugin.engine and .option_size (in the old reserved space), bv_model_ops
+ *        .stage_size, bv_seq_model_ops .layer_size/.param_size, the resilience hooks after
+ *        restore, the cloud kind's ops table (cloud.h). */
 #define BV_ABI_MAJOR 1
-#define BV_ABI_MINOR 3
+#define BV_ABI_MINOR 4
 
 typedef enum bv_plugin_kind {
     BV_KIND_MODEL = 1,
@@ -49,19 +54,35 @@ typedef struct bv_plugin {
     const char *description;
     /* body */
     const bv_option *options; /* terminated by BV_OPT_END; may be NULL */
-    const void *ops;          /* the kind's ops table (bv_model_ops, bv_compute_ops, ...) */
-    size_t ops_size;          /* sizeof that table as compiled; lets minor versions grow */
+    /* The kind's ops table (bv_model_ops, bv_compute_ops, ...), never NULL. The core
+     * reads it through a copy of its own size (slots the plugin predates are NULL) and
+     * fills NULL optional slots with its defaults where the kind has one: resilience
+     * hooks (no-ops), transport send_owned/bound_address, cloud price. Model and compute
+     * slots have no generic default: a NULL optional slot there stays NULL and the
+     * engine checks it (e.g. a model without edge_forward cannot have EDGE stages). */
+    const void *ops;
+    size_t ops_size; /* sizeof that table as compiled; lets minor versions grow */
     /* Optional (may be NULL): can this plugin run on this machine? Writes why not. */
     bool (*probe)(char *why, size_t why_len);
     const bv_export *exports; /* optional, terminated by a {NULL} entry */
     void *(*get_proc_address)(const char *name); /* optional kind-specific extras */
-    void *reserved[4];
+    /* ABI 1.4, in what was `void *reserved[4]` (so the struct keeps its size; a 1.3
+     * plugin has zeros here, and the core reads these only when abi_minor >= 4). */
+    /* Model plugins: the engine that drives the model, "graph" (model.h) or "sequence"
+     * (seqmodel.h); required from 1.4 on. NULL for the other kinds. */
+    const char *engine;
+    /* sizeof(bv_option) as the plugin was compiled (BV_PLUGIN_HEADER fills it), the
+     * stride of `options`; 0 means the ABI 1.3 size. */
+    uint32_t option_size;
+    uint32_t reserved32;
+    void *reserved[2]; /* leave zero */
 } bv_plugin;
 
 #define BV_PLUGIN_HEADER(kind_, name_, version_, description_)                          \
     .magic = BV_PLUGIN_MAGIC, .abi_major = BV_ABI_MAJOR, .abi_minor = BV_ABI_MINOR,    \
     .struct_size = sizeof(bv_plugin), .kind = (kind_), .name = (name_),                \
-    .version = (version_), .description = (description_)
+    .version = (version_), .description = (description_),                             \
+    .option_size = (uint32_t)sizeof(bv_option)
 
 #define BV_PLUGIN_EXPORT __attribute__((visibility("default")))
 

@@ -75,7 +75,7 @@ typedef struct bv_seq_layer {
     int64_t in_width;  /* floats per token in (0 for EMBED) */
     int64_t out_width; /* floats per token out */
     size_t nparams;
-    const bv_seq_param *params;
+    const bv_seq_param *params; /* nparams elements, each ops->param_size bytes apart */
 } bv_seq_layer;
 
 /* Everything a layer call needs besides its buffers. */
@@ -91,7 +91,9 @@ typedef struct bv_seq_ctx {
 } bv_seq_ctx;
 
 typedef struct bv_seq_model_ops {
-    bv_engine_kind engine; /* BV_ENGINE_SEQUENCE: always first (model.h) */
+    /* Deprecated (model.h): BV_ENGINE_SEQUENCE, always first. From ABI 1.4 on the
+     * descriptor's .engine = "sequence" is what counts; keep both until ABI 2. */
+    bv_engine_kind engine;
 
     /* Optional: checks the options against the data before anything is allocated, adding
      * positioned diagnostics (each option's pos says where it was set). */
@@ -123,6 +125,13 @@ typedef struct bv_seq_model_ops {
     bv_status (*loss)(bv_seq_model *m, const bv_seq_ctx *ctx, const float *logits,
                       const int32_t *targets, float grad_scale, float *dlogits,
                       bv_xent_result *res, bv_error *err);
+
+    /* ABI 1.4: sizeof(bv_seq_layer) and sizeof(bv_seq_param) as the plugin was compiled
+     * (the element size of layer()'s result and of its params array), so both structs can
+     * grow at their end; the core reads them through normalised copies. 0 means the ABI
+     * 1.3 size. */
+    size_t layer_size;
+    size_t param_size;
 } bv_seq_model_ops;
 
 #ifdef __cplusplus

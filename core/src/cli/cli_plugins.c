@@ -34,7 +34,8 @@ static void print_text(const bv_registry *r)
         printf("%s %s %s  %s\n", bv_plugin_kind_name(rec->kind), p->name, p->version,
                p->description ? p->description : "");
         printf("    file: %s\n", rec->path);
-        for (const bv_option *o = p->options; o && o->name; o++) {
+        /* the registry's copy, in this build's layout whatever the plugin's option_size */
+        for (const bv_option *o = bv_registry_options(r, p); o && o->name; o++) {
             char range[96] = "";
             if (o->has_range)
                 snprintf(range, sizeof range, " [%g, %g]", o->min, o->max);
@@ -84,9 +85,12 @@ static void print_json(const bv_registry *r)
         bv_json_string(stdout, p->version);
         printf(", \"abi\": \"%u.%u\", \"description\": ", p->abi_major, p->abi_minor);
         bv_json_string(stdout, p->description ? p->description : "");
+        if (rec->kind == BV_KIND_MODEL)
+            printf(", \"engine\": \"%s\"", bv_plugin_model_engine(p));
         printf(", \"options\": [");
-        for (const bv_option *o = p->options; o && o->name; o++) {
-            printf(o == p->options ? "{" : ", {");
+        const bv_option *options = bv_registry_options(r, p);
+        for (const bv_option *o = options; o && o->name; o++) {
+            printf(o == options ? "{" : ", {");
             printf("\"name\": ");
             bv_json_string(stdout, o->name);
             printf(", \"type\": \"%s\", \"default\": ", type_name(o->type));

@@ -103,7 +103,7 @@ static const bv_plugin *load_plugin_section(bv_experiment *x, bv_registry *reg, 
         return NULL;
     }
     static const char *const ignore[] = {"plugin", NULL};
-    if (bv_config_validate(section, section_name, p->options, ignore, &out->opts, diag) == BV_OK)
+    if (bv_config_validate(section, section_name, bv_registry_options(reg, p), ignore, &out->opts, diag) == BV_OK)
         out->plugin = p;
     return p;
 }

@@ -1,5 +1,7 @@
 /* The plugin registry (registry.h). */
 #include "registry.h"
+#include "plugin_arrays.h"
+#include "plugin_defaults.h"
 
 #include <dirent.h>
 #include <stdarg.h>
@@ -9,6 +11,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "bivouac/cloud.h"
 #include "bivouac/compute.h"
 #include "bivouac/model.h"
 #include "bivouac/resilience.h"
@@ -85,33 +88,66 @@ void bv_registry_free(bv_registry *r)
         free(r->records[i].path);
         free(r->records[i].name);
         free(r->records[i].why);
+        free(r->records[i].options);
     }
     free(r->records);
     free(r);
 }
 
-/* Size of the ops table a model for `engine` must provide; 0 for an unknown engine. */
+/* Size of the ops table a model for `engine` must provide; 0 for an unknown engine. Slots
+ * a later minor appends (stage_size, layer_size...) are not required: bv_ops_copy leaves
+ * them zero for older plugins. */
 size_t bv_model_ops_size_for_engine(bv_engine_kind engine)
 {
     switch (engine) {
     case BV_ENGINE_GRAPH: return offsetof(bv_model_ops, edge_forward); /* ABI 1.0 table */
-    case BV_ENGINE_SEQUENCE: return sizeof(bv_seq_model_ops);
+    case BV_ENGINE_SEQUENCE: return offsetof(bv_seq_model_ops, layer_size); /* ABI 1.3 */
     }
     return 0;
 }
 
-/* Smallest ops table each kind must provide: the ABI 1.0 table. Slots added by later
- * minor versions are read through bv_ops_copy, which leaves them NULL for older plugins. */
+/* Smallest ops table each kind must provide (models: see bv_model_ops_size_for_engine).
+ * Slots added by later minor versions are read through bv_ops_copy, which leaves them
+ * NULL for older plugins. */
 static size_t min_ops_size(bv_plugin_kind kind)
 {
     switch (kind) {
     case BV_KIND_MODEL: return offsetof(bv_model_ops, edge_forward);
     case BV_KIND_COMPUTE: return offsetof(bv_compute_ops, leaky_relu_forward); /* ABI 1.0 */
     case BV_KIND_TRANSPORT: return offsetof(bv_transport_ops, close) + sizeof(void *);
-    case BV_KIND_RESILIENCE: return sizeof(bv_resilience_ops);
-    case BV_KIND_CLOUD: return 0;
+    case BV_KIND_RESILIENCE: return offsetof(bv_resilience_ops, before_task); /* ABI 1.3 */
+    case BV_KIND_CLOUD: return offsetof(bv_cloud_ops, price_per_hour); /* ABI 1.4 */
     }
     return 0;
+}
+
+/* Descriptor fields a minor version added are read only when the plugin's struct covers
+ * them and its minor is at least the one that added them (1.3 plugins have zeros in what
+ * was reserved space, but an older struct may simply be shorter). */
+#define DESC_HAS(d, field, minor)                                                         \
+    ((d)->abi_minor >= (minor) &&                                                          \
+     (d)->struct_size >= offsetof(bv_plugin, field) + sizeof((d)->field))
+
+static const char *engine_name(bv_engine_kind e)
+{
+    switch (e) {
+    case BV_ENGINE_GRAPH: return "graph";
+    case BV_ENGINE_SEQUENCE: return "sequence";
+    }
+    return NULL;
+}
+
+const char *bv_plugin_model_engine(const bv_plugin *p)
+{
+    if (p->kind != BV_KIND_MODEL)
+        return NULL;
+    if (DESC_HAS(p, engine, 4) && p->engine)
+        return strcmp(p->engine, "graph") == 0      ? "graph"
+               : strcmp(p->engine, "sequence") == 0 ? "sequence"
+                                                    : NULL;
+    if (!p->ops || p->ops_size < sizeof(bv_engine_kind))
+        return NULL;
+    return engine_name(*(const bv_engine_kind *)p->ops); /* ABI <= 1.3: the leading field */
 }
 
 /* Splits "model_gcn.so" into kind and name; false if it is not a plugin file name. */
@@ -178,6 +214,55 @@ static void fail(bv_plugin_record *rec, bv_load_outcome outcome, const char *fmt
     rec->why = strdup(buf);
 }
 
+/* A model's engine: declared in the descriptor from ABI 1.4 on, else the deprecated
+ * leading field of its ops table (min_ops_size has made sure the table holds it). Then
+ * the table must be as large as that engine's. */
+static bool check_model_engine(bv_plugin_record *rec, const bv_plugin *d)
+{
+    bv_engine_kind legacy = *(const bv_engine_kind *)d->ops;
+    bv_engine_kind engine = legacy;
+    if (d->abi_minor >= 4) {
+        const char *declared = DESC_HAS(d, engine, 4) ? d->engine : NULL;
+        if (!declared) {
+            fail(rec, BV_LOAD_INCOMPLETE,
+                 "%s: model plugin declares no engine; set .engine to \"graph\" or "
+                 "\"sequence\" in its descriptor", rec->path);
+            return false;
+        }
+        if (strcmp(declared, "graph") == 0)
+            engine = BV_ENGINE_GRAPH;
+        else if (strcmp(declared, "sequence") == 0)
+            engine = BV_ENGINE_SEQUENCE;
+        else {
+            fail(rec, BV_LOAD_INCOMPLETE,
+                 "%s: model plugin declares engine '%s'; this bivouac has graph, sequence",
+                 rec->path, declared);
+            return false;
+        }
+        /* Until every engine reads bv_plugin_model_engine, some core code still peeks at
+         * the deprecated field: a table that says otherwise would be misread. */
+        if (legacy != engine) {
+            fail(rec, BV_LOAD_INCOMPLETE,
+                 "%s: model plugin declares engine '%s' but its ops table starts with %s; "
+                 "set the table's (deprecated) engine field to match",
+                 rec->path, declared,
+                 engine_name(legacy) ? engine_name(legacy) : "an unknown engine");
+            return false;
+        }
+    } else if (!engine_name(legacy)) {
+        fail(rec, BV_LOAD_INCOMPLETE, "%s: model ops table names unknown engine %d; this "
+             "bivouac has graph (0), sequence (1)", rec->path, (int)legacy);
+        return false;
+    }
+    size_t need = bv_model_ops_size_for_engine(engine);
+    if (d->ops_size < need) {
+        fail(rec, BV_LOAD_INCOMPLETE, "%s: ops table is %zu bytes, a model plugin needs %zu",
+             rec->path, d->ops_size, need);
+        return false;
+    }
+    return true;
+}
+
 /* dlopen + descriptor checks, in the order that keeps plugin code from running early. */
 static void load_record(bv_plugin_record *rec)
 {
@@ -213,9 +298,18 @@ static void load_record(bv_plugin_record *rec)
              rec->path, d->abi_major, d->abi_minor, BV_ABI_MAJOR, BV_ABI_MINOR);
         return;
     }
-    if (d->struct_size < offsetof(bv_plugin, reserved)) {
+    /* A newer minor may rely on slots or fields this core does not know to look at. */
+    if (d->abi_minor > BV_ABI_MINOR) {
+        fail(rec, BV_LOAD_BAD_ABI,
+             "%s: built for plugin ABI %u.%u, newer than this bivouac's %d.%d; rebuild it "
+             "against this SDK or use a newer bivouac",
+             rec->path, d->abi_major, d->abi_minor, BV_ABI_MAJOR, BV_ABI_MINOR);
+        return;
+    }
+    /* The ABI 1.0 descriptor ends where `engine` (1.4) begins. */
+    if (d->struct_size < offsetof(bv_plugin, engine)) {
         fail(rec, BV_LOAD_BAD_ABI, "%s: descriptor is %u bytes, expected at least %zu",
-             rec->path, d->struct_size, offsetof(bv_plugin, reserved));
+             rec->path, d->struct_size, offsetof(bv_plugin, engine));
         return;
     }
     if (d->kind != (uint32_t)rec->kind || !d->name || strcmp(d->name, rec->name) != 0) {
@@ -224,18 +318,26 @@ static void load_record(bv_plugin_record *rec)
              d->name ? d->name : "(null)", kind, rec->name);
         return;
     }
-    size_t need = min_ops_size(rec->kind);
-    if (rec->kind == BV_KIND_MODEL && d->ops && d->ops_size >= sizeof(bv_engine_kind) &&
-        *(const bv_engine_kind *)d->ops != BV_ENGINE_GRAPH)
-        need = bv_model_ops_size_for_engine(*(const bv_engine_kind *)d->ops);
-    if (!d->ops || d->ops_size < need || need == 0) {
-        if (need == 0)
-            fail(rec, BV_LOAD_INCOMPLETE, "%s: model ops table names unknown engine %d",
-                 rec->path, (int)*(const bv_engine_kind *)d->ops);
-        else
-            fail(rec, BV_LOAD_INCOMPLETE, "%s: ops table is %zu bytes, a %s plugin needs %zu",
-                 rec->path, d->ops ? d->ops_size : 0, kind, need);
+    /* Nothing in the table is read before these two checks. */
+    if (!d->ops) {
+        fail(rec, BV_LOAD_INCOMPLETE, "%s: descriptor has no ops table", rec->path);
         return;
+    }
+    size_t need = min_ops_size(rec->kind);
+    if (d->ops_size < need) {
+        fail(rec, BV_LOAD_INCOMPLETE, "%s: ops table is %zu bytes, a %s plugin needs %zu",
+             rec->path, d->ops_size, kind, need);
+        return;
+    }
+    if (rec->kind == BV_KIND_MODEL && !check_model_engine(rec, d))
+        return;
+    if (d->options) {
+        size_t option_size = DESC_HAS(d, option_size, 4) ? d->option_size : 0;
+        rec->options = bv_options_normalise(d->options, option_size);
+        if (!rec->options) {
+            fail(rec, BV_LOAD_INCOMPLETE, "%s: out of memory reading its options", rec->path);
+            return;
+        }
     }
     rec->desc = d;
     rec->outcome = BV_LOAD_OK;
@@ -289,7 +391,17 @@ void bv_registry_scan(bv_registry *r)
 void bv_ops_copy(void *dst, size_t dst_size, const bv_plugin *p)
 {
     memset(dst, 0, dst_size);
-    memcpy(dst, p->ops, p->ops_size < dst_size ? p->ops_size : dst_size);
+    if (p->ops)
+        memcpy(dst, p->ops, p->ops_size < dst_size ? p->ops_size : dst_size);
+    bv_ops_fill_defaults(dst, dst_size, p);
+}
+
+const bv_option *bv_registry_options(const bv_registry *r, const bv_plugin *p)
+{
+    for (size_t i = 0; i < r->count; i++)
+        if (r->records[i].desc == p && r->records[i].outcome == BV_LOAD_OK)
+            return r->records[i].options;
+    return NULL;
 }
 
 const bv_plugin *bv_registry_get(bv_registry *r, bv_plugin_kind kind, const char *name,

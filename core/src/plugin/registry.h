@@ -13,9 +13,9 @@ typedef enum bv_load_outcome {
     BV_LOAD_NOT_FOUND,     /* no such file on the path */
     BV_LOAD_DLOPEN_FAILED, /* dlerror() text kept */
     BV_LOAD_NO_ENTRY,      /* entry symbol missing */
-    BV_LOAD_BAD_ABI,       /* magic, ABI major, struct size */
+    BV_LOAD_BAD_ABI,       /* magic, ABI major, a newer ABI minor, struct size */
     BV_LOAD_MISMATCH,      /* descriptor kind/name differ from the file name */
-    BV_LOAD_INCOMPLETE,    /* ops table missing or too small */
+    BV_LOAD_INCOMPLETE,    /* ops table missing or too small, model engine unknown */
     BV_LOAD_DUPLICATE      /* same kind and name earlier on the path */
 } bv_load_outcome;
 
@@ -27,6 +27,7 @@ typedef struct bv_plugin_record {
     char *why; /* for failures: one sentence naming the file */
     const bv_plugin *desc; /* set when outcome == BV_LOAD_OK */
     void *handle;          /* never dlclosed while running (STYLE.md) */
+    bv_option *options;    /* desc->options in this build's bv_option layout; owned */
 } bv_plugin_record;
 
 typedef struct bv_registry {
@@ -52,14 +53,28 @@ void bv_registry_scan(bv_registry *r);
 const bv_plugin *bv_registry_get(bv_registry *r, bv_plugin_kind kind, const char *name,
                                  bv_error *err);
 
-/* Copies a plugin's ops table into a table of this build's size, with the slots the
- * plugin predates set to NULL ("optional slots may be NULL"). */
+/* Copies a plugin's ops table into a table of this build's size (dst_size: sizeof the
+ * kind's table), with the slots the plugin predates set to NULL, then fills the NULL
+ * optional slots that have a core default (plugin_defaults.h: resilience hooks, transport
+ * send_owned/bound_address, cloud price_per_hour). Model and compute slots have none.
+ * Read every plugin's table through this copy, never through p->ops. */
 void bv_ops_copy(void *dst, size_t dst_size, const bv_plugin *p);
+
+/* The option schema of a loaded plugin in this build's bv_option layout (the registry's
+ * normalised copy of p->options, whatever p's option_size); NULL if it has none. Valid
+ * until bv_registry_free. Use it instead of p->options. */
+const bv_option *bv_registry_options(const bv_registry *r, const bv_plugin *p);
+
+/* The engine a loaded model plugin needs: "graph" or "sequence". From the descriptor for
+ * ABI 1.4 plugins, from the deprecated leading field of the ops table for older ones.
+ * NULL for other kinds (the loader refuses a model with an unknown engine). */
+const char *bv_plugin_model_engine(const bv_plugin *p);
 
 /* Names of the loadable plugins of a kind (for did-you-mean); returns count. */
 size_t bv_registry_names(bv_registry *r, bv_plugin_kind kind, const char **names, size_t max);
 
-/* Size of the ops table a model plugin for that engine must have (0: unknown engine). */
+/* Size of the ops table a model plugin for that engine must have (0: unknown engine): the
+ * ABI 1.0 graph table, the ABI 1.3 sequence table. */
 #include "bivouac/model.h"
 size_t bv_model_ops_size_for_engine(bv_engine_kind engine);
 

@@ -478,6 +478,7 @@ static const bv_model_ops gat_ops = {
     .edge_forward = gat_edge_forward,
     .edge_backward = gat_edge_backward,
     .validate = gat_validate,
+    .stage_size = sizeof(bv_stage), /* ABI 1.4: lets bv_stage grow */
 };
 
 /* The edge kernels arrived with compute ABI 1.1. */
@@ -485,6 +486,7 @@ static const bv_plugin gat_plugin = {
     BV_PLUGIN_HEADER(BV_KIND_MODEL, "gat", "0.1.0",
                      "graph attention network (Velickovic et al. 2018)"),
     .options = gat_options,
+    .engine = "graph", /* ABI 1.4: which engine drives it */
     .ops = &gat_ops,
     .ops_size = sizeof gat_ops,
 };

@@ -189,12 +189,14 @@ static const bv_model_ops gcn_ops = {
     .tensor_forward = gcn_tensor_forward,
     .tensor_backward = gcn_tensor_backward,
     .loss = gcn_loss,
+    .stage_size = sizeof(bv_stage), /* ABI 1.4: lets bv_stage grow */
 };
 
 static const bv_plugin gcn_plugin = {
     BV_PLUGIN_HEADER(BV_KIND_MODEL, "gcn", "0.1.0",
                      "graph convolutional network (Kipf & Welling 2017)"),
     .options = gcn_options,
+    .engine = "graph", /* ABI 1.4: which engine drives it */
     .ops = &gcn_ops,
     .ops_size = sizeof gcn_ops,
 };

@@ -373,6 +373,8 @@ static const bv_seq_model_ops tf_ops = {
     .forward = tf_forward,
     .backward = tf_backward,
     .loss = tf_loss,
+    .layer_size = sizeof(bv_seq_layer), /* ABI 1.4: element sizes, so both can grow */
+    .param_size = sizeof(bv_seq_param),
 };
 
 static const bv_plugin tf_plugin = {
@@ -380,6 +382,7 @@ static const bv_plugin tf_plugin = {
                      "decoder-only GPT language model (pre-LayerNorm, causal attention, GELU "
                      "MLP) as layers for the sequence/pipeline engine"),
     .options = tf_options,
+    .engine = "sequence", /* ABI 1.4: which engine drives it */
     .ops = &tf_ops,
     .ops_size = sizeof tf_ops,
 };

@@ -10,6 +10,7 @@
 
 #include "bivouac/log.h"
 #include "engine_graph_internal.h"
+#include "plugin_arrays.h"
 #include "rng.h"
 
 static atomic_int engine_counter;
@@ -83,8 +84,9 @@ static bv_status engine_layout(bv_graph_engine *e, bv_error *err)
     e->params = calloc(e->nparams + 1, sizeof *e->params);
     e->param_off = calloc(e->nparams + 1, sizeof *e->param_off);
     e->stages = calloc(e->nstages, sizeof *e->stages);
+    e->stage_copy = calloc(e->nstages, sizeof *e->stage_copy);
     e->interval_begin = calloc((size_t)e->cfg.intervals + 1, sizeof *e->interval_begin);
-    if (!e->params || !e->param_off || !e->stages || !e->interval_begin)
+    if (!e->params || !e->param_off || !e->stages || !e->stage_copy || !e->interval_begin)
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory");
     for (size_t i = 0; i < e->nparams; i++) {
         e->params[i] = mo->param(e->cfg.model, i);
@@ -98,7 +100,9 @@ static bv_status engine_layout(bv_graph_engine *e, bv_error *err)
     int current = -1; /* the latest vertex array */
     int64_t width = e->cfg.data->num_features;
     for (size_t s = 0; s < e->nstages; s++) {
-        const bv_stage *st = e->stages[s] = mo->stage(e->cfg.model, s);
+        /* the plugin's bv_stage may be older (shorter) or newer than ours */
+        bv_stage_copy(mo, mo->stage(e->cfg.model, s), &e->stage_copy[s]);
+        const bv_stage *st = e->stages[s] = &e->stage_copy[s];
         e->vin[s] = current;
         e->vin_width[s] = width;
         bool windowed = st->kind == BV_STAGE_EDGE || (st->kind == BV_STAGE_GATHER && st->weighted);
@@ -342,6 +346,7 @@ void bv_graph_engine_stop(bv_graph_engine *e)
     free(e->params);
     free(e->param_off);
     free(e->stages);
+    free(e->stage_copy);
     free(e->interval_begin);
     free(e);
 }

@@ -26,7 +26,8 @@ struct bv_graph_engine {
     size_t *param_off; /* float offset of each param in the concatenation */
     size_t param_floats;
     size_t nstages;
-    const bv_stage **stages;
+    const bv_stage **stages;  /* each points into stage_copy */
+    bv_stage *stage_copy;     /* the model's stages in this build's layout (bv_stage_copy) */
     int64_t *interval_begin; /* intervals + 1 */
     int *vin;                /* per stage: the stage whose vertex array it reads; -1 features */
     int64_t *vin_width;      /* floats per row of that array */

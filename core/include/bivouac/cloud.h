@@ -1,0 +1,71 @@
+/* The cloud plugin kind: where roles run and what they cost. A cloud launches a node for
+ * a role, terminates it, reports preemptions and joins, and prices node types. `local`
+ * runs processes on this machine (and replays preemption traces by killing them); `sim`
+ * is a discrete-event market for scales one machine cannot run (DESIGN.md). */
+#ifndef BIVOUAC_CLOUD_H
+#define BIVOUAC_CLOUD_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "bivouac/error.h"
+#include "bivouac/options.h"
+#include "bivouac/resilience.h" /* bv_run_info */
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct bv_cloud bv_cloud;
+
+/* What to launch. Starts with its size (the core's sizeof) so it can grow. */
+typedef struct bv_node_request {
+    size_t size;
+    const char *role;      /* "graph", "tensor", "param", "stage", ... */
+    const char *node_type; /* the cloud's own name ("c5.xlarge", "lambda"); NULL: default */
+    bool spot;             /* preemptible capacity, if the cloud has it */
+    const char *const *argv; /* the command the node runs (NULL-terminated) */
+} bv_node_request;
+
+typedef enum bv_cloud_event_kind {
+    BV_CLOUD_PREEMPTED = 1, /* the node is gone (or will be at `time`) */
+    BV_CLOUD_JOINED = 2,    /* a launched node is up and reachable at its address */
+    BV_CLOUD_EXITED = 3     /* the node's command ended by itself */
+} bv_cloud_event_kind;
+
+typedef struct bv_cloud_event {
+    size_t size;   /* set by the core before poll; the plugin fills fields it covers */
+    uint32_t kind; /* bv_cloud_event_kind */
+    int64_t node;  /* the id launch returned */
+    double time;   /* seconds since create (the simulated clock for `sim`) */
+} bv_cloud_event;
+
+typedef struct bv_cloud_ops {
+    /* Required: the cloud for one run (credentials, a trace, the simulated market...). */
+    bv_cloud *(*create)(const bv_opts *opts, const bv_run_info *info, bv_error *err);
+    /* Required: terminates every node still running and joins the plugin's threads. */
+    void (*destroy)(bv_cloud *c);
+
+    /* Required: starts a node for req->role; returns its id (>= 0, unique in this cloud)
+     * or -1 with err set. address (address_len bytes) receives where the node will listen
+     * (a transport URL), or "" when the node reports it itself after joining. Returns
+     * before the node is up: a BV_CLOUD_JOINED event says when it is. */
+    int64_t (*launch)(bv_cloud *c, const bv_node_request *req, char *address,
+                      size_t address_len, bv_error *err);
+    /* Required: stops a node (no event follows). An unknown id is BV_ERR_INVALID. */
+    bv_status (*terminate)(bv_cloud *c, int64_t node, bv_error *err);
+    /* Required: up to max pending events, oldest first, without blocking; returns how
+     * many (0: none) or -1 with err set. Each events[i].size is set by the caller. */
+    int (*poll)(bv_cloud *c, bv_cloud_event *events, int max, bv_error *err);
+
+    /* Optional: the price per hour of node_type (spot or on-demand) now, in US dollars.
+     * NULL: the core's default, which reports 0 (the cloud does not bill, like `local`). */
+    bv_status (*price_per_hour)(bv_cloud *c, const char *node_type, bool spot, double *out,
+                                bv_error *err);
+} bv_cloud_ops;
+
+#ifdef __cplusplus
+}
+#endif
+#endif
