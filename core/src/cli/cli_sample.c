@@ -222,6 +222,8 @@ int bv_cli_sample(int argc, char **argv)
     bv_seq_model *model = NULL;
     bv_compute *c = NULL;
     bv_layer_engine *e = NULL;
+    bv_seq_model_ops mops_copy;
+    bv_compute_ops k_copy;
     const bv_seq_model_ops *mops = NULL;
     const bv_compute_ops *k = NULL;
     int32_t *ids = NULL;
@@ -251,16 +253,19 @@ int bv_cli_sample(int argc, char **argv)
         code = bv_cli_fail(BV_EXIT_FAILED, "%s", err.msg);
         goto done;
     }
-    if (*(const bv_engine_kind *)mp->ops != BV_ENGINE_SEQUENCE) {
+    if (strcmp(bv_plugin_model_engine(mp), "sequence") != 0) {
         code = bv_cli_fail(BV_EXIT_USAGE, "model '%s' is not a sequence model", plugin);
         goto done;
     }
-    mops = mp->ops;
-    k = cp->ops;
+    bv_ops_copy(&mops_copy, sizeof mops_copy, mp); /* this build's size, defaults filled */
+    bv_ops_copy(&k_copy, sizeof k_copy, cp);
+    mops = &mops_copy;
+    k = &k_copy;
     static const char *const ignore[] = {"plugin", NULL};
     if (bv_config_load_string(section, "checkpoint:model", &root, &d) != BV_OK ||
-        bv_config_validate(root, "model", mp->options, ignore, &mopts, &d) != BV_OK ||
-        bv_opts_defaults(&copts, "compute", cp->options, &err) != BV_OK) {
+        bv_config_validate(root, "model", bv_registry_options(reg, mp), ignore, &mopts, &d) !=
+            BV_OK ||
+        bv_opts_defaults(&copts, "compute", bv_registry_options(reg, cp), &err) != BV_OK) {
         bv_cli_print_diag(&d);
         code = bv_cli_fail(BV_EXIT_USAGE, "the checkpoint's model section does not fit "
                            "plugin '%s' %s", plugin, err.msg);

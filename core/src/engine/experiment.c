@@ -2,7 +2,6 @@
 #include "experiment.h"
 
 #include "bivouac/log.h"
-#include "bivouac/model.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -190,16 +189,6 @@ static char *default_name(const char *path)
             *dot = '\0';
     }
     return name;
-}
-
-/* The engine a model plugin needs (until the descriptor names it: the legacy leading
- * field of its ops table). */
-static const char *bv_plugin_model_engine(const bv_plugin *p)
-{
-    bv_engine_kind kind = BV_ENGINE_GRAPH;
-    if (p->ops && p->ops_size >= sizeof kind)
-        memcpy(&kind, p->ops, sizeof kind);
-    return kind == BV_ENGINE_SEQUENCE ? "sequence" : "graph";
 }
 
 /* The engine a model plugin's descriptor names. */

@@ -9,10 +9,12 @@
 #include <string.h>
 
 #include "bivouac/tensor.h"
+#include "plugin_arrays.h"
 #include "rng.h"
 
 typedef struct seq_layer_state {
-    const bv_seq_layer *desc;
+    const bv_seq_layer *desc; /* &copy once read */
+    bv_seq_layer copy;        /* the plugin's layer in this build's layout */
     float **param, **grad, **m, **v; /* per param; tied ones alias the owner's */
     bool *owned;
     float *block;            /* owned storage: params, grads, m, v */
@@ -50,6 +52,7 @@ void bv_layer_engine_free(bv_layer_engine *e)
         free(L->m);
         free(L->v);
         free(L->owned);
+        bv_seq_layer_copy_free(&L->copy);
         bv_free_aligned(L->block);
         bv_free_aligned(L->saved);
         if (e->act)
@@ -95,7 +98,11 @@ bv_status bv_layer_engine_create(const bv_seq_model_ops *mops, bv_seq_model *mod
     int64_t maxw = 1;
     for (size_t l = 0; l < e->nlayers; l++) {
         seq_layer_state *L = &e->layers[l];
-        L->desc = mops->layer(model, l);
+        if (bv_seq_layer_copy(mops, mops->layer(model, l), &L->copy, err) != BV_OK) {
+            bv_layer_engine_free(e);
+            return err->status;
+        }
+        L->desc = &L->copy;
         size_t np = L->desc->nparams;
         L->param = calloc(np + 1, sizeof *L->param);
         L->grad = calloc(np + 1, sizeof *L->grad);

@@ -17,7 +17,9 @@
 typedef struct bv_layer_engine bv_layer_engine;
 
 /* Allocates every layer's parameters, gradients and AdamW moments, and the activation,
- * saved and scratch buffers for batches up to max_batch x max_seq. */
+ * saved and scratch buffers for batches up to max_batch x max_seq. mops is the core's
+ * size-normalised copy of the model's table (bv_ops_copy): the layers are read through
+ * it at the element sizes the plugin declares. */
 bv_status bv_layer_engine_create(const bv_seq_model_ops *mops, bv_seq_model *model,
                                  const bv_compute_ops *k, bv_compute *c, int64_t max_batch,
                                  int64_t max_seq, bv_layer_engine **out, bv_error *err);
