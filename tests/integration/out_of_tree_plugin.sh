@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# A plugin builds out of tree against the INSTALLED SDK and runs, with the core untouched:
-# install the build into a temporary prefix, build examples/plugins (model_mlp.so) with
-# find_package(bivouac) and with pkg-config, then list and train it with the installed
-# `bivouac`.
+# Plugins build out of tree against the INSTALLED SDK and run, with the core untouched:
+# install the build into a temporary prefix, build examples/plugins (model_mlp) with
+# find_package(bivouac) and with pkg-config, warnings as errors, then list them and train
+# with each using the installed `bivouac`:
+#   mlp        trains mlp-quickstart.yaml to a test accuracy above 0.5.
 # Environment (set by ctest): BIVOUAC_BUILD_DIR, BIVOUAC_SOURCE_DIR; BIVOUAC_DATA_DIR is
 # passed through. BIVOUAC_OOT_SDK_ONLY=1 stops after the build checks (no CLI needed).
 set -euo pipefail
@@ -53,7 +54,7 @@ fi
 step "build examples/plugins with find_package(bivouac)"
 # Only the installed prefix is offered to find_package: the build tree must not be needed.
 build="$tmp/example-build"
-"$CMAKE" -S "$example" -B "$build" -DCMAKE_PREFIX_PATH="$prefix" \
+"$CMAKE" -S "$example" -B "$build" -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_C_FLAGS=-Werror \
     -DCMAKE_FIND_PACKAGE_NO_PACKAGE_REGISTRY=ON >"$tmp/configure.log" 2>&1 ||
     { cat "$tmp/configure.log" >&2; fail "configuring examples/plugins against $prefix failed"; }
 grep -q "bivouac_DIR:PATH=$prefix/lib/cmake/bivouac" "$build/CMakeCache.txt" ||
@@ -61,31 +62,41 @@ grep -q "bivouac_DIR:PATH=$prefix/lib/cmake/bivouac" "$build/CMakeCache.txt" ||
 "$CMAKE" --build "$build" -j2 >"$tmp/build.log" 2>&1 ||
     { cat "$tmp/build.log" >&2; fail "building examples/plugins failed"; }
 plugin_dir="$build/plugins"
-so="$plugin_dir/model_mlp.so"
-[[ -f "$so" ]] || fail "no $so after the build"
+examples=(model_mlp)
+for ex in "${examples[@]}"; do
+    so="$plugin_dir/$ex.so"
+    [[ -f "$so" ]] || fail "no $so after the build"
+done
 
-step "model_mlp.so exports only bv_model_mlp_plugin"
-exported=$(nm -D --defined-only "$so" | awk '{print $NF}' | sort | tr '\n' ' ')
-[[ "$exported" == "bv_model_mlp_plugin " ]] ||
-    fail "model_mlp.so exports '$exported', expected only bv_model_mlp_plugin"
-readelf -d "$so" | grep -q "NEEDED.*libbivouac.so" || fail "model_mlp.so is not linked to libbivouac"
-readelf -d "$so" | grep -Eq "(RPATH|RUNPATH).*\[$prefix/lib\]" ||
-    fail "model_mlp.so's RPATH is not $prefix/lib: $(readelf -d "$so" | grep -E 'RPATH|RUNPATH')"
+step "each example exports only bv_<kind>_<name>_plugin, links libbivouac, RPATH $prefix/lib"
+for ex in "${examples[@]}"; do
+    so="$plugin_dir/$ex.so"
+    exported=$(nm -D --defined-only "$so" | awk '{print $NF}' | sort | tr '\n' ' ')
+    [[ "$exported" == "bv_${ex}_plugin " ]] ||
+        fail "$ex.so exports '$exported', expected only bv_${ex}_plugin"
+    readelf -d "$so" | grep -q "NEEDED.*libbivouac.so" || fail "$ex.so is not linked to libbivouac"
+    readelf -d "$so" | grep -Eq "(RPATH|RUNPATH).*\[$prefix/lib\]" ||
+        fail "$ex.so's RPATH is not $prefix/lib: $(readelf -d "$so" | grep -E 'RPATH|RUNPATH')"
+done
 
 if command -v make >/dev/null && command -v pkg-config >/dev/null; then
     step "build examples/plugins with the pkg-config Makefile"
     mkdir "$tmp/make-build"
     PKG_CONFIG_PATH="$prefix/lib/pkgconfig" make -s -C "$tmp/make-build" \
-        -f "$example/Makefile" >"$tmp/make.log" 2>&1 ||
+        -f "$example/Makefile" CFLAGS="-O2 -g -Werror" >"$tmp/make.log" 2>&1 ||
         { cat "$tmp/make.log" >&2; fail "make -f examples/plugins/Makefile failed"; }
-    [[ -f "$tmp/make-build/model_mlp.so" ]] || fail "the Makefile did not produce model_mlp.so"
+    for ex in "${examples[@]}"; do
+        [[ -f "$tmp/make-build/$ex.so" ]] || fail "the Makefile did not produce $ex.so"
+    done
 fi
 
 step "the core build is untouched"
 core_sum_after=$(sha256sum "$(readlink -f "$core_lib")" | cut -d' ' -f1)
 [[ "$core_sum_before" == "$core_sum_after" ]] || fail "libbivouac.so in $BIVOUAC_BUILD_DIR changed"
-[[ ! -e "$BIVOUAC_BUILD_DIR/plugins/model_mlp.so" ]] ||
-    fail "the example plugin landed in the core build's plugin directory"
+for ex in "${examples[@]}"; do
+    [[ ! -e "$BIVOUAC_BUILD_DIR/plugins/$ex.so" ]] ||
+        fail "the example plugin $ex.so landed in the core build's plugin directory"
+done
 
 if [[ "${BIVOUAC_OOT_SDK_ONLY:-0}" == 1 ]]; then
     echo "PASS (SDK only: the CLI steps were skipped)"
@@ -96,11 +107,14 @@ bivouac="$prefix/bin/bivouac"
 [[ -x "$bivouac" ]] || fail "the install has no $bivouac"
 export BIVOUAC_PLUGIN_PATH="$plugin_dir"
 
-step "bivouac plugins lists model mlp"
+step "bivouac plugins lists the examples"
 "$bivouac" plugins >"$tmp/plugins.txt" 2>&1 ||
     { cat "$tmp/plugins.txt" >&2; fail "bivouac plugins exited non-zero"; }
-grep -Eq '^model[[:space:]]+mlp[[:space:]]+0\.1\.0' "$tmp/plugins.txt" ||
-    { cat "$tmp/plugins.txt" >&2; fail "bivouac plugins does not list 'model mlp 0.1.0'"; }
+for ex in "${examples[@]}"; do
+    kind=${ex%%_*} name=${ex#*_}
+    grep -Eq "^$kind[[:space:]]+$name[[:space:]]+0\.1\.0" "$tmp/plugins.txt" ||
+        { cat "$tmp/plugins.txt" >&2; fail "bivouac plugins does not list '$kind $name 0.1.0'"; }
+done
 
 step "bivouac run mlp-quickstart.yaml"
 run="$tmp/run"
