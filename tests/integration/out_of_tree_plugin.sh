@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Plugins build out of tree against the INSTALLED SDK and run, with the core untouched:
-# install the build into a temporary prefix, build examples/plugins (model_mlp) with
+# install the build into a temporary prefix, build examples/plugins (one example of each
+# kind but compute and transport: model_mlp, resilience_statelog) with
 # find_package(bivouac) and with pkg-config, warnings as errors, then list them and train
 # with each using the installed `bivouac`:
-#   mlp        trains mlp-quickstart.yaml to a test accuracy above 0.5.
+#   mlp        trains mlp-quickstart.yaml to a test accuracy above 0.5;
+#   statelog   writes "epoch E blobs 12 bytes B" for E = 1..100, B the GCN state's size,
+#              and leaves the weights as they are without it.
 # Environment (set by ctest): BIVOUAC_BUILD_DIR, BIVOUAC_SOURCE_DIR; BIVOUAC_DATA_DIR is
 # passed through. BIVOUAC_OOT_SDK_ONLY=1 stops after the build checks (no CLI needed).
 set -euo pipefail
@@ -62,7 +65,7 @@ grep -q "bivouac_DIR:PATH=$prefix/lib/cmake/bivouac" "$build/CMakeCache.txt" ||
 "$CMAKE" --build "$build" -j2 >"$tmp/build.log" 2>&1 ||
     { cat "$tmp/build.log" >&2; fail "building examples/plugins failed"; }
 plugin_dir="$build/plugins"
-examples=(model_mlp)
+examples=(model_mlp resilience_statelog)
 for ex in "${examples[@]}"; do
     so="$plugin_dir/$ex.so"
     [[ -f "$so" ]] || fail "no $so after the build"
@@ -134,6 +137,57 @@ if r["model"] != "mlp":
 if not r["test_accuracy"] > 0.5:
     sys.exit(f"test_accuracy {r['test_accuracy']} is not above 0.5")
 print(f"test_accuracy {r['test_accuracy']:.3f}")
+EOF
+
+# gcn_run NAME ARGS...: gcn-quickstart.yaml (GCN, 100 epochs, cpu, zmq) with ARGS.
+gcn_run() {
+    local name=$1
+    shift
+    "$bivouac" run "$example/gcn-quickstart.yaml" --out "$tmp/$name" --quiet "$@" \
+        >"$tmp/$name.log" 2>&1 ||
+        { tail -n 40 "$tmp/$name.log" >&2; fail "bivouac run gcn-quickstart.yaml $* failed"; }
+}
+
+step "bivouac run gcn-quickstart.yaml: cpu + zmq (the reference), then with each example"
+gcn_run reference
+gcn_run statelog -s 'resilience=[{plugin: statelog}]'
+python3 - "$tmp" <<'EOF' || fail "the example plugins' GCN runs are not as expected (see above)"
+import json, sys
+tmp = sys.argv[1]
+runs = {n: json.load(open(f"{tmp}/{n}/result.json"))
+        for n in ("reference", "statelog")}
+ref = runs["reference"]
+bad = []
+for n, r in runs.items():
+    if r["model"] != "gcn" or r["epochs"] != 100:
+        bad.append(f"{n}: model {r['model']!r}, {r['epochs']} epochs; expected gcn, 100")
+
+# statelog: one line per epoch. The graph engine's state is, per parameter (W0 300 x 16,
+# W1 16 x 4: 4864 floats), the weights and Adam's m and v (3 blobs, 4 bytes a float),
+# then optimizer/step, run/epoch, run/lr, run/seed, run/wall (8 bytes each) and
+# run/history (72 bytes per epoch so far): 12 blobs, 58408 + 72 E bytes after epoch E.
+want = [f"epoch {e} blobs 12 bytes {3 * 4 * 4864 + 5 * 8 + 72 * e}" for e in range(1, 101)]
+got = open(f"{tmp}/statelog/statelog.txt").read().splitlines()
+if got == want:
+    print(f"statelog: statelog.txt is '{want[0]}' .. '{want[-1]}'")
+else:
+    i = next(i for i in range(max(len(got), len(want)))
+             if i >= len(got) or i >= len(want) or got[i] != want[i])
+    bad.append(f"statelog.txt has {len(got)} lines, expected 100; line {i + 1} is "
+               f"{got[i] if i < len(got) else None!r}, "
+               f"expected {want[i] if i < len(want) else None!r}")
+
+# statelog only watches: the weights are the reference's.
+for n in ("statelog",):
+    if runs[n]["params_crc32c"] == ref["params_crc32c"]:
+        print(f"{n}: params_crc32c {ref['params_crc32c']}, as with cpu + zmq")
+    else:
+        bad.append(f"{n}: params_crc32c {runs[n]['params_crc32c']}, the cpu + zmq run "
+                   f"gives {ref['params_crc32c']}")
+
+for b in bad:
+    print("FAIL:", b, file=sys.stderr)
+sys.exit(1 if bad else 0)
 EOF
 
 echo "PASS"
