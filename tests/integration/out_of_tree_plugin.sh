@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Plugins build out of tree against the INSTALLED SDK and run, with the core untouched:
 # install the build into a temporary prefix, build examples/plugins (one example of each
-# kind but compute and transport: model_mlp, resilience_statelog) with
+# kind but compute: model_mlp, transport_queue, resilience_statelog) with
 # find_package(bivouac) and with pkg-config, warnings as errors, then list them and train
 # with each using the installed `bivouac`:
 #   mlp        trains mlp-quickstart.yaml to a test accuracy above 0.5;
-#   statelog   writes "epoch E blobs 12 bytes B" for E = 1..100, B the GCN state's size,
-#              and leaves the weights as they are without it.
+#   statelog   writes "epoch E blobs 12 bytes B" for E = 1..100, B the GCN state's size;
+#   queue      gives the zmq run's weights, bit for bit (params_crc32c);
+# and out_of_tree_transport.c checks what training does not reach of transport.h
+# (timeouts, a full queue, sends before the bind) on transport_queue.so.
 # Environment (set by ctest): BIVOUAC_BUILD_DIR, BIVOUAC_SOURCE_DIR; BIVOUAC_DATA_DIR is
 # passed through. BIVOUAC_OOT_SDK_ONLY=1 stops after the build checks (no CLI needed).
 set -euo pipefail
@@ -65,7 +67,7 @@ grep -q "bivouac_DIR:PATH=$prefix/lib/cmake/bivouac" "$build/CMakeCache.txt" ||
 "$CMAKE" --build "$build" -j2 >"$tmp/build.log" 2>&1 ||
     { cat "$tmp/build.log" >&2; fail "building examples/plugins failed"; }
 plugin_dir="$build/plugins"
-examples=(model_mlp resilience_statelog)
+examples=(model_mlp transport_queue resilience_statelog)
 for ex in "${examples[@]}"; do
     so="$plugin_dir/$ex.so"
     [[ -f "$so" ]] || fail "no $so after the build"
@@ -91,6 +93,26 @@ if command -v make >/dev/null && command -v pkg-config >/dev/null; then
     for ex in "${examples[@]}"; do
         [[ -f "$tmp/make-build/$ex.so" ]] || fail "the Makefile did not produce $ex.so"
     done
+fi
+
+if command -v pkg-config >/dev/null; then
+    # Training never times out a recv or fills a queue: a C program checks those promises
+    # of transport.h on transport_queue.so through its ops table.
+    step "transport_queue.so keeps the rest of transport.h (out_of_tree_transport.c)"
+    checker="$tmp/out_of_tree_transport"
+    # A sanitizer build's libbivouac needs the ASan runtime first in the program (plugins,
+    # loaded later, do not), so the checker is built with the sanitizers too.
+    sanitize=()
+    readelf -d "$prefix/lib/libbivouac.so" | grep -q 'NEEDED.*libasan' &&
+        sanitize=(-fsanitize=address,undefined)
+    ${CC:-cc} -std=c17 -O2 -Wall -Wextra -Werror "${sanitize[@]}" \
+        $(PKG_CONFIG_PATH="$prefix/lib/pkgconfig" pkg-config --cflags bivouac) \
+        -o "$checker" "$BIVOUAC_SOURCE_DIR/tests/integration/out_of_tree_transport.c" \
+        $(PKG_CONFIG_PATH="$prefix/lib/pkgconfig" pkg-config --libs bivouac) -ldl -pthread \
+        -Wl,-rpath,"$prefix/lib" >"$tmp/checker.log" 2>&1 ||
+        { cat "$tmp/checker.log" >&2; fail "building out_of_tree_transport.c failed"; }
+    "$checker" "$plugin_dir/transport_queue.so" queue ||
+        fail "transport_queue.so breaks transport.h's contract (see above)"
 fi
 
 step "the core build is untouched"
@@ -151,11 +173,12 @@ gcn_run() {
 step "bivouac run gcn-quickstart.yaml: cpu + zmq (the reference), then with each example"
 gcn_run reference
 gcn_run statelog -s 'resilience=[{plugin: statelog}]'
+gcn_run queue -s 'transport={plugin: queue}'
 python3 - "$tmp" <<'EOF' || fail "the example plugins' GCN runs are not as expected (see above)"
 import json, sys
 tmp = sys.argv[1]
 runs = {n: json.load(open(f"{tmp}/{n}/result.json"))
-        for n in ("reference", "statelog")}
+        for n in ("reference", "statelog", "queue")}
 ref = runs["reference"]
 bad = []
 for n, r in runs.items():
@@ -177,8 +200,8 @@ else:
                f"{got[i] if i < len(got) else None!r}, "
                f"expected {want[i] if i < len(want) else None!r}")
 
-# statelog only watches: the weights are the reference's.
-for n in ("statelog",):
+# statelog only watches and queue only carries messages: the weights are the reference's.
+for n in ("statelog", "queue"):
     if runs[n]["params_crc32c"] == ref["params_crc32c"]:
         print(f"{n}: params_crc32c {ref['params_crc32c']}, as with cpu + zmq")
     else:
