@@ -5,9 +5,9 @@
  *
  * bv_compute_ops grows with each ABI minor (1.1: GAT's edge kernels, 1.2: the
  * transformer's, 1.3: a sparse first layer). A plugin fills at least the 1.0 slots,
- * create .. sum_squares; the ones it leaves out are NULL. Models check a later slot
- * before they use it (GCN falls back from spmm_dropout to dropout + gemm), and a model
- * that needs one (GAT: 1.1, the transformer: 1.2) needs a back end that fills it.
+ * create .. sum_squares; the ones it leaves out are NULL. GCN looks for spmm_dropout
+ * (1.3) and without it uses dropout + gemm; a model that needs a later kernel (GAT: 1.1,
+ * the transformer: 1.2) needs a back end that fills it.
  *
  * Build: cmake or make in this directory (CMakeLists.txt, Makefile); then
  *   BIVOUAC_PLUGIN_PATH=<dir with compute_naive.so> bivouac run gcn-quickstart.yaml \
