@@ -59,13 +59,21 @@ static bv_model *mlp_create(const bv_opts *opts, const bv_graph_shape *shape, bv
     m->hidden = bv_opts_int(opts, "hidden");
     m->classes = shape->num_classes;
     m->dropout = (float)p;
-    m->stages[STAGE_AV0] = (bv_stage){BV_STAGE_TENSOR, "AV0", m->features, m->hidden, false};
-    m->stages[STAGE_AV1] = (bv_stage){BV_STAGE_TENSOR, "AV1", m->hidden, m->classes, true};
+    /* Designated initialisers: the fields other stage kinds use (in_offset, heads, ...)
+     * are zero, and the code keeps compiling when the SDK adds more. */
+    m->stages[STAGE_AV0] = (bv_stage){.kind = BV_STAGE_TENSOR, .name = "AV0",
+                                      .in_dim = m->features, .out_dim = m->hidden,
+                                      .needs_input_grad = false};
+    m->stages[STAGE_AV1] = (bv_stage){.kind = BV_STAGE_TENSOR, .name = "AV1",
+                                      .in_dim = m->hidden, .out_dim = m->classes,
+                                      .needs_input_grad = true};
     /* Weight decay on the first layer only, as in Kipf & Welling's GCN. */
-    m->params[PARAM_W0] = (bv_param_spec){"W0", m->features, m->hidden, true,
-                                          BV_INIT_GLOROT_UNIFORM};
-    m->params[PARAM_W1] = (bv_param_spec){"W1", m->hidden, m->classes, false,
-                                          BV_INIT_GLOROT_UNIFORM};
+    m->params[PARAM_W0] = (bv_param_spec){.name = "W0", .rows = m->features,
+                                          .cols = m->hidden, .weight_decay = true,
+                                          .init = BV_INIT_GLOROT_UNIFORM};
+    m->params[PARAM_W1] = (bv_param_spec){.name = "W1", .rows = m->hidden,
+                                          .cols = m->classes, .weight_decay = false,
+                                          .init = BV_INIT_GLOROT_UNIFORM};
     return m;
 }
 

@@ -1,8 +1,15 @@
 #!/usr/bin/env bash
-# A plugin builds out of tree against the INSTALLED SDK and runs, with the core untouched:
-# install the build into a temporary prefix, build examples/plugins (model_mlp.so) with
-# find_package(bivouac) and with pkg-config, then list and train it with the installed
-# `bivouac`.
+# Plugins build out of tree against the INSTALLED SDK and run, with the core untouched:
+# install the build into a temporary prefix, build examples/plugins (one example of each
+# kind: model_mlp, compute_naive, transport_queue, resilience_statelog) with
+# find_package(bivouac) and with pkg-config, warnings as errors, then list them and train
+# with each using the installed `bivouac`:
+#   mlp        trains mlp-quickstart.yaml to a test accuracy above 0.5;
+#   statelog   writes "epoch E blobs 12 bytes B" for E = 1..100, B the GCN state's size;
+#   queue      gives the zmq run's weights, bit for bit (params_crc32c);
+#   naive      lands within 0.02 of the cpu run's test accuracy (sums in another order);
+# and out_of_tree_transport.c checks what training does not reach of transport.h
+# (timeouts, a full queue, sends before the bind) on transport_queue.so.
 # Environment (set by ctest): BIVOUAC_BUILD_DIR, BIVOUAC_SOURCE_DIR; BIVOUAC_DATA_DIR is
 # passed through. BIVOUAC_OOT_SDK_ONLY=1 stops after the build checks (no CLI needed).
 set -euo pipefail
@@ -53,7 +60,7 @@ fi
 step "build examples/plugins with find_package(bivouac)"
 # Only the installed prefix is offered to find_package: the build tree must not be needed.
 build="$tmp/example-build"
-"$CMAKE" -S "$example" -B "$build" -DCMAKE_PREFIX_PATH="$prefix" \
+"$CMAKE" -S "$example" -B "$build" -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_C_FLAGS=-Werror \
     -DCMAKE_FIND_PACKAGE_NO_PACKAGE_REGISTRY=ON >"$tmp/configure.log" 2>&1 ||
     { cat "$tmp/configure.log" >&2; fail "configuring examples/plugins against $prefix failed"; }
 grep -q "bivouac_DIR:PATH=$prefix/lib/cmake/bivouac" "$build/CMakeCache.txt" ||
@@ -61,31 +68,61 @@ grep -q "bivouac_DIR:PATH=$prefix/lib/cmake/bivouac" "$build/CMakeCache.txt" ||
 "$CMAKE" --build "$build" -j2 >"$tmp/build.log" 2>&1 ||
     { cat "$tmp/build.log" >&2; fail "building examples/plugins failed"; }
 plugin_dir="$build/plugins"
-so="$plugin_dir/model_mlp.so"
-[[ -f "$so" ]] || fail "no $so after the build"
+examples=(model_mlp compute_naive transport_queue resilience_statelog)
+for ex in "${examples[@]}"; do
+    so="$plugin_dir/$ex.so"
+    [[ -f "$so" ]] || fail "no $so after the build"
+done
 
-step "model_mlp.so exports only bv_model_mlp_plugin"
-exported=$(nm -D --defined-only "$so" | awk '{print $NF}' | sort | tr '\n' ' ')
-[[ "$exported" == "bv_model_mlp_plugin " ]] ||
-    fail "model_mlp.so exports '$exported', expected only bv_model_mlp_plugin"
-readelf -d "$so" | grep -q "NEEDED.*libbivouac.so" || fail "model_mlp.so is not linked to libbivouac"
-readelf -d "$so" | grep -Eq "(RPATH|RUNPATH).*\[$prefix/lib\]" ||
-    fail "model_mlp.so's RPATH is not $prefix/lib: $(readelf -d "$so" | grep -E 'RPATH|RUNPATH')"
+step "each example exports only bv_<kind>_<name>_plugin, links libbivouac, RPATH $prefix/lib"
+for ex in "${examples[@]}"; do
+    so="$plugin_dir/$ex.so"
+    exported=$(nm -D --defined-only "$so" | awk '{print $NF}' | sort | tr '\n' ' ')
+    [[ "$exported" == "bv_${ex}_plugin " ]] ||
+        fail "$ex.so exports '$exported', expected only bv_${ex}_plugin"
+    readelf -d "$so" | grep -q "NEEDED.*libbivouac.so" || fail "$ex.so is not linked to libbivouac"
+    readelf -d "$so" | grep -Eq "(RPATH|RUNPATH).*\[$prefix/lib\]" ||
+        fail "$ex.so's RPATH is not $prefix/lib: $(readelf -d "$so" | grep -E 'RPATH|RUNPATH')"
+done
 
 if command -v make >/dev/null && command -v pkg-config >/dev/null; then
     step "build examples/plugins with the pkg-config Makefile"
     mkdir "$tmp/make-build"
     PKG_CONFIG_PATH="$prefix/lib/pkgconfig" make -s -C "$tmp/make-build" \
-        -f "$example/Makefile" >"$tmp/make.log" 2>&1 ||
+        -f "$example/Makefile" CFLAGS="-O2 -g -Werror" >"$tmp/make.log" 2>&1 ||
         { cat "$tmp/make.log" >&2; fail "make -f examples/plugins/Makefile failed"; }
-    [[ -f "$tmp/make-build/model_mlp.so" ]] || fail "the Makefile did not produce model_mlp.so"
+    for ex in "${examples[@]}"; do
+        [[ -f "$tmp/make-build/$ex.so" ]] || fail "the Makefile did not produce $ex.so"
+    done
+fi
+
+if command -v pkg-config >/dev/null; then
+    # Training never times out a recv or fills a queue: a C program checks those promises
+    # of transport.h on transport_queue.so through its ops table.
+    step "transport_queue.so keeps the rest of transport.h (out_of_tree_transport.c)"
+    checker="$tmp/out_of_tree_transport"
+    # A sanitizer build's libbivouac needs the ASan runtime first in the program (plugins,
+    # loaded later, do not), so the checker is built with the sanitizers too.
+    sanitize=()
+    readelf -d "$prefix/lib/libbivouac.so" | grep -q 'NEEDED.*libasan' &&
+        sanitize=(-fsanitize=address,undefined)
+    ${CC:-cc} -std=c17 -O2 -Wall -Wextra -Werror "${sanitize[@]}" \
+        $(PKG_CONFIG_PATH="$prefix/lib/pkgconfig" pkg-config --cflags bivouac) \
+        -o "$checker" "$BIVOUAC_SOURCE_DIR/tests/integration/out_of_tree_transport.c" \
+        $(PKG_CONFIG_PATH="$prefix/lib/pkgconfig" pkg-config --libs bivouac) -ldl -pthread \
+        -Wl,-rpath,"$prefix/lib" >"$tmp/checker.log" 2>&1 ||
+        { cat "$tmp/checker.log" >&2; fail "building out_of_tree_transport.c failed"; }
+    "$checker" "$plugin_dir/transport_queue.so" queue ||
+        fail "transport_queue.so breaks transport.h's contract (see above)"
 fi
 
 step "the core build is untouched"
 core_sum_after=$(sha256sum "$(readlink -f "$core_lib")" | cut -d' ' -f1)
 [[ "$core_sum_before" == "$core_sum_after" ]] || fail "libbivouac.so in $BIVOUAC_BUILD_DIR changed"
-[[ ! -e "$BIVOUAC_BUILD_DIR/plugins/model_mlp.so" ]] ||
-    fail "the example plugin landed in the core build's plugin directory"
+for ex in "${examples[@]}"; do
+    [[ ! -e "$BIVOUAC_BUILD_DIR/plugins/$ex.so" ]] ||
+        fail "the example plugin $ex.so landed in the core build's plugin directory"
+done
 
 if [[ "${BIVOUAC_OOT_SDK_ONLY:-0}" == 1 ]]; then
     echo "PASS (SDK only: the CLI steps were skipped)"
@@ -96,11 +133,14 @@ bivouac="$prefix/bin/bivouac"
 [[ -x "$bivouac" ]] || fail "the install has no $bivouac"
 export BIVOUAC_PLUGIN_PATH="$plugin_dir"
 
-step "bivouac plugins lists model mlp"
+step "bivouac plugins lists the four examples"
 "$bivouac" plugins >"$tmp/plugins.txt" 2>&1 ||
     { cat "$tmp/plugins.txt" >&2; fail "bivouac plugins exited non-zero"; }
-grep -Eq '^model[[:space:]]+mlp[[:space:]]+0\.1\.0' "$tmp/plugins.txt" ||
-    { cat "$tmp/plugins.txt" >&2; fail "bivouac plugins does not list 'model mlp 0.1.0'"; }
+for ex in "${examples[@]}"; do
+    kind=${ex%%_*} name=${ex#*_}
+    grep -Eq "^$kind[[:space:]]+$name[[:space:]]+0\.1\.0" "$tmp/plugins.txt" ||
+        { cat "$tmp/plugins.txt" >&2; fail "bivouac plugins does not list '$kind $name 0.1.0'"; }
+done
 
 step "bivouac run mlp-quickstart.yaml"
 run="$tmp/run"
@@ -120,6 +160,68 @@ if r["model"] != "mlp":
 if not r["test_accuracy"] > 0.5:
     sys.exit(f"test_accuracy {r['test_accuracy']} is not above 0.5")
 print(f"test_accuracy {r['test_accuracy']:.3f}")
+EOF
+
+# gcn_run NAME ARGS...: gcn-quickstart.yaml (GCN, 100 epochs, cpu, zmq) with ARGS.
+gcn_run() {
+    local name=$1
+    shift
+    "$bivouac" run "$example/gcn-quickstart.yaml" --out "$tmp/$name" --quiet "$@" \
+        >"$tmp/$name.log" 2>&1 ||
+        { tail -n 40 "$tmp/$name.log" >&2; fail "bivouac run gcn-quickstart.yaml $* failed"; }
+}
+
+step "bivouac run gcn-quickstart.yaml: cpu + zmq (the reference), then with each example"
+gcn_run reference
+gcn_run statelog -s 'resilience=[{plugin: statelog}]'
+gcn_run queue -s 'transport={plugin: queue}'
+gcn_run naive -s 'compute={plugin: naive}'
+python3 - "$tmp" <<'EOF' || fail "the example plugins' GCN runs are not as expected (see above)"
+import json, sys
+tmp = sys.argv[1]
+runs = {n: json.load(open(f"{tmp}/{n}/result.json"))
+        for n in ("reference", "statelog", "queue", "naive")}
+ref = runs["reference"]
+bad = []
+for n, r in runs.items():
+    if r["model"] != "gcn" or r["epochs"] != 100:
+        bad.append(f"{n}: model {r['model']!r}, {r['epochs']} epochs; expected gcn, 100")
+
+# statelog: one line per epoch. The graph engine's state is, per parameter (W0 300 x 16,
+# W1 16 x 4: 4864 floats), the weights and Adam's m and v (3 blobs, 4 bytes a float),
+# then optimizer/step and the training loop's run/units, run/lr, run/seed, run/wall,
+# run/train_seconds (8 bytes each), run/history (one 96-byte record per epoch so far) and
+# run/evals (empty: the graph engine has no periodic evaluation): 14 blobs,
+# 58416 + 96 E bytes after epoch E.
+want = [f"epoch {e} blobs 14 bytes {3 * 4 * 4864 + 6 * 8 + 96 * e}" for e in range(1, 101)]
+got = open(f"{tmp}/statelog/statelog.txt").read().splitlines()
+if got == want:
+    print(f"statelog: statelog.txt is '{want[0]}' .. '{want[-1]}'")
+else:
+    i = next(i for i in range(max(len(got), len(want)))
+             if i >= len(got) or i >= len(want) or got[i] != want[i])
+    bad.append(f"statelog.txt has {len(got)} lines, expected 100; line {i + 1} is "
+               f"{got[i] if i < len(got) else None!r}, "
+               f"expected {want[i] if i < len(want) else None!r}")
+
+# statelog only watches and queue only carries messages: the weights are the reference's.
+for n in ("statelog", "queue"):
+    if runs[n]["params_crc32c"] == ref["params_crc32c"]:
+        print(f"{n}: params_crc32c {ref['params_crc32c']}, as with cpu + zmq")
+    else:
+        bad.append(f"{n}: params_crc32c {runs[n]['params_crc32c']}, the cpu + zmq run "
+                   f"gives {ref['params_crc32c']}")
+
+# naive sums in another order than OpenBLAS: close, not bit-identical.
+acc, ref_acc = runs["naive"]["test_accuracy"], ref["test_accuracy"]
+if abs(acc - ref_acc) <= 0.02:
+    print(f"naive: test_accuracy {acc:.3f}, cpu {ref_acc:.3f}")
+else:
+    bad.append(f"naive: test_accuracy {acc}, the cpu run's is {ref_acc} (more than 0.02 off)")
+
+for b in bad:
+    print("FAIL:", b, file=sys.stderr)
+sys.exit(1 if bad else 0)
 EOF
 
 echo "PASS"
