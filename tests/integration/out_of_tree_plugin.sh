@@ -224,4 +224,18 @@ for b in bad:
 sys.exit(1 if bad else 0)
 EOF
 
+step "GAT on naive (ABI 1.0 kernels only) is refused before it runs, not crashed on"
+set +e
+"$bivouac" run "$example/gcn-quickstart.yaml" --out "$tmp/gat-naive" --quiet \
+    -s 'model={plugin: gat}' -s 'compute={plugin: naive}' >"$tmp/gat-naive.out" \
+    2>"$tmp/gat-naive.err"
+code=$?
+set -e
+want="bivouac: error: compute plugin 'naive' has no edge kernels (plugin ABI 1.1), which model 'gat' needs for stage AE0"
+[[ $code == 2 ]] || fail "GAT on naive exited $code, want 2: $(cat "$tmp/gat-naive.err")"
+[[ $(cat "$tmp/gat-naive.err") == "$want" ]] ||
+    fail "GAT on naive said '$(cat "$tmp/gat-naive.err")', want '$want'"
+[[ ! -e $tmp/gat-naive/result.json ]] || fail "GAT on naive wrote a result.json"
+echo "refused: $want"
+
 echo "PASS"

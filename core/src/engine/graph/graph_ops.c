@@ -11,6 +11,7 @@
 #include "bivouac/model.h"
 #include "bivouac/wire.h"
 #include "engine_graph.h"
+#include "plugin_arrays.h"
 
 /* The fields of a unit record, in metrics.jsonl order (the indices below follow it). */
 static const char *const epoch_fields[] = {"epoch", "train_loss", "train_accuracy",
@@ -51,6 +52,28 @@ static void destroy(bv_engine *g)
     free(g);
 }
 
+/* Attention over edges (EDGE stages, weighted GATHER) needs the compute plugin's ABI 1.1
+ * kernels; a back end without them is refused before anything runs (as the sequence
+ * engine refuses one without transformer kernels), not found out by a NULL call. */
+static bv_status check_kernels(const bv_engine *g, bv_error *err)
+{
+    const bv_compute_ops *k = &g->x->compute_ops;
+    bool edge_kernels = k->leaky_relu_forward && k->leaky_relu_backward && k->elu_forward &&
+                        k->elu_backward && k->edge_scores && k->edge_scores_backward &&
+                        k->edge_softmax && k->edge_softmax_backward && k->gather_heads &&
+                        k->gather_heads_backward_x && k->gather_heads_backward_w;
+    for (size_t i = 0; !edge_kernels && i < g->model_ops.stage_count(g->model); i++) {
+        bv_stage st;
+        bv_stage_copy(&g->model_ops, g->model_ops.stage(g->model, i), &st);
+        if (st.kind == BV_STAGE_EDGE || (st.kind == BV_STAGE_GATHER && st.weighted))
+            return bv_error_set(err, BV_ERR_INVALID, "compute plugin '%s' has no edge "
+                                "kernels (plugin ABI 1.1), which model '%s' needs for stage "
+                                "%s", g->x->compute.plugin->name, g->x->model.plugin->name,
+                                st.name);
+    }
+    return BV_OK;
+}
+
 static bv_status create(const bv_experiment *x, void *data, const bv_engine_run *run,
                         bv_engine **out, bv_error *err)
 {
@@ -66,6 +89,9 @@ static bv_status create(const bv_experiment *x, void *data, const bv_engine_run 
     g->model = g->model_ops.create(&x->model.opts, &shape, err);
     if (!g->model)
         return err->status ? err->status : BV_ERR_PLUGIN;
+    bv_status st = check_kernels(g, err);
+    if (st != BV_OK)
+        return st;
     bv_graph_engine_cfg cfg = {
         .model_ops = &g->model_ops,
         .model = g->model,
