@@ -8,7 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bivouac/log.h"
 #include "engine_graph_internal.h"
 #include "rng.h"
 
@@ -27,21 +26,7 @@ size_t bv_graph_engine_param_floats(const bv_graph_engine *e)
 /* Waits for a message of `type` on the coordinator's inbox; an ERROR fails. */
 static bv_status coord_wait(bv_graph_engine *e, uint16_t type, bv_role_msg *m, bv_error *err)
 {
-    const bv_transport_ops *t = e->cfg.transport_ops;
-    for (;;) {
-        bv_status st = bv_role_recv(t, e->coord_in, m, BV_TIMEOUT_FOREVER, err);
-        if (st != BV_OK)
-            return st;
-        if (m->wire.type == type)
-            return BV_OK;
-        if (m->wire.type == BV_MSG_ERROR) {
-            bv_error_set(err, BV_ERR_INTERNAL, "%.*s", (int)m->hdr.na, (const char *)m->a);
-            bv_role_release(t, m);
-            return BV_ERR_INTERNAL;
-        }
-        bv_log(BV_LOG_WARN, "coordinator: ignoring message type %u", m->wire.type);
-        bv_role_release(t, m);
-    }
+    return bv_role_wait(e->cfg.transport_ops, e->coord_in, "coordinator", type, m, err);
 }
 
 /* adj + I as a structure-only CSR, each self loop in its sorted place. */

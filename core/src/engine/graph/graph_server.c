@@ -121,26 +121,6 @@ static int64_t interval_rows(const bv_graph_engine *e, int i)
     return e->interval_begin[i + 1] - e->interval_begin[i];
 }
 
-/* Waits for one reply of the given type; an ERROR from a worker fails the epoch. */
-static bv_status gs_wait(graph_server *gs, uint16_t type, bv_role_msg *m, bv_error *err)
-{
-    for (;;) {
-        bv_status st = bv_role_recv(gs->t, gs->inbox, m, BV_TIMEOUT_FOREVER, err);
-        if (st != BV_OK)
-            return st;
-        if (m->wire.type == type)
-            return BV_OK;
-        if (m->wire.type == BV_MSG_ERROR) {
-            bv_error_set(err, BV_ERR_INTERNAL, "%.*s", (int)m->hdr.na, (const char *)m->a);
-            bv_role_release(gs->t, m);
-            return BV_ERR_INTERNAL;
-        }
-        bv_log(BV_LOG_WARN, "graph server: ignoring message type %u while waiting for %u",
-               m->wire.type, type);
-        bv_role_release(gs->t, m);
-    }
-}
-
 static bool interval_matches(const bv_graph_engine *e, const bv_task_hdr *h, int32_t stage)
 {
     return h->stage == stage && h->interval >= 0 && h->interval < e->cfg.intervals &&
@@ -183,7 +163,7 @@ static bv_status gs_run_tasks(graph_server *gs, size_t s, const bv_task_hdr *epo
         rc = kind->send(gs, s, epoch, sent++, ctx, err);
     for (int done = 0; rc == BV_OK && done < n; done++) {
         bv_role_msg m;
-        rc = gs_wait(gs, kind->result_type, &m, err);
+        rc = bv_role_wait(gs->t, gs->inbox, "graph server", kind->result_type, &m, err);
         if (rc == BV_OK)
             rc = kind->take(gs, s, &m, ctx, err);
         if (rc == BV_OK && sent < n)
