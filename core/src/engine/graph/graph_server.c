@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bivouac/log.h"
 #include "engine_graph_internal.h"
+#include "role_loop.h"
 
 typedef struct graph_server {
     bv_graph_engine *e;
@@ -626,8 +626,9 @@ static bv_status gs_epoch(graph_server *gs, const bv_task_hdr *cmd, bv_task_hdr 
     return rc;
 }
 
-static bv_status gs_setup(graph_server *gs, bv_error *err)
+static bv_status gs_setup(void *self, bv_error *err)
 {
+    graph_server *gs = self;
     bv_graph_engine *e = gs->e;
     gs->t = e->cfg.transport_ops;
     if (!(gs->inbox = gs->t->bind(e->transport, e->addr_gs, err)))
@@ -670,8 +671,9 @@ static bv_status gs_setup(graph_server *gs, bv_error *err)
     return BV_OK;
 }
 
-static void gs_teardown(graph_server *gs)
+static void gs_teardown(void *self)
 {
+    graph_server *gs = self;
     bv_graph_engine *e = gs->e;
     for (size_t s = 0; gs->act && s < e->nstages; s++) {
         bv_free_aligned(gs->act[s]);
@@ -691,44 +693,28 @@ static void gs_teardown(graph_server *gs)
         gs->t->close(gs->inbox);
 }
 
+/* EPOCH: runs the pass and reports its stats; nothing else comes to the graph server. */
+static bv_status gs_handle(void *self, bv_role_msg *m, bv_error *err)
+{
+    graph_server *gs = self;
+    if (m->wire.type != BV_MSG_EPOCH)
+        return BV_OK;
+    bv_task_hdr reply = m->hdr;
+    bv_status rc = gs_epoch(gs, &m->hdr, &reply, err);
+    if (rc == BV_OK)
+        rc = bv_role_send(gs->t, gs->to_coord, BV_MSG_EPOCH_DONE, BV_ROLE_GS, &reply, NULL, 0,
+                          NULL, 0, NULL, 0, err);
+    return rc;
+}
+
 void *bv_graph_server_main(void *engine)
 {
     graph_server gs = {.e = engine};
-    bv_error err = {0};
-    bv_status st = gs_setup(&gs, &err);
-    gs.to_coord = bv_engine_connect(gs.e, gs.e->addr_coord, &err);
-    if (!gs.to_coord) {
-        bv_log(BV_LOG_ERROR, "graph server: %s", err.msg);
-        gs_teardown(&gs);
-        return NULL;
-    }
-    if (st != BV_OK) {
-        bv_role_send_error(gs.t, gs.to_coord, BV_ROLE_GS, &err);
-    } else {
-        bv_role_send(gs.t, gs.to_coord, BV_MSG_READY, BV_ROLE_GS, NULL, NULL, 0, NULL, 0, NULL, 0,
-                     &err);
-        for (;;) {
-            bv_role_msg m;
-            if (bv_role_recv(gs.t, gs.inbox, &m, BV_TIMEOUT_FOREVER, &err) != BV_OK) {
-                bv_role_send_error(gs.t, gs.to_coord, BV_ROLE_GS, &err);
-                continue;
-            }
-            uint16_t type = m.wire.type;
-            if (type == BV_MSG_EPOCH) {
-                bv_task_hdr reply = m.hdr;
-                bv_error ep_err = {0};
-                if (gs_epoch(&gs, &m.hdr, &reply, &ep_err) == BV_OK)
-                    bv_role_send(gs.t, gs.to_coord, BV_MSG_EPOCH_DONE, BV_ROLE_GS, &reply, NULL,
-                                 0, NULL, 0, NULL, 0, &err);
-                else
-                    bv_role_send_error(gs.t, gs.to_coord, BV_ROLE_GS, &ep_err);
-            }
-            bv_role_release(gs.t, &m);
-            if (type == BV_MSG_SHUTDOWN)
-                break;
-        }
-    }
-    gs.t->close(gs.to_coord);
-    gs_teardown(&gs);
+    bv_role role = {
+        .name = "graph server", .id = BV_ROLE_GS, .e = gs.e, .self = &gs,
+        .setup = gs_setup, .handle = gs_handle, .teardown = gs_teardown,
+        .inbox = &gs.inbox, .to_coord = &gs.to_coord, .report_to = &gs.to_coord,
+    };
+    bv_role_run(&role);
     return NULL;
 }

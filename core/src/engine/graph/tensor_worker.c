@@ -2,18 +2,19 @@
  * and backward, the loss) on one vertex interval at a time, like a Dorylus Lambda. It
  * pulls the weights from the parameter server when a task names a newer version, and
  * pushes weight gradients to it. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "bivouac/log.h"
 #include "engine_graph_internal.h"
+#include "role_loop.h"
 
 typedef struct tensor_worker {
     bv_graph_engine *e;
     int index;
     uint32_t id;
     const bv_transport_ops *t;
-    bv_endpoint *inbox, *weights_in, *to_gs, *to_ps;
+    bv_endpoint *inbox, *weights_in, *to_gs, *to_ps, *to_coord;
     bv_compute *compute;
     float *weights;      /* param_floats */
     float **param_ptrs;  /* into weights */
@@ -418,8 +419,9 @@ static bv_status tw_edge_backward(tensor_worker *w, const bv_role_msg *m, bv_err
     return st;
 }
 
-static bv_status tw_setup(tensor_worker *w, bv_error *err)
+static bv_status tw_setup(void *self, bv_error *err)
 {
+    tensor_worker *w = self;
     bv_graph_engine *e = w->e;
     w->t = e->cfg.transport_ops;
     w->id = BV_ROLE_TW + (uint32_t)w->index;
@@ -454,8 +456,9 @@ static bv_status tw_setup(tensor_worker *w, bv_error *err)
     return BV_OK;
 }
 
-static void tw_teardown(tensor_worker *w)
+static void tw_teardown(void *self)
 {
+    tensor_worker *w = self;
     if (w->compute)
         w->e->cfg.compute_ops->destroy(w->compute);
     bv_endpoint *eps[] = {w->inbox, w->weights_in, w->to_gs, w->to_ps};
@@ -478,51 +481,31 @@ static void tw_teardown(tensor_worker *w)
     free(w->kept_csr);
 }
 
+static bv_status tw_handle(void *self, bv_role_msg *m, bv_error *err)
+{
+    tensor_worker *w = self;
+    switch (m->wire.type) {
+    case BV_MSG_FWD_TASK: return tw_forward(w, m, err);
+    case BV_MSG_BWD_TASK: return tw_backward(w, m, err);
+    case BV_MSG_LOSS_TASK: return tw_loss(w, m, err);
+    case BV_MSG_EDGE_FWD_TASK: return tw_edge_forward(w, m, err);
+    case BV_MSG_EDGE_BWD_TASK: return tw_edge_backward(w, m, err);
+    default: return BV_OK;
+    }
+}
+
 void *bv_tensor_worker_main(void *arg)
 {
     bv_tw_arg *a = arg;
     tensor_worker w = {.e = a->engine, .index = a->index};
-    bv_error err = {0};
-    bv_endpoint *to_coord = NULL;
-    bv_status st = tw_setup(&w, &err);
-    if (st == BV_OK)
-        to_coord = bv_engine_connect(w.e, w.e->addr_coord, &err);
-    if (!to_coord) {
-        bv_log(BV_LOG_ERROR, "tensor worker %d: %s", w.index, err.msg);
-        tw_teardown(&w);
-        return NULL;
-    }
-    if (st != BV_OK) {
-        bv_role_send_error(w.t, to_coord, w.id, &err);
-    } else {
-        bv_role_send(w.t, to_coord, BV_MSG_READY, w.id, NULL, NULL, 0, NULL, 0, NULL, 0, &err);
-        for (;;) {
-            bv_role_msg m;
-            if (bv_role_recv(w.t, w.inbox, &m, BV_TIMEOUT_FOREVER, &err) != BV_OK) {
-                bv_role_send_error(w.t, w.to_gs, w.id, &err); /* the GS is waiting on us */
-                continue;
-            }
-            uint16_t type = m.wire.type;
-            bv_error task_err = {0};
-            st = BV_OK;
-            if (type == BV_MSG_FWD_TASK)
-                st = tw_forward(&w, &m, &task_err);
-            else if (type == BV_MSG_BWD_TASK)
-                st = tw_backward(&w, &m, &task_err);
-            else if (type == BV_MSG_LOSS_TASK)
-                st = tw_loss(&w, &m, &task_err);
-            else if (type == BV_MSG_EDGE_FWD_TASK)
-                st = tw_edge_forward(&w, &m, &task_err);
-            else if (type == BV_MSG_EDGE_BWD_TASK)
-                st = tw_edge_backward(&w, &m, &task_err);
-            bv_role_release(w.t, &m);
-            if (type == BV_MSG_SHUTDOWN)
-                break;
-            if (st != BV_OK)
-                bv_role_send_error(w.t, w.to_gs, w.id, &task_err);
-        }
-    }
-    w.t->close(to_coord);
-    tw_teardown(&w);
+    char name[32];
+    snprintf(name, sizeof name, "tensor worker %d", w.index);
+    bv_role role = {
+        .name = name, .id = BV_ROLE_TW + (uint32_t)w.index, .e = w.e, .self = &w,
+        .setup = tw_setup, .handle = tw_handle, .teardown = tw_teardown,
+        .inbox = &w.inbox, .to_coord = &w.to_coord,
+        .report_to = &w.to_gs, /* the graph server waits on its tasks */
+    };
+    bv_role_run(&role);
     return NULL;
 }
