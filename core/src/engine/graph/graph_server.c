@@ -379,12 +379,22 @@ typedef struct edge_ctx {
     int next;
 } edge_ctx;
 
+/* Sends an edge task: every vertex's attention inputs (a), the interval's own rows of
+ * them (b), and c. */
+static bv_status edge_task_send(graph_server *gs, size_t s, int i, uint16_t type,
+                                const bv_task_hdr *h, const edge_ctx *ec, const void *c,
+                                size_t nc, bv_error *err)
+{
+    int64_t in_dim = gs->e->stages[s]->in_dim, n = gs->e->cfg.data->num_nodes;
+    return bv_role_send(gs->t, worker_of(gs, i), type, BV_ROLE_GS, h, ec->src,
+                        (size_t)(n * in_dim) * sizeof(float), ec->src + h->row_begin * in_dim,
+                        (size_t)(h->rows * in_dim) * sizeof(float), c, nc, err);
+}
+
 static bv_status ae_send(graph_server *gs, size_t s, const bv_task_hdr *epoch, int i,
                          void *ctx, bv_error *err)
 {
     edge_ctx *ec = ctx;
-    const bv_stage *st = gs->e->stages[s];
-    int64_t n = gs->e->cfg.data->num_nodes;
     bv_task_hdr h = interval_hdr(gs, s, epoch, i);
     size_t gbytes = 0;
     uint8_t *slice = NULL;
@@ -398,11 +408,7 @@ static bv_status ae_send(graph_server *gs, size_t s, const bv_task_hdr *epoch, i
         h.flags |= BV_TASK_KEEP_GRAPH;
         gs->graph_sent[i] = true;
     }
-    bv_status rc = bv_role_send(gs->t, worker_of(gs, i), BV_MSG_EDGE_FWD_TASK, BV_ROLE_GS, &h,
-                                ec->src, (size_t)(n * st->in_dim) * sizeof(float),
-                                ec->src + h.row_begin * st->in_dim,
-                                (size_t)(h.rows * st->in_dim) * sizeof(float), slice, gbytes,
-                                err);
+    bv_status rc = edge_task_send(gs, s, i, BV_MSG_EDGE_FWD_TASK, &h, ec, slice, gbytes, err);
     free(slice);
     return rc;
 }
@@ -435,7 +441,6 @@ static bv_status aeb_send(graph_server *gs, size_t s, const bv_task_hdr *epoch, 
     edge_ctx *ec = ctx;
     const bv_stage *st = gs->e->stages[s];
     const bv_csr *a = gs->e->adj_loops;
-    int64_t n = gs->e->cfg.data->num_nodes;
     bv_task_hdr h = interval_hdr(gs, s, epoch, i);
     h.flags |= BV_TASK_CACHED_GRAPH; /* the forward pass sent it */
     int64_t e0 = a->rowptr[h.row_begin], ne = a->rowptr[h.row_begin + h.rows] - e0;
@@ -445,11 +450,7 @@ static bv_status aeb_send(graph_server *gs, size_t s, const bv_task_hdr *epoch, 
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory in ∇%s", st->name);
     memcpy(c, gs->act[s] + e0 * st->out_dim, half);
     memcpy((char *)c + half, gs->dact[s] + e0 * st->out_dim, half);
-    bv_status rc = bv_role_send(gs->t, worker_of(gs, i), BV_MSG_EDGE_BWD_TASK, BV_ROLE_GS, &h,
-                                ec->src, (size_t)(n * st->in_dim) * sizeof(float),
-                                ec->src + h.row_begin * st->in_dim,
-                                (size_t)(h.rows * st->in_dim) * sizeof(float), c, 2 * half,
-                                err);
+    bv_status rc = edge_task_send(gs, s, i, BV_MSG_EDGE_BWD_TASK, &h, ec, c, 2 * half, err);
     free(c);
     return rc;
 }
@@ -631,14 +632,6 @@ static bv_status gs_setup(void *self, bv_error *err)
     graph_server *gs = self;
     bv_graph_engine *e = gs->e;
     gs->t = e->cfg.transport_ops;
-    if (!(gs->inbox = gs->t->bind(e->transport, e->addr_gs, err)))
-        return err->status;
-    for (int i = 0; i < e->cfg.tensor_workers; i++)
-        if (!(gs->to_tw[i] = bv_engine_connect(e, e->addr_tw[i], err)))
-            return err->status;
-    gs->compute = e->cfg.compute_ops->create(e->cfg.compute_opts, err);
-    if (!gs->compute)
-        return err->status ? err->status : BV_ERR_PLUGIN;
     gs->input_sent = calloc((size_t)e->cfg.intervals, sizeof *gs->input_sent);
     gs->act = calloc(e->nstages, sizeof *gs->act);
     gs->dact = calloc(e->nstages, sizeof *gs->dact);
@@ -684,13 +677,6 @@ static void gs_teardown(void *self)
     free(gs->input_sent);
     free(gs->graph_sent);
     bv_free_aligned(gs->scratch);
-    if (gs->compute)
-        e->cfg.compute_ops->destroy(gs->compute);
-    for (int i = 0; i < BV_MAX_TENSOR_WORKERS; i++)
-        if (gs->to_tw[i])
-            gs->t->close(gs->to_tw[i]);
-    if (gs->inbox)
-        gs->t->close(gs->inbox);
 }
 
 /* EPOCH: runs the pass and reports its stats; nothing else comes to the graph server. */
@@ -713,7 +699,9 @@ void *bv_graph_server_main(void *engine)
     bv_role role = {
         .name = "graph server", .id = BV_ROLE_GS, .e = gs.e, .self = &gs,
         .setup = gs_setup, .handle = gs_handle, .teardown = gs_teardown,
-        .inbox = &gs.inbox, .to_coord = &gs.to_coord, .report_to = &gs.to_coord,
+        .inbox_addr = gs.e->addr_gs, .inbox = &gs.inbox, .compute = &gs.compute,
+        .worker_addrs = gs.e->addr_tw, .to_workers = gs.to_tw,
+        .to_coord = &gs.to_coord, .report_to = &gs.to_coord,
     };
     bv_role_run(&role);
     return NULL;

@@ -160,14 +160,6 @@ static bv_status ps_setup(void *self, bv_error *err)
     param_server *ps = self;
     bv_graph_engine *e = ps->e;
     ps->t = e->cfg.transport_ops;
-    if (!(ps->inbox = ps->t->bind(e->transport, e->addr_ps, err)))
-        return err->status;
-    for (int i = 0; i < e->cfg.tensor_workers; i++)
-        if (!(ps->to_tw[i] = bv_engine_connect(e, e->addr_tw_weights[i], err)))
-            return err->status;
-    ps->compute = e->cfg.compute_ops->create(e->cfg.compute_opts, err);
-    if (!ps->compute)
-        return err->status ? err->status : BV_ERR_PLUGIN;
     size_t n = e->param_floats + 1;
     ps->w = calloc(n, sizeof(float));
     ps->m = calloc(n, sizeof(float));
@@ -184,13 +176,6 @@ static void ps_teardown(void *self)
     for (size_t i = 0; i < ps->npending; i++)
         bv_role_release(ps->t, &ps->pending[i].msg);
     free(ps->pending);
-    if (ps->compute)
-        ps->e->cfg.compute_ops->destroy(ps->compute);
-    for (int i = 0; i < BV_MAX_TENSOR_WORKERS; i++)
-        if (ps->to_tw[i])
-            ps->t->close(ps->to_tw[i]);
-    if (ps->inbox)
-        ps->t->close(ps->inbox);
     free(ps->w);
     free(ps->m);
     free(ps->v);
@@ -216,7 +201,9 @@ void *bv_param_server_main(void *engine)
     bv_role role = {
         .name = "parameter server", .id = BV_ROLE_PS, .e = ps.e, .self = &ps,
         .setup = ps_setup, .handle = ps_handle, .teardown = ps_teardown,
-        .inbox = &ps.inbox, .to_coord = &ps.to_coord, .report_to = &ps.to_coord,
+        .inbox_addr = ps.e->addr_ps, .inbox = &ps.inbox, .compute = &ps.compute,
+        .worker_addrs = ps.e->addr_tw_weights, .to_workers = ps.to_tw, /* WEIGHTS go there */
+        .to_coord = &ps.to_coord, .report_to = &ps.to_coord,
     };
     bv_role_run(&role);
     return NULL;

@@ -210,17 +210,27 @@ static bv_task_ctx tw_ctx(tensor_worker *w, const bv_task_hdr *h)
     };
 }
 
-static bool stage_ok(const tensor_worker *w, const bv_task_hdr *h)
+/* The task names a stage of `kind`, rows inside the graph and one of the intervals. */
+static bool task_ok(const tensor_worker *w, const bv_task_hdr *h, bv_stage_kind kind)
 {
     return h->stage >= 0 && (size_t)h->stage < w->e->nstages &&
-           w->e->stages[h->stage]->kind == BV_STAGE_TENSOR && h->rows >= 0 &&
-           h->row_begin >= 0 && h->row_begin + h->rows <= w->e->cfg.data->num_nodes;
+           w->e->stages[h->stage]->kind == kind && h->rows >= 0 && h->row_begin >= 0 &&
+           h->row_begin + h->rows <= w->e->cfg.data->num_nodes && h->interval >= 0 &&
+           h->interval < w->e->cfg.intervals;
+}
+
+/* The task's weight gradients (w->grads) to the parameter server, which keeps them until
+ * STEP. */
+static bv_status tw_send_grads(tensor_worker *w, const bv_task_hdr *h, bv_error *err)
+{
+    return bv_role_send(w->t, w->to_ps, BV_MSG_GRADS, w->id, h, w->grads,
+                        w->e->param_floats * sizeof(float), NULL, 0, NULL, 0, err);
 }
 
 static bv_status tw_forward(tensor_worker *w, const bv_role_msg *m, bv_error *err)
 {
     const bv_task_hdr *h = &m->hdr;
-    if (!stage_ok(w, h))
+    if (!task_ok(w, h, BV_STAGE_TENSOR))
         return bv_error_set(err, BV_ERR_CORRUPT, "forward task names a bad stage or rows");
     const bv_stage *s = w->e->stages[h->stage];
     const float *in = tw_input(w, m, (size_t)(h->rows * s->in_dim) * sizeof(float), err);
@@ -250,7 +260,7 @@ static bv_status tw_forward(tensor_worker *w, const bv_role_msg *m, bv_error *er
 static bv_status tw_backward(tensor_worker *w, const bv_role_msg *m, bv_error *err)
 {
     const bv_task_hdr *h = &m->hdr;
-    if (!stage_ok(w, h))
+    if (!task_ok(w, h, BV_STAGE_TENSOR))
         return bv_error_set(err, BV_ERR_CORRUPT, "backward task names a bad stage or rows");
     const bv_stage *s = w->e->stages[h->stage];
     size_t in_bytes = (size_t)(h->rows * s->in_dim) * sizeof(float);
@@ -277,8 +287,7 @@ static bv_status tw_backward(tensor_worker *w, const bv_role_msg *m, bv_error *e
                                               dout, din, w->grad_ptrs, err);
     bv_task_hdr reply = reply_hdr(h);
     if (st == BV_OK)
-        st = bv_role_send(w->t, w->to_ps, BV_MSG_GRADS, w->id, &reply, w->grads,
-                          w->e->param_floats * sizeof(float), NULL, 0, NULL, 0, err);
+        st = tw_send_grads(w, &reply, err);
     if (st == BV_OK && din && din_to) /* rows of one interval: no other task adds to them */
         w->e->cfg.compute_ops->axpy(w->compute, h->rows * s->in_dim, 1.0f, din, din_to);
     if (st == BV_OK)
@@ -334,19 +343,10 @@ static bv_status tw_loss(tensor_worker *w, const bv_role_msg *m, bv_error *err)
     return st;
 }
 
-
-static bool edge_stage_ok(const tensor_worker *w, const bv_task_hdr *h)
-{
-    return h->stage >= 0 && (size_t)h->stage < w->e->nstages &&
-           w->e->stages[h->stage]->kind == BV_STAGE_EDGE && h->rows >= 0 &&
-           h->row_begin >= 0 && h->row_begin + h->rows <= w->e->cfg.data->num_nodes &&
-           h->interval >= 0 && h->interval < w->e->cfg.intervals;
-}
-
 static bv_status tw_edge_forward(tensor_worker *w, const bv_role_msg *m, bv_error *err)
 {
     const bv_task_hdr *h = &m->hdr;
-    if (!edge_stage_ok(w, h))
+    if (!task_ok(w, h, BV_STAGE_EDGE))
         return bv_error_set(err, BV_ERR_CORRUPT, "edge task names a bad stage or rows");
     const bv_stage *s = w->e->stages[h->stage];
     int64_t n = w->e->cfg.data->num_nodes;
@@ -377,7 +377,7 @@ static bv_status tw_edge_forward(tensor_worker *w, const bv_role_msg *m, bv_erro
 static bv_status tw_edge_backward(tensor_worker *w, const bv_role_msg *m, bv_error *err)
 {
     const bv_task_hdr *h = &m->hdr;
-    if (!edge_stage_ok(w, h))
+    if (!task_ok(w, h, BV_STAGE_EDGE))
         return bv_error_set(err, BV_ERR_CORRUPT, "edge task names a bad stage or rows");
     const bv_stage *s = w->e->stages[h->stage];
     int64_t n = w->e->cfg.data->num_nodes;
@@ -409,8 +409,7 @@ static bv_status tw_edge_backward(tensor_worker *w, const bv_role_msg *m, bv_err
                                             (const float *)m->a, (const float *)m->b, out, dout,
                                             dsrc, ddst, w->grad_ptrs, err);
     if (st == BV_OK)
-        st = bv_role_send(w->t, w->to_ps, BV_MSG_GRADS, w->id, h, w->grads,
-                          w->e->param_floats * sizeof(float), NULL, 0, NULL, 0, err);
+        st = tw_send_grads(w, h, err);
     if (st == BV_OK)
         st = bv_role_send(w->t, w->to_gs, BV_MSG_EDGE_BWD_RESULT, w->id, h, dsrc, src_bytes, ddst,
                           dst_bytes, NULL, 0, err);
@@ -426,18 +425,12 @@ static bv_status tw_setup(void *self, bv_error *err)
     w->t = e->cfg.transport_ops;
     w->id = BV_ROLE_TW + (uint32_t)w->index;
     w->version = -1;
-    w->inbox = w->t->bind(e->transport, e->addr_tw[w->index], err);
-    if (!w->inbox)
-        return err->status;
     w->weights_in = w->t->bind(e->transport, e->addr_tw_weights[w->index], err);
     if (!w->weights_in)
         return err->status;
     if (!(w->to_gs = bv_engine_connect(e, e->addr_gs, err)) ||
         !(w->to_ps = bv_engine_connect(e, e->addr_ps, err)))
         return err->status;
-    w->compute = e->cfg.compute_ops->create(e->cfg.compute_opts, err);
-    if (!w->compute)
-        return err->status ? err->status : BV_ERR_PLUGIN;
     w->weights = calloc(e->param_floats + 1, sizeof(float));
     w->grads = calloc(e->param_floats + 1, sizeof(float));
     w->param_ptrs = calloc(e->nparams + 1, sizeof(float *));
@@ -459,12 +452,8 @@ static bv_status tw_setup(void *self, bv_error *err)
 static void tw_teardown(void *self)
 {
     tensor_worker *w = self;
-    if (w->compute)
-        w->e->cfg.compute_ops->destroy(w->compute);
-    bv_endpoint *eps[] = {w->inbox, w->weights_in, w->to_gs, w->to_ps};
-    for (size_t i = 0; i < sizeof eps / sizeof eps[0]; i++)
-        if (eps[i])
-            w->t->close(eps[i]);
+    bv_endpoint *eps[] = {w->weights_in, w->to_gs, w->to_ps};
+    bv_engine_close_all(w->e, eps, sizeof eps / sizeof eps[0]);
     free(w->weights);
     free(w->grads);
     free(w->param_ptrs);
@@ -503,7 +492,8 @@ void *bv_tensor_worker_main(void *arg)
     bv_role role = {
         .name = name, .id = BV_ROLE_TW + (uint32_t)w.index, .e = w.e, .self = &w,
         .setup = tw_setup, .handle = tw_handle, .teardown = tw_teardown,
-        .inbox = &w.inbox, .to_coord = &w.to_coord,
+        .inbox_addr = w.e->addr_tw[w.index], .inbox = &w.inbox, .compute = &w.compute,
+        .to_coord = &w.to_coord,
         .report_to = &w.to_gs, /* the graph server waits on its tasks */
     };
     bv_role_run(&role);
