@@ -57,9 +57,10 @@ def env_info():
 
 
 def time_graph_training(model, opt, x, adj, y, masks, warmup, epochs, compile_model):
-    """The epoch bivouac's graph trainer runs (core/src/train_graph.c): one training step
-    (forward, cross-entropy on the train vertices, backward, optimizer step), then one
-    evaluation forward pass without dropout with loss and accuracy on train, val and test.
+    """The epoch bivouac's graph trainer runs (core/src/engine/graph/train_graph.c): one
+    training step (forward, cross-entropy on the train vertices, backward, optimizer step),
+    then one evaluation forward pass without dropout with loss and accuracy on train, val and
+    test.
     Runs `warmup` untimed epochs, then times `epochs`. Returns (times, last stats)."""
     import torch
     import torch.nn.functional as F

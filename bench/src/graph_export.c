@@ -10,7 +10,7 @@
  * PREFIX.bin holds the arrays back to back, PREFIX.json says where each starts: rowptr
  * (int64, n + 1), colidx (int32, nnz; both directions of each edge, no self loops),
  * features (float32, n x f), labels (int32, n), split (uint8, n; 1 train 2 val 3 test).
- * Defaults are those of the experiment schema (core/src/experiment.c). */
+ * Defaults are those of the experiment schema (core/src/engine/experiment.c). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -1,5 +1,5 @@
-/* Lua policies (core/src/policy.c): the sandbox, the limits, the exact error messages,
- * the action protocol and scripts/lua/early_stop.lua. Fixtures: tests/data/lua/. */
+/* Lua policies (core/src/policy/policy.c): the sandbox, the limits, the exact error
+ * messages, the action protocol and scripts/lua/early_stop.lua. Fixtures: tests/data/lua/. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>

@@ -1,5 +1,5 @@
-/* Tests for the wire protocol (core/src/wire.c): CRC-32C against published vectors and a
- * bitwise reference, the exact header bytes, and one test per bv_wire_check error.
+/* Tests for the wire protocol (core/src/runtime/wire.c): CRC-32C against published vectors
+ * and a bitwise reference, the exact header bytes, and one test per bv_wire_check error.
  * The suite runs twice: once with the CRC path the CPU selects, once re-executed with
  * BIVOUAC_CRC32C=portable so the table path is checked on every machine too. */
 #include <setjmp.h>

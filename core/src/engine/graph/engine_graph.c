@@ -8,7 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bivouac/log.h"
 #include "engine_graph_internal.h"
 #include "plugin_arrays.h"
 #include "rng.h"
@@ -20,6 +19,22 @@ bv_endpoint *bv_engine_connect(bv_graph_engine *e, const char *addr, bv_error *e
     return e->cfg.transport_ops->connect(e->transport, addr, err);
 }
 
+bv_status bv_engine_connect_workers(bv_graph_engine *e, char (*addrs)[BV_ADDR_LEN],
+                                    bv_endpoint **out, bv_error *err)
+{
+    for (int i = 0; i < e->cfg.tensor_workers; i++)
+        if (!(out[i] = bv_engine_connect(e, addrs[i], err)))
+            return err->status;
+    return BV_OK;
+}
+
+void bv_engine_close_all(const bv_graph_engine *e, bv_endpoint *const *eps, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (eps[i])
+            e->cfg.transport_ops->close(eps[i]);
+}
+
 size_t bv_graph_engine_param_floats(const bv_graph_engine *e)
 {
     return e->param_floats;
@@ -28,21 +43,17 @@ size_t bv_graph_engine_param_floats(const bv_graph_engine *e)
 /* Waits for a message of `type` on the coordinator's inbox; an ERROR fails. */
 static bv_status coord_wait(bv_graph_engine *e, uint16_t type, bv_role_msg *m, bv_error *err)
 {
-    const bv_transport_ops *t = e->cfg.transport_ops;
-    for (;;) {
-        bv_status st = bv_role_recv(t, e->coord_in, m, BV_TIMEOUT_FOREVER, err);
-        if (st != BV_OK)
-            return st;
-        if (m->wire.type == type)
-            return BV_OK;
-        if (m->wire.type == BV_MSG_ERROR) {
-            bv_error_set(err, BV_ERR_INTERNAL, "%.*s", (int)m->hdr.na, (const char *)m->a);
-            bv_role_release(t, m);
-            return BV_ERR_INTERNAL;
-        }
-        bv_log(BV_LOG_WARN, "coordinator: ignoring message type %u", m->wire.type);
-        bv_role_release(t, m);
-    }
+    return bv_role_wait(e->cfg.transport_ops, e->coord_in, "coordinator", type, m, err);
+}
+
+/* Sends a request without arrays to one role and waits for its reply. */
+static bv_status coord_ask(bv_graph_engine *e, bv_endpoint *to, uint16_t type,
+                           const bv_task_hdr *h, uint16_t reply_type, bv_role_msg *reply,
+                           bv_error *err)
+{
+    bv_status st = bv_role_send(e->cfg.transport_ops, to, type, BV_ROLE_COORD, h, NULL, 0, NULL,
+                                0, NULL, 0, err);
+    return st == BV_OK ? coord_wait(e, reply_type, reply, err) : st;
 }
 
 /* adj + I as a structure-only CSR, each self loop in its sorted place. */
@@ -173,12 +184,12 @@ static bv_status engine_spawn(bv_graph_engine *e, bv_error *err)
     if (!(e->to_gs = bv_engine_connect(e, e->addr_gs, err)) ||
         !(e->to_ps = bv_engine_connect(e, e->addr_ps, err)))
         return err->status;
-    for (int i = 0; i < e->cfg.tensor_workers; i++)
-        if (!(e->to_tw[i] = bv_engine_connect(e, e->addr_tw[i], err)))
-            return err->status;
+    bv_status st = bv_engine_connect_workers(e, e->addr_tw, e->to_tw, err);
+    if (st != BV_OK)
+        return st;
     for (int ready = 0; ready < 2 + e->cfg.tensor_workers; ready++) {
         bv_role_msg m;
-        bv_status st = coord_wait(e, BV_MSG_READY, &m, err);
+        st = coord_wait(e, BV_MSG_READY, &m, err);
         if (st != BV_OK)
             return st;
         bv_role_release(t, &m);
@@ -408,11 +419,8 @@ static bv_status add_blob(bv_state *s, const char *prefix, const char *name, con
 bv_status bv_graph_engine_get_state(bv_graph_engine *e, bv_state *out, bv_error *err)
 {
     memset(out, 0, sizeof *out);
-    bv_status st = bv_role_send(e->cfg.transport_ops, e->to_ps, BV_MSG_GET_STATE, BV_ROLE_COORD,
-                                NULL, NULL, 0, NULL, 0, NULL, 0, err);
     bv_role_msg m;
-    if (st == BV_OK)
-        st = coord_wait(e, BV_MSG_STATE, &m, err);
+    bv_status st = coord_ask(e, e->to_ps, BV_MSG_GET_STATE, NULL, BV_MSG_STATE, &m, err);
     if (st != BV_OK)
         return st;
     const uint8_t *arrays[3] = {m.a, m.b, m.c};
@@ -482,11 +490,8 @@ static bv_status run_pass(bv_graph_engine *e, int64_t epoch, bool training, bv_t
                           bv_error *err)
 {
     bv_task_hdr h = {.epoch = epoch, .training = training, .version = e->version};
-    bv_status st = bv_role_send(e->cfg.transport_ops, e->to_gs, BV_MSG_EPOCH, BV_ROLE_COORD, &h,
-                                NULL, 0, NULL, 0, NULL, 0, err);
     bv_role_msg m;
-    if (st == BV_OK)
-        st = coord_wait(e, BV_MSG_EPOCH_DONE, &m, err);
+    bv_status st = coord_ask(e, e->to_gs, BV_MSG_EPOCH, &h, BV_MSG_EPOCH_DONE, &m, err);
     if (st != BV_OK)
         return st;
     *done = m.hdr;
@@ -502,11 +507,8 @@ bv_status bv_graph_engine_train_epoch(bv_graph_engine *e, int64_t epoch, float l
     if (st != BV_OK)
         return st;
     bv_task_hdr step = {.epoch = epoch, .lr = lr, .step = done.step};
-    st = bv_role_send(e->cfg.transport_ops, e->to_ps, BV_MSG_STEP, BV_ROLE_COORD, &step, NULL,
-                      0, NULL, 0, NULL, 0, err);
     bv_role_msg m;
-    if (st == BV_OK)
-        st = coord_wait(e, BV_MSG_STEPPED, &m, err);
+    st = coord_ask(e, e->to_ps, BV_MSG_STEP, &step, BV_MSG_STEPPED, &m, err);
     if (st != BV_OK)
         return st;
     e->version = m.hdr.version;

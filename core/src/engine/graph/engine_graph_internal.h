@@ -92,5 +92,11 @@ typedef struct bv_tw_arg {
 
 /* Opens an outbox or fails the role with a message to the coordinator. */
 bv_endpoint *bv_engine_connect(bv_graph_engine *e, const char *addr, bv_error *err);
+/* Opens out[i], an outbox to tensor worker i's inbox at addrs[i] (e->addr_tw: tasks;
+ * e->addr_tw_weights: weights), for every worker. */
+bv_status bv_engine_connect_workers(bv_graph_engine *e, char (*addrs)[BV_ADDR_LEN],
+                                    bv_endpoint **out, bv_error *err);
+/* Closes the endpoints of eps[0, n) that are open. */
+void bv_engine_close_all(const bv_graph_engine *e, bv_endpoint *const *eps, size_t n);
 
 #endif

@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bivouac/log.h"
 #include "engine_graph_internal.h"
+#include "role_loop.h"
 
 typedef struct graph_server {
     bv_graph_engine *e;
@@ -121,26 +121,6 @@ static int64_t interval_rows(const bv_graph_engine *e, int i)
     return e->interval_begin[i + 1] - e->interval_begin[i];
 }
 
-/* Waits for one reply of the given type; an ERROR from a worker fails the epoch. */
-static bv_status gs_wait(graph_server *gs, uint16_t type, bv_role_msg *m, bv_error *err)
-{
-    for (;;) {
-        bv_status st = bv_role_recv(gs->t, gs->inbox, m, BV_TIMEOUT_FOREVER, err);
-        if (st != BV_OK)
-            return st;
-        if (m->wire.type == type)
-            return BV_OK;
-        if (m->wire.type == BV_MSG_ERROR) {
-            bv_error_set(err, BV_ERR_INTERNAL, "%.*s", (int)m->hdr.na, (const char *)m->a);
-            bv_role_release(gs->t, m);
-            return BV_ERR_INTERNAL;
-        }
-        bv_log(BV_LOG_WARN, "graph server: ignoring message type %u while waiting for %u",
-               m->wire.type, type);
-        bv_role_release(gs->t, m);
-    }
-}
-
 static bool interval_matches(const bv_graph_engine *e, const bv_task_hdr *h, int32_t stage)
 {
     return h->stage == stage && h->interval >= 0 && h->interval < e->cfg.intervals &&
@@ -183,7 +163,7 @@ static bv_status gs_run_tasks(graph_server *gs, size_t s, const bv_task_hdr *epo
         rc = kind->send(gs, s, epoch, sent++, ctx, err);
     for (int done = 0; rc == BV_OK && done < n; done++) {
         bv_role_msg m;
-        rc = gs_wait(gs, kind->result_type, &m, err);
+        rc = bv_role_wait(gs->t, gs->inbox, "graph server", kind->result_type, &m, err);
         if (rc == BV_OK)
             rc = kind->take(gs, s, &m, ctx, err);
         if (rc == BV_OK && sent < n)
@@ -399,12 +379,22 @@ typedef struct edge_ctx {
     int next;
 } edge_ctx;
 
+/* Sends an edge task: every vertex's attention inputs (a), the interval's own rows of
+ * them (b), and c. */
+static bv_status edge_task_send(graph_server *gs, size_t s, int i, uint16_t type,
+                                const bv_task_hdr *h, const edge_ctx *ec, const void *c,
+                                size_t nc, bv_error *err)
+{
+    int64_t in_dim = gs->e->stages[s]->in_dim, n = gs->e->cfg.data->num_nodes;
+    return bv_role_send(gs->t, worker_of(gs, i), type, BV_ROLE_GS, h, ec->src,
+                        (size_t)(n * in_dim) * sizeof(float), ec->src + h->row_begin * in_dim,
+                        (size_t)(h->rows * in_dim) * sizeof(float), c, nc, err);
+}
+
 static bv_status ae_send(graph_server *gs, size_t s, const bv_task_hdr *epoch, int i,
                          void *ctx, bv_error *err)
 {
     edge_ctx *ec = ctx;
-    const bv_stage *st = gs->e->stages[s];
-    int64_t n = gs->e->cfg.data->num_nodes;
     bv_task_hdr h = interval_hdr(gs, s, epoch, i);
     size_t gbytes = 0;
     uint8_t *slice = NULL;
@@ -418,11 +408,7 @@ static bv_status ae_send(graph_server *gs, size_t s, const bv_task_hdr *epoch, i
         h.flags |= BV_TASK_KEEP_GRAPH;
         gs->graph_sent[i] = true;
     }
-    bv_status rc = bv_role_send(gs->t, worker_of(gs, i), BV_MSG_EDGE_FWD_TASK, BV_ROLE_GS, &h,
-                                ec->src, (size_t)(n * st->in_dim) * sizeof(float),
-                                ec->src + h.row_begin * st->in_dim,
-                                (size_t)(h.rows * st->in_dim) * sizeof(float), slice, gbytes,
-                                err);
+    bv_status rc = edge_task_send(gs, s, i, BV_MSG_EDGE_FWD_TASK, &h, ec, slice, gbytes, err);
     free(slice);
     return rc;
 }
@@ -455,7 +441,6 @@ static bv_status aeb_send(graph_server *gs, size_t s, const bv_task_hdr *epoch, 
     edge_ctx *ec = ctx;
     const bv_stage *st = gs->e->stages[s];
     const bv_csr *a = gs->e->adj_loops;
-    int64_t n = gs->e->cfg.data->num_nodes;
     bv_task_hdr h = interval_hdr(gs, s, epoch, i);
     h.flags |= BV_TASK_CACHED_GRAPH; /* the forward pass sent it */
     int64_t e0 = a->rowptr[h.row_begin], ne = a->rowptr[h.row_begin + h.rows] - e0;
@@ -465,11 +450,7 @@ static bv_status aeb_send(graph_server *gs, size_t s, const bv_task_hdr *epoch, 
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory in ∇%s", st->name);
     memcpy(c, gs->act[s] + e0 * st->out_dim, half);
     memcpy((char *)c + half, gs->dact[s] + e0 * st->out_dim, half);
-    bv_status rc = bv_role_send(gs->t, worker_of(gs, i), BV_MSG_EDGE_BWD_TASK, BV_ROLE_GS, &h,
-                                ec->src, (size_t)(n * st->in_dim) * sizeof(float),
-                                ec->src + h.row_begin * st->in_dim,
-                                (size_t)(h.rows * st->in_dim) * sizeof(float), c, 2 * half,
-                                err);
+    bv_status rc = edge_task_send(gs, s, i, BV_MSG_EDGE_BWD_TASK, &h, ec, c, 2 * half, err);
     free(c);
     return rc;
 }
@@ -646,18 +627,11 @@ static bv_status gs_epoch(graph_server *gs, const bv_task_hdr *cmd, bv_task_hdr 
     return rc;
 }
 
-static bv_status gs_setup(graph_server *gs, bv_error *err)
+static bv_status gs_setup(void *self, bv_error *err)
 {
+    graph_server *gs = self;
     bv_graph_engine *e = gs->e;
     gs->t = e->cfg.transport_ops;
-    if (!(gs->inbox = gs->t->bind(e->transport, e->addr_gs, err)))
-        return err->status;
-    for (int i = 0; i < e->cfg.tensor_workers; i++)
-        if (!(gs->to_tw[i] = bv_engine_connect(e, e->addr_tw[i], err)))
-            return err->status;
-    gs->compute = e->cfg.compute_ops->create(e->cfg.compute_opts, err);
-    if (!gs->compute)
-        return err->status ? err->status : BV_ERR_PLUGIN;
     gs->input_sent = calloc((size_t)e->cfg.intervals, sizeof *gs->input_sent);
     gs->act = calloc(e->nstages, sizeof *gs->act);
     gs->dact = calloc(e->nstages, sizeof *gs->dact);
@@ -690,8 +664,9 @@ static bv_status gs_setup(graph_server *gs, bv_error *err)
     return BV_OK;
 }
 
-static void gs_teardown(graph_server *gs)
+static void gs_teardown(void *self)
 {
+    graph_server *gs = self;
     bv_graph_engine *e = gs->e;
     for (size_t s = 0; gs->act && s < e->nstages; s++) {
         bv_free_aligned(gs->act[s]);
@@ -702,53 +677,32 @@ static void gs_teardown(graph_server *gs)
     free(gs->input_sent);
     free(gs->graph_sent);
     bv_free_aligned(gs->scratch);
-    if (gs->compute)
-        e->cfg.compute_ops->destroy(gs->compute);
-    for (int i = 0; i < BV_MAX_TENSOR_WORKERS; i++)
-        if (gs->to_tw[i])
-            gs->t->close(gs->to_tw[i]);
-    if (gs->inbox)
-        gs->t->close(gs->inbox);
+}
+
+/* EPOCH: runs the pass and reports its stats; nothing else comes to the graph server. */
+static bv_status gs_handle(void *self, bv_role_msg *m, bv_error *err)
+{
+    graph_server *gs = self;
+    if (m->wire.type != BV_MSG_EPOCH)
+        return BV_OK;
+    bv_task_hdr reply = m->hdr;
+    bv_status rc = gs_epoch(gs, &m->hdr, &reply, err);
+    if (rc == BV_OK)
+        rc = bv_role_send(gs->t, gs->to_coord, BV_MSG_EPOCH_DONE, BV_ROLE_GS, &reply, NULL, 0,
+                          NULL, 0, NULL, 0, err);
+    return rc;
 }
 
 void *bv_graph_server_main(void *engine)
 {
     graph_server gs = {.e = engine};
-    bv_error err = {0};
-    bv_status st = gs_setup(&gs, &err);
-    gs.to_coord = bv_engine_connect(gs.e, gs.e->addr_coord, &err);
-    if (!gs.to_coord) {
-        bv_log(BV_LOG_ERROR, "graph server: %s", err.msg);
-        gs_teardown(&gs);
-        return NULL;
-    }
-    if (st != BV_OK) {
-        bv_role_send_error(gs.t, gs.to_coord, BV_ROLE_GS, &err);
-    } else {
-        bv_role_send(gs.t, gs.to_coord, BV_MSG_READY, BV_ROLE_GS, NULL, NULL, 0, NULL, 0, NULL, 0,
-                     &err);
-        for (;;) {
-            bv_role_msg m;
-            if (bv_role_recv(gs.t, gs.inbox, &m, BV_TIMEOUT_FOREVER, &err) != BV_OK) {
-                bv_role_send_error(gs.t, gs.to_coord, BV_ROLE_GS, &err);
-                continue;
-            }
-            uint16_t type = m.wire.type;
-            if (type == BV_MSG_EPOCH) {
-                bv_task_hdr reply = m.hdr;
-                bv_error ep_err = {0};
-                if (gs_epoch(&gs, &m.hdr, &reply, &ep_err) == BV_OK)
-                    bv_role_send(gs.t, gs.to_coord, BV_MSG_EPOCH_DONE, BV_ROLE_GS, &reply, NULL,
-                                 0, NULL, 0, NULL, 0, &err);
-                else
-                    bv_role_send_error(gs.t, gs.to_coord, BV_ROLE_GS, &ep_err);
-            }
-            bv_role_release(gs.t, &m);
-            if (type == BV_MSG_SHUTDOWN)
-                break;
-        }
-    }
-    gs.t->close(gs.to_coord);
-    gs_teardown(&gs);
+    bv_role role = {
+        .name = "graph server", .id = BV_ROLE_GS, .e = gs.e, .self = &gs,
+        .setup = gs_setup, .handle = gs_handle, .teardown = gs_teardown,
+        .inbox_addr = gs.e->addr_gs, .inbox = &gs.inbox, .compute = &gs.compute,
+        .worker_addrs = gs.e->addr_tw, .to_workers = gs.to_tw,
+        .to_coord = &gs.to_coord, .report_to = &gs.to_coord,
+    };
+    bv_role_run(&role);
     return NULL;
 }

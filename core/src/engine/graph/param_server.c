@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bivouac/log.h"
 #include "engine_graph_internal.h"
+#include "role_loop.h"
 
 typedef struct pending_grad {
     int32_t stage;
@@ -155,18 +155,11 @@ static bv_status ps_set_state(param_server *ps, const bv_role_msg *m, bv_error *
                         NULL, 0, err);
 }
 
-static bv_status ps_setup(param_server *ps, bv_error *err)
+static bv_status ps_setup(void *self, bv_error *err)
 {
+    param_server *ps = self;
     bv_graph_engine *e = ps->e;
     ps->t = e->cfg.transport_ops;
-    if (!(ps->inbox = ps->t->bind(e->transport, e->addr_ps, err)))
-        return err->status;
-    for (int i = 0; i < e->cfg.tensor_workers; i++)
-        if (!(ps->to_tw[i] = bv_engine_connect(e, e->addr_tw_weights[i], err)))
-            return err->status;
-    ps->compute = e->cfg.compute_ops->create(e->cfg.compute_opts, err);
-    if (!ps->compute)
-        return err->status ? err->status : BV_ERR_PLUGIN;
     size_t n = e->param_floats + 1;
     ps->w = calloc(n, sizeof(float));
     ps->m = calloc(n, sizeof(float));
@@ -177,65 +170,41 @@ static bv_status ps_setup(param_server *ps, bv_error *err)
     return BV_OK;
 }
 
-static void ps_teardown(param_server *ps)
+static void ps_teardown(void *self)
 {
+    param_server *ps = self;
     for (size_t i = 0; i < ps->npending; i++)
         bv_role_release(ps->t, &ps->pending[i].msg);
     free(ps->pending);
-    if (ps->compute)
-        ps->e->cfg.compute_ops->destroy(ps->compute);
-    for (int i = 0; i < BV_MAX_TENSOR_WORKERS; i++)
-        if (ps->to_tw[i])
-            ps->t->close(ps->to_tw[i]);
-    if (ps->inbox)
-        ps->t->close(ps->inbox);
     free(ps->w);
     free(ps->m);
     free(ps->v);
     free(ps->g);
 }
 
+static bv_status ps_handle(void *self, bv_role_msg *m, bv_error *err)
+{
+    param_server *ps = self;
+    switch (m->wire.type) {
+    case BV_MSG_GRADS: return ps_keep_grad(ps, m, err);
+    case BV_MSG_PULL: return ps_serve_pull(ps, m, err);
+    case BV_MSG_STEP: return ps_step(ps, &m->hdr, err);
+    case BV_MSG_GET_STATE: return ps_send_state(ps, err);
+    case BV_MSG_SET_STATE: return ps_set_state(ps, m, err);
+    default: return BV_OK;
+    }
+}
+
 void *bv_param_server_main(void *engine)
 {
     param_server ps = {.e = engine};
-    bv_error err = {0};
-    bv_status st = ps_setup(&ps, &err);
-    ps.to_coord = bv_engine_connect(ps.e, ps.e->addr_coord, &err);
-    if (!ps.to_coord) {
-        bv_log(BV_LOG_ERROR, "parameter server: %s", err.msg);
-        ps_teardown(&ps);
-        return NULL;
-    }
-    if (st != BV_OK) {
-        bv_role_send_error(ps.t, ps.to_coord, BV_ROLE_PS, &err);
-    } else {
-        bv_role_send(ps.t, ps.to_coord, BV_MSG_READY, BV_ROLE_PS, NULL, NULL, 0, NULL, 0, NULL, 0,
-                     &err);
-        for (;;) {
-            bv_role_msg m;
-            if (bv_role_recv(ps.t, ps.inbox, &m, BV_TIMEOUT_FOREVER, &err) != BV_OK) {
-                bv_role_send_error(ps.t, ps.to_coord, BV_ROLE_PS, &err);
-                continue;
-            }
-            uint16_t type = m.wire.type;
-            bv_error op_err = {0};
-            st = BV_OK;
-            switch (type) {
-            case BV_MSG_GRADS: st = ps_keep_grad(&ps, &m, &op_err); break;
-            case BV_MSG_PULL: st = ps_serve_pull(&ps, &m, &op_err); break;
-            case BV_MSG_STEP: st = ps_step(&ps, &m.hdr, &op_err); break;
-            case BV_MSG_GET_STATE: st = ps_send_state(&ps, &op_err); break;
-            case BV_MSG_SET_STATE: st = ps_set_state(&ps, &m, &op_err); break;
-            default: break;
-            }
-            bv_role_release(ps.t, &m);
-            if (type == BV_MSG_SHUTDOWN)
-                break;
-            if (st != BV_OK)
-                bv_role_send_error(ps.t, ps.to_coord, BV_ROLE_PS, &op_err);
-        }
-    }
-    ps.t->close(ps.to_coord);
-    ps_teardown(&ps);
+    bv_role role = {
+        .name = "parameter server", .id = BV_ROLE_PS, .e = ps.e, .self = &ps,
+        .setup = ps_setup, .handle = ps_handle, .teardown = ps_teardown,
+        .inbox_addr = ps.e->addr_ps, .inbox = &ps.inbox, .compute = &ps.compute,
+        .worker_addrs = ps.e->addr_tw_weights, .to_workers = ps.to_tw, /* WEIGHTS go there */
+        .to_coord = &ps.to_coord, .report_to = &ps.to_coord,
+    };
+    bv_role_run(&role);
     return NULL;
 }

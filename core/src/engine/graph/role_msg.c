@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bivouac/log.h"
+
 bv_status bv_role_send(const bv_transport_ops *t, bv_endpoint *ep, uint16_t type,
                        uint32_t sender, const bv_task_hdr *hdr, const void *a, size_t na,
                        const void *b, size_t nb, const void *c, size_t nc, bv_error *err)
@@ -73,6 +75,26 @@ void bv_role_release(const bv_transport_ops *t, bv_role_msg *m)
     if (m->raw.impl || m->raw.payload)
         t->release(&m->raw);
     memset(m, 0, sizeof *m);
+}
+
+bv_status bv_role_wait(const bv_transport_ops *t, bv_endpoint *inbox, const char *who,
+                       uint16_t type, bv_role_msg *m, bv_error *err)
+{
+    for (;;) {
+        bv_status st = bv_role_recv(t, inbox, m, BV_TIMEOUT_FOREVER, err);
+        if (st != BV_OK)
+            return st;
+        if (m->wire.type == type)
+            return BV_OK;
+        if (m->wire.type == BV_MSG_ERROR) {
+            bv_error_set(err, BV_ERR_INTERNAL, "%.*s", (int)m->hdr.na, (const char *)m->a);
+            bv_role_release(t, m);
+            return BV_ERR_INTERNAL;
+        }
+        bv_log(BV_LOG_WARN, "%s: ignoring message type %u while waiting for %u", who,
+               m->wire.type, type);
+        bv_role_release(t, m);
+    }
 }
 
 void bv_role_send_error(const bv_transport_ops *t, bv_endpoint *ep, uint32_t sender,

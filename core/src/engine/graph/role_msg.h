@@ -100,6 +100,11 @@ bv_status bv_role_send(const bv_transport_ops *t, bv_endpoint *ep, uint16_t type
 bv_status bv_role_recv(const bv_transport_ops *t, bv_endpoint *ep, bv_role_msg *m,
                        int timeout_ms, bv_error *err);
 void bv_role_release(const bv_transport_ops *t, bv_role_msg *m);
+/* Receives on `inbox` until a message of `type` arrives (the caller releases it). An ERROR
+ * fails with its text; any other message is logged as `who`'s and dropped. The
+ * coordinator and the graph server wait for their replies this way. */
+bv_status bv_role_wait(const bv_transport_ops *t, bv_endpoint *inbox, const char *who,
+                       uint16_t type, bv_role_msg *m, bv_error *err);
 /* Sends BV_MSG_ERROR carrying err->msg. */
 void bv_role_send_error(const bv_transport_ops *t, bv_endpoint *ep, uint32_t sender,
                         const bv_error *failure);

@@ -2,18 +2,19 @@
  * and backward, the loss) on one vertex interval at a time, like a Dorylus Lambda. It
  * pulls the weights from the parameter server when a task names a newer version, and
  * pushes weight gradients to it. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "bivouac/log.h"
 #include "engine_graph_internal.h"
+#include "role_loop.h"
 
 typedef struct tensor_worker {
     bv_graph_engine *e;
     int index;
     uint32_t id;
     const bv_transport_ops *t;
-    bv_endpoint *inbox, *weights_in, *to_gs, *to_ps;
+    bv_endpoint *inbox, *weights_in, *to_gs, *to_ps, *to_coord;
     bv_compute *compute;
     float *weights;      /* param_floats */
     float **param_ptrs;  /* into weights */
@@ -209,17 +210,27 @@ static bv_task_ctx tw_ctx(tensor_worker *w, const bv_task_hdr *h)
     };
 }
 
-static bool stage_ok(const tensor_worker *w, const bv_task_hdr *h)
+/* The task names a stage of `kind`, rows inside the graph and one of the intervals. */
+static bool task_ok(const tensor_worker *w, const bv_task_hdr *h, bv_stage_kind kind)
 {
     return h->stage >= 0 && (size_t)h->stage < w->e->nstages &&
-           w->e->stages[h->stage]->kind == BV_STAGE_TENSOR && h->rows >= 0 &&
-           h->row_begin >= 0 && h->row_begin + h->rows <= w->e->cfg.data->num_nodes;
+           w->e->stages[h->stage]->kind == kind && h->rows >= 0 && h->row_begin >= 0 &&
+           h->row_begin + h->rows <= w->e->cfg.data->num_nodes && h->interval >= 0 &&
+           h->interval < w->e->cfg.intervals;
+}
+
+/* The task's weight gradients (w->grads) to the parameter server, which keeps them until
+ * STEP. */
+static bv_status tw_send_grads(tensor_worker *w, const bv_task_hdr *h, bv_error *err)
+{
+    return bv_role_send(w->t, w->to_ps, BV_MSG_GRADS, w->id, h, w->grads,
+                        w->e->param_floats * sizeof(float), NULL, 0, NULL, 0, err);
 }
 
 static bv_status tw_forward(tensor_worker *w, const bv_role_msg *m, bv_error *err)
 {
     const bv_task_hdr *h = &m->hdr;
-    if (!stage_ok(w, h))
+    if (!task_ok(w, h, BV_STAGE_TENSOR))
         return bv_error_set(err, BV_ERR_CORRUPT, "forward task names a bad stage or rows");
     const bv_stage *s = w->e->stages[h->stage];
     const float *in = tw_input(w, m, (size_t)(h->rows * s->in_dim) * sizeof(float), err);
@@ -249,7 +260,7 @@ static bv_status tw_forward(tensor_worker *w, const bv_role_msg *m, bv_error *er
 static bv_status tw_backward(tensor_worker *w, const bv_role_msg *m, bv_error *err)
 {
     const bv_task_hdr *h = &m->hdr;
-    if (!stage_ok(w, h))
+    if (!task_ok(w, h, BV_STAGE_TENSOR))
         return bv_error_set(err, BV_ERR_CORRUPT, "backward task names a bad stage or rows");
     const bv_stage *s = w->e->stages[h->stage];
     size_t in_bytes = (size_t)(h->rows * s->in_dim) * sizeof(float);
@@ -276,8 +287,7 @@ static bv_status tw_backward(tensor_worker *w, const bv_role_msg *m, bv_error *e
                                               dout, din, w->grad_ptrs, err);
     bv_task_hdr reply = reply_hdr(h);
     if (st == BV_OK)
-        st = bv_role_send(w->t, w->to_ps, BV_MSG_GRADS, w->id, &reply, w->grads,
-                          w->e->param_floats * sizeof(float), NULL, 0, NULL, 0, err);
+        st = tw_send_grads(w, &reply, err);
     if (st == BV_OK && din && din_to) /* rows of one interval: no other task adds to them */
         w->e->cfg.compute_ops->axpy(w->compute, h->rows * s->in_dim, 1.0f, din, din_to);
     if (st == BV_OK)
@@ -333,19 +343,10 @@ static bv_status tw_loss(tensor_worker *w, const bv_role_msg *m, bv_error *err)
     return st;
 }
 
-
-static bool edge_stage_ok(const tensor_worker *w, const bv_task_hdr *h)
-{
-    return h->stage >= 0 && (size_t)h->stage < w->e->nstages &&
-           w->e->stages[h->stage]->kind == BV_STAGE_EDGE && h->rows >= 0 &&
-           h->row_begin >= 0 && h->row_begin + h->rows <= w->e->cfg.data->num_nodes &&
-           h->interval >= 0 && h->interval < w->e->cfg.intervals;
-}
-
 static bv_status tw_edge_forward(tensor_worker *w, const bv_role_msg *m, bv_error *err)
 {
     const bv_task_hdr *h = &m->hdr;
-    if (!edge_stage_ok(w, h))
+    if (!task_ok(w, h, BV_STAGE_EDGE))
         return bv_error_set(err, BV_ERR_CORRUPT, "edge task names a bad stage or rows");
     const bv_stage *s = w->e->stages[h->stage];
     int64_t n = w->e->cfg.data->num_nodes;
@@ -376,7 +377,7 @@ static bv_status tw_edge_forward(tensor_worker *w, const bv_role_msg *m, bv_erro
 static bv_status tw_edge_backward(tensor_worker *w, const bv_role_msg *m, bv_error *err)
 {
     const bv_task_hdr *h = &m->hdr;
-    if (!edge_stage_ok(w, h))
+    if (!task_ok(w, h, BV_STAGE_EDGE))
         return bv_error_set(err, BV_ERR_CORRUPT, "edge task names a bad stage or rows");
     const bv_stage *s = w->e->stages[h->stage];
     int64_t n = w->e->cfg.data->num_nodes;
@@ -408,8 +409,7 @@ static bv_status tw_edge_backward(tensor_worker *w, const bv_role_msg *m, bv_err
                                             (const float *)m->a, (const float *)m->b, out, dout,
                                             dsrc, ddst, w->grad_ptrs, err);
     if (st == BV_OK)
-        st = bv_role_send(w->t, w->to_ps, BV_MSG_GRADS, w->id, h, w->grads,
-                          w->e->param_floats * sizeof(float), NULL, 0, NULL, 0, err);
+        st = tw_send_grads(w, h, err);
     if (st == BV_OK)
         st = bv_role_send(w->t, w->to_gs, BV_MSG_EDGE_BWD_RESULT, w->id, h, dsrc, src_bytes, ddst,
                           dst_bytes, NULL, 0, err);
@@ -418,24 +418,19 @@ static bv_status tw_edge_backward(tensor_worker *w, const bv_role_msg *m, bv_err
     return st;
 }
 
-static bv_status tw_setup(tensor_worker *w, bv_error *err)
+static bv_status tw_setup(void *self, bv_error *err)
 {
+    tensor_worker *w = self;
     bv_graph_engine *e = w->e;
     w->t = e->cfg.transport_ops;
     w->id = BV_ROLE_TW + (uint32_t)w->index;
     w->version = -1;
-    w->inbox = w->t->bind(e->transport, e->addr_tw[w->index], err);
-    if (!w->inbox)
-        return err->status;
     w->weights_in = w->t->bind(e->transport, e->addr_tw_weights[w->index], err);
     if (!w->weights_in)
         return err->status;
     if (!(w->to_gs = bv_engine_connect(e, e->addr_gs, err)) ||
         !(w->to_ps = bv_engine_connect(e, e->addr_ps, err)))
         return err->status;
-    w->compute = e->cfg.compute_ops->create(e->cfg.compute_opts, err);
-    if (!w->compute)
-        return err->status ? err->status : BV_ERR_PLUGIN;
     w->weights = calloc(e->param_floats + 1, sizeof(float));
     w->grads = calloc(e->param_floats + 1, sizeof(float));
     w->param_ptrs = calloc(e->nparams + 1, sizeof(float *));
@@ -454,14 +449,11 @@ static bv_status tw_setup(tensor_worker *w, bv_error *err)
     return BV_OK;
 }
 
-static void tw_teardown(tensor_worker *w)
+static void tw_teardown(void *self)
 {
-    if (w->compute)
-        w->e->cfg.compute_ops->destroy(w->compute);
-    bv_endpoint *eps[] = {w->inbox, w->weights_in, w->to_gs, w->to_ps};
-    for (size_t i = 0; i < sizeof eps / sizeof eps[0]; i++)
-        if (eps[i])
-            w->t->close(eps[i]);
+    tensor_worker *w = self;
+    bv_endpoint *eps[] = {w->weights_in, w->to_gs, w->to_ps};
+    bv_engine_close_all(w->e, eps, sizeof eps / sizeof eps[0]);
     free(w->weights);
     free(w->grads);
     free(w->param_ptrs);
@@ -478,51 +470,32 @@ static void tw_teardown(tensor_worker *w)
     free(w->kept_csr);
 }
 
+static bv_status tw_handle(void *self, bv_role_msg *m, bv_error *err)
+{
+    tensor_worker *w = self;
+    switch (m->wire.type) {
+    case BV_MSG_FWD_TASK: return tw_forward(w, m, err);
+    case BV_MSG_BWD_TASK: return tw_backward(w, m, err);
+    case BV_MSG_LOSS_TASK: return tw_loss(w, m, err);
+    case BV_MSG_EDGE_FWD_TASK: return tw_edge_forward(w, m, err);
+    case BV_MSG_EDGE_BWD_TASK: return tw_edge_backward(w, m, err);
+    default: return BV_OK;
+    }
+}
+
 void *bv_tensor_worker_main(void *arg)
 {
     bv_tw_arg *a = arg;
     tensor_worker w = {.e = a->engine, .index = a->index};
-    bv_error err = {0};
-    bv_endpoint *to_coord = NULL;
-    bv_status st = tw_setup(&w, &err);
-    if (st == BV_OK)
-        to_coord = bv_engine_connect(w.e, w.e->addr_coord, &err);
-    if (!to_coord) {
-        bv_log(BV_LOG_ERROR, "tensor worker %d: %s", w.index, err.msg);
-        tw_teardown(&w);
-        return NULL;
-    }
-    if (st != BV_OK) {
-        bv_role_send_error(w.t, to_coord, w.id, &err);
-    } else {
-        bv_role_send(w.t, to_coord, BV_MSG_READY, w.id, NULL, NULL, 0, NULL, 0, NULL, 0, &err);
-        for (;;) {
-            bv_role_msg m;
-            if (bv_role_recv(w.t, w.inbox, &m, BV_TIMEOUT_FOREVER, &err) != BV_OK) {
-                bv_role_send_error(w.t, w.to_gs, w.id, &err); /* the GS is waiting on us */
-                continue;
-            }
-            uint16_t type = m.wire.type;
-            bv_error task_err = {0};
-            st = BV_OK;
-            if (type == BV_MSG_FWD_TASK)
-                st = tw_forward(&w, &m, &task_err);
-            else if (type == BV_MSG_BWD_TASK)
-                st = tw_backward(&w, &m, &task_err);
-            else if (type == BV_MSG_LOSS_TASK)
-                st = tw_loss(&w, &m, &task_err);
-            else if (type == BV_MSG_EDGE_FWD_TASK)
-                st = tw_edge_forward(&w, &m, &task_err);
-            else if (type == BV_MSG_EDGE_BWD_TASK)
-                st = tw_edge_backward(&w, &m, &task_err);
-            bv_role_release(w.t, &m);
-            if (type == BV_MSG_SHUTDOWN)
-                break;
-            if (st != BV_OK)
-                bv_role_send_error(w.t, w.to_gs, w.id, &task_err);
-        }
-    }
-    w.t->close(to_coord);
-    tw_teardown(&w);
+    char name[32];
+    snprintf(name, sizeof name, "tensor worker %d", w.index);
+    bv_role role = {
+        .name = name, .id = BV_ROLE_TW + (uint32_t)w.index, .e = w.e, .self = &w,
+        .setup = tw_setup, .handle = tw_handle, .teardown = tw_teardown,
+        .inbox_addr = w.e->addr_tw[w.index], .inbox = &w.inbox, .compute = &w.compute,
+        .to_coord = &w.to_coord,
+        .report_to = &w.to_gs, /* the graph server waits on its tasks */
+    };
+    bv_role_run(&role);
     return NULL;
 }

@@ -1,0 +1,74 @@
+/* The roles' common main loop (role_loop.h), so that a change to how roles live (processes,
+ * deadlines, peer failures) is made once, not in each role. */
+#include "role_loop.h"
+
+#include "bivouac/log.h"
+
+/* What every role has: its inbox, outboxes to the tensor workers (if it sends them
+ * anything), its compute instance. */
+static bv_status role_open(const bv_role *r, bv_error *err)
+{
+    bv_graph_engine *e = r->e;
+    if (!(*r->inbox = e->cfg.transport_ops->bind(e->transport, r->inbox_addr, err)))
+        return err->status;
+    bv_status st = r->worker_addrs
+                       ? bv_engine_connect_workers(e, r->worker_addrs, r->to_workers, err)
+                       : BV_OK;
+    if (st != BV_OK)
+        return st;
+    *r->compute = e->cfg.compute_ops->create(e->cfg.compute_opts, err);
+    if (!*r->compute)
+        return err->status ? err->status : BV_ERR_PLUGIN;
+    return BV_OK;
+}
+
+/* After the role's teardown: what role_open opened, and the outbox to the coordinator. */
+static void role_close(const bv_role *r)
+{
+    const bv_graph_engine *e = r->e;
+    if (*r->compute)
+        e->cfg.compute_ops->destroy(*r->compute);
+    if (r->worker_addrs)
+        bv_engine_close_all(e, r->to_workers, (size_t)e->cfg.tensor_workers);
+    bv_engine_close_all(e, r->to_coord, 1);
+    bv_engine_close_all(e, r->inbox, 1);
+}
+
+void bv_role_run(const bv_role *r)
+{
+    const bv_transport_ops *t = r->e->cfg.transport_ops;
+    bv_error err = {0};
+    bv_status st = role_open(r, &err);
+    if (st == BV_OK)
+        st = r->setup(r->self, &err);
+    *r->to_coord = bv_engine_connect(r->e, r->e->addr_coord, &err);
+    if (!*r->to_coord) { /* nobody to tell */
+        bv_log(BV_LOG_ERROR, "%s: %s", r->name, err.msg);
+        r->teardown(r->self);
+        role_close(r);
+        return;
+    }
+    if (st != BV_OK) {
+        bv_role_send_error(t, *r->to_coord, r->id, &err);
+    } else {
+        bv_role_send(t, *r->to_coord, BV_MSG_READY, r->id, NULL, NULL, 0, NULL, 0, NULL, 0,
+                     &err);
+        for (;;) {
+            bv_role_msg m;
+            if (bv_role_recv(t, *r->inbox, &m, BV_TIMEOUT_FOREVER, &err) != BV_OK) {
+                bv_role_send_error(t, *r->report_to, r->id, &err);
+                continue;
+            }
+            uint16_t type = m.wire.type;
+            bv_error op_err = {0};
+            st = type == BV_MSG_SHUTDOWN ? BV_OK : r->handle(r->self, &m, &op_err);
+            bv_role_release(t, &m);
+            if (type == BV_MSG_SHUTDOWN)
+                break;
+            if (st != BV_OK)
+                bv_role_send_error(t, *r->report_to, r->id, &op_err);
+        }
+    }
+    r->teardown(r->self);
+    role_close(r);
+}

@@ -1,0 +1,38 @@
+/* The main loop every graph-engine role (graph server, parameter server, tensor worker)
+ * runs: set up, READY, then receive, validate and dispatch until SHUTDOWN; ERROR on failure. */
+#ifndef BIVOUAC_ROLE_LOOP_H
+#define BIVOUAC_ROLE_LOOP_H
+
+#include "engine_graph_internal.h"
+
+/* What a role plugs into the loop. The callbacks get `self`, the role's own state; the
+ * endpoint and compute pointers point into it, so the role's code uses them as it always
+ * did. What every role has (inbox, outboxes to the workers, compute instance, outbox to
+ * the coordinator) the loop opens before setup and closes after teardown. */
+typedef struct bv_role {
+    const char *name; /* for log lines: "graph server", "tensor worker 3" */
+    uint32_t id;      /* the wire header's sender: BV_ROLE_GS, BV_ROLE_TW + i, ... */
+    bv_graph_engine *e;
+    void *self;
+    /* Makes the rest of the role's state. A failure (or the loop's own) goes to the
+     * coordinator as ERROR (its READY never comes). */
+    bv_status (*setup)(void *self, bv_error *err);
+    /* One validated message, never SHUTDOWN; types it does not know it ignores
+     * (returns BV_OK). It sends its own replies; on failure the loop sends err to
+     * *report_to. It may keep the message: it then takes m's contents and zeroes m. */
+    bv_status (*handle)(void *self, bv_role_msg *m, bv_error *err);
+    /* Frees what setup made, also after a failed, partial or skipped setup. */
+    void (*teardown)(void *self);
+    const char *inbox_addr;
+    bv_endpoint **inbox;      /* bound at inbox_addr */
+    bv_compute **compute;     /* the role's own compute plugin instance */
+    char (*worker_addrs)[BV_ADDR_LEN]; /* NULL, or an outbox to every tensor worker: */
+    bv_endpoint **to_workers;          /* to_workers[i] at worker_addrs[i] */
+    bv_endpoint **to_coord;
+    bv_endpoint **report_to;  /* whoever waits on this role's results: gets ERROR */
+} bv_role;
+
+/* Runs the role until SHUTDOWN, then tears it down. Returns when the thread may end. */
+void bv_role_run(const bv_role *r);
+
+#endif
