@@ -5,7 +5,7 @@
 # damaged (truncated, or one byte flipped): the resume warns and uses the older one. Also
 # with policies whose state must survive: early stopping that fires after the kill, and an
 # lr schedule. And --resume where there is nothing to resume from fails clearly.
-# The kill is BIVOUAC_FAULT_KILL_AFTER_EPOCH=N (core/src/engine/graph/train_graph.c:
+# The kill is BIVOUAC_FAULT_KILL_AFTER_EPOCH=N (core/src/engine/train.c:
 # raise(SIGKILL) right after epoch N's checkpoint hand-off). Fixtures: tests/data/resume/.
 # Environment (set by ctest): BIVOUAC (the binary), BIVOUAC_DATA_DIR, BIVOUAC_SOURCE_DIR;
 # BIVOUAC_CACHE_DIR is honoured (default: a temporary directory).
