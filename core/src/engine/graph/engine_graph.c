@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "engine_graph_internal.h"
+#include "role_loop.h"
 #include "plugin_arrays.h"
 #include "rng.h"
 
@@ -315,15 +316,22 @@ bv_status bv_graph_engine_start(const bv_graph_engine_cfg *cfg, bv_graph_engine 
 
 /* SHUTDOWN to one role and join its thread. A role that started but never got an outbox
  * from us (start failed half-way) is reached through a fresh one. */
-static void stop_role(bv_graph_engine *e, pthread_t thread, bv_endpoint *outbox,
-                      const char *addr)
+/* SHUTDOWN to a role that listens (role_loop.h: a role still setting up is cancelled
+ * instead, and one whose set-up failed gets nothing), then join it. */
+static void stop_role(bv_graph_engine *e, pthread_t thread, _Atomic int *life,
+                      bv_endpoint *outbox, const char *addr)
 {
     const bv_transport_ops *t = e->cfg.transport_ops;
-    bv_error ignored;
-    bv_endpoint *ep = outbox ? outbox : bv_engine_connect(e, addr, &ignored);
-    if (ep)
-        bv_role_send(t, ep, BV_MSG_SHUTDOWN, BV_ROLE_COORD, NULL, NULL, 0, NULL, 0, NULL, 0,
-                     &ignored);
+    int starting = BV_ROLE_STARTING;
+    bv_endpoint *ep = outbox;
+    if (!atomic_compare_exchange_strong(life, &starting, BV_ROLE_CANCELLED)) {
+        bv_error ignored;
+        if (!ep)
+            ep = bv_engine_connect(e, addr, &ignored);
+        if (ep)
+            bv_role_send(t, ep, BV_MSG_SHUTDOWN, BV_ROLE_COORD, NULL, NULL, 0, NULL, 0, NULL,
+                         0, &ignored);
+    }
     pthread_join(thread, NULL);
     if (ep)
         t->close(ep);
@@ -335,12 +343,12 @@ void bv_graph_engine_stop(bv_graph_engine *e)
         return;
     const bv_transport_ops *t = e->cfg.transport_ops;
     if (e->gs_started)
-        stop_role(e, e->gs_thread, e->to_gs, e->addr_gs);
+        stop_role(e, e->gs_thread, &e->gs_life, e->to_gs, e->addr_gs);
     if (e->ps_started)
-        stop_role(e, e->ps_thread, e->to_ps, e->addr_ps);
+        stop_role(e, e->ps_thread, &e->ps_life, e->to_ps, e->addr_ps);
     for (int i = 0; i < e->cfg.tensor_workers; i++)
         if (e->tw_started[i])
-            stop_role(e, e->tw_thread[i], e->to_tw[i], e->addr_tw[i]);
+            stop_role(e, e->tw_thread[i], &e->tw_life[i], e->to_tw[i], e->addr_tw[i]);
     if (e->coord_in)
         t->close(e->coord_in);
     if (e->transport)

@@ -5,6 +5,7 @@
 #define BIVOUAC_ENGINE_GRAPH_INTERNAL_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 
 #include "engine_graph.h"
 #include "role_msg.h"
@@ -49,6 +50,9 @@ struct bv_graph_engine {
     pthread_t gs_thread, ps_thread, tw_thread[BV_MAX_TENSOR_WORKERS];
     struct bv_tw_arg *tw_args; /* one per tensor worker */
     bool gs_started, ps_started, tw_started[BV_MAX_TENSOR_WORKERS];
+    /* Whether each role will take a SHUTDOWN (role_loop.h, bv_role_life): stopping must
+     * not send one to a role that never listens, or wait for one that never stops. */
+    _Atomic int gs_life, ps_life, tw_life[BV_MAX_TENSOR_WORKERS];
     /* Arrays the graph server shares with the tensor workers when cfg.share_arrays is on
      * (role_msg.h, bv_array_ref): the dataset's, then each stage's output and gradient.
      * The graph server sets an entry before it sends a task naming it. */

@@ -699,7 +699,7 @@ void *bv_graph_server_main(void *engine)
     bv_role role = {
         .name = "graph server", .id = BV_ROLE_GS, .e = gs.e, .self = &gs,
         .setup = gs_setup, .handle = gs_handle, .teardown = gs_teardown,
-        .inbox_addr = gs.e->addr_gs, .inbox = &gs.inbox, .compute = &gs.compute,
+        .life = &gs.e->gs_life, .inbox_addr = gs.e->addr_gs, .inbox = &gs.inbox, .compute = &gs.compute,
         .worker_addrs = gs.e->addr_tw, .to_workers = gs.to_tw,
         .to_coord = &gs.to_coord, .report_to = &gs.to_coord,
     };

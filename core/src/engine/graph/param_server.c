@@ -201,7 +201,7 @@ void *bv_param_server_main(void *engine)
     bv_role role = {
         .name = "parameter server", .id = BV_ROLE_PS, .e = ps.e, .self = &ps,
         .setup = ps_setup, .handle = ps_handle, .teardown = ps_teardown,
-        .inbox_addr = ps.e->addr_ps, .inbox = &ps.inbox, .compute = &ps.compute,
+        .life = &ps.e->ps_life, .inbox_addr = ps.e->addr_ps, .inbox = &ps.inbox, .compute = &ps.compute,
         .worker_addrs = ps.e->addr_tw_weights, .to_workers = ps.to_tw, /* WEIGHTS go there */
         .to_coord = &ps.to_coord, .report_to = &ps.to_coord,
     };

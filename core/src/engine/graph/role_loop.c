@@ -2,6 +2,9 @@
  * deadlines, peer failures) is made once, not in each role. */
 #include "role_loop.h"
 
+#include <stdlib.h>
+#include <string.h>
+
 #include "bivouac/log.h"
 
 /* What every role has: its inbox, outboxes to the tensor workers (if it sends them
@@ -34,6 +37,17 @@ static void role_close(const bv_role *r)
     bv_engine_close_all(e, r->inbox, 1);
 }
 
+/* Fault injection for the tests of a failed start (tests/integration/role_failure.sh):
+ * BIVOUAC_FAULT_ROLE_SETUP names a role ("tensor worker 0") whose set-up then fails. */
+static bv_status injected_setup_fault(const bv_role *r, bv_error *err)
+{
+    const char *who = getenv("BIVOUAC_FAULT_ROLE_SETUP");
+    if (who && strcmp(who, r->name) == 0)
+        return bv_error_set(err, BV_ERR_INTERNAL, "%s: set-up failed (injected fault)",
+                            r->name);
+    return BV_OK;
+}
+
 void bv_role_run(const bv_role *r)
 {
     const bv_transport_ops *t = r->e->cfg.transport_ops;
@@ -41,6 +55,8 @@ void bv_role_run(const bv_role *r)
     bv_status st = role_open(r, &err);
     if (st == BV_OK)
         st = r->setup(r->self, &err);
+    if (st == BV_OK)
+        st = injected_setup_fault(r, &err);
     *r->to_coord = bv_engine_connect(r->e, r->e->addr_coord, &err);
     if (!*r->to_coord) { /* nobody to tell */
         bv_log(BV_LOG_ERROR, "%s: %s", r->name, err.msg);
@@ -48,8 +64,11 @@ void bv_role_run(const bv_role *r)
         role_close(r);
         return;
     }
+    int starting = BV_ROLE_STARTING;
     if (st != BV_OK) {
         bv_role_send_error(t, *r->to_coord, r->id, &err);
+    } else if (!atomic_compare_exchange_strong(r->life, &starting, BV_ROLE_LISTENING)) {
+        /* the engine is stopping already: nobody will send this role anything */
     } else {
         bv_role_send(t, *r->to_coord, BV_MSG_READY, r->id, NULL, NULL, 0, NULL, 0, NULL, 0,
                      &err);

@@ -5,6 +5,14 @@
 
 #include "engine_graph_internal.h"
 
+/* A role's life, as the role and the coordinator's stop agree on it with one
+ * compare-and-swap each: a role that finished its set-up moves STARTING -> LISTENING and
+ * from then on takes messages until SHUTDOWN; a stop moves STARTING -> CANCELLED, and a
+ * role that finds itself cancelled ends without listening. So a stop sends SHUTDOWN
+ * exactly to the roles that will receive it (never to one whose set-up failed and whose
+ * inbox is gone, where the send would wait forever), and joins every role. */
+enum bv_role_life { BV_ROLE_STARTING = 0, BV_ROLE_LISTENING = 1, BV_ROLE_CANCELLED = 2 };
+
 /* What a role plugs into the loop. The callbacks get `self`, the role's own state; the
  * endpoint and compute pointers point into it, so the role's code uses them as it always
  * did. What every role has (inbox, outboxes to the workers, compute instance, outbox to
@@ -30,6 +38,7 @@ typedef struct bv_role {
     bv_endpoint **to_workers;          /* to_workers[i] at worker_addrs[i] */
     bv_endpoint **to_coord;
     bv_endpoint **report_to;  /* whoever waits on this role's results: gets ERROR */
+    _Atomic int *life;        /* enum bv_role_life, shared with the coordinator */
 } bv_role;
 
 /* Runs the role until SHUTDOWN, then tears it down. Returns when the thread may end. */

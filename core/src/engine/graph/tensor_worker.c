@@ -492,7 +492,7 @@ void *bv_tensor_worker_main(void *arg)
     bv_role role = {
         .name = name, .id = BV_ROLE_TW + (uint32_t)w.index, .e = w.e, .self = &w,
         .setup = tw_setup, .handle = tw_handle, .teardown = tw_teardown,
-        .inbox_addr = w.e->addr_tw[w.index], .inbox = &w.inbox, .compute = &w.compute,
+        .life = &w.e->tw_life[w.index], .inbox_addr = w.e->addr_tw[w.index], .inbox = &w.inbox, .compute = &w.compute,
         .to_coord = &w.to_coord,
         .report_to = &w.to_gs, /* the graph server waits on its tasks */
     };
