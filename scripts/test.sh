@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The test suite, as CI runs it (.ci/run): installs the dependencies, builds
 # RelWithDebInfo into build/ and runs ctest, then builds with AddressSanitizer and
-# UndefinedBehaviorSanitizer into build-asan/ and runs the suite again there.
+# UndefinedBehaviorSanitizer into build-asan/ and runs the suite again there, then builds
+# with ThreadSanitizer into build-tsan/ and runs the tests labelled tsan (the code with
+# threads: tests/integration/threads.sh).
 # Exits non-zero if a build fails or any test fails in either pass; ends with each pass's
 # ctest summary and wall time.
 #
@@ -71,6 +73,11 @@ export ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_erro
 pass "ASan+UBSan" build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBIVOUAC_TESTS=ON -DBIVOUAC_SANITIZE=ON \
     -- "${asan_ctest[@]}"
 unset ASAN_OPTIONS UBSAN_OPTIONS
+
+export TSAN_OPTIONS="halt_on_error=1 exitcode=66"
+pass "ThreadSanitizer" build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBIVOUAC_TESTS=ON -DBIVOUAC_TSAN=ON \
+    -- -L tsan
+unset TSAN_OPTIONS
 
 echo
 echo "== scripts/test.sh summary"
