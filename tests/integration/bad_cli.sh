@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Operator mistakes and hostile values on the command line: every numeric flag is range
 # checked (exit 2, the flag, its range and the text given; never a cast out of range),
-# and `sample` names the prompt character a model cannot encode. Environment: see
-# bad_lib.bash.
+# `sample` names the prompt character a model cannot encode, and `plugins --json` stays
+# valid JSON whatever bytes a plugin's file name holds. Environment: see bad_lib.bash.
 set -euo pipefail
 # shellcheck source=bad_lib.bash
 source "$(dirname "${BASH_SOURCE[0]}")/bad_lib.bash"
@@ -117,5 +117,27 @@ expect_fail 2 "bivouac: error: the prompt has U+0009 at character 3, which is no
 t "sample: a prompt that is not UTF-8 names the byte"
 expect_fail 2 "bivouac: error: the prompt is not UTF-8: invalid byte 0xFF at byte 3" \
     "$B" sample --checkpoint "$ck" --prompt $'ab\xffc' --tokens 5
+
+t "plugins --json with a plugin file name that is not UTF-8 is valid JSON"
+: >"$why"
+mkdir -p "$tmp/odd"
+: >"$tmp/odd/model_"$'\xff'".so"
+s=0
+if ! BIVOUAC_PLUGIN_PATH="$tmp/odd:$BIVOUAC_PLUGIN_PATH" "$B" plugins --json >"$tmp/json" \
+    2>"$tmp/stderr"; then
+    echo "plugins --json failed" >>"$why"
+    s=1
+fi
+# Decoded as strict UTF-8 whatever the locale (a C locale would let Python pass bad bytes).
+if ! got=$(python3 -c 'import json, sys
+d = json.loads(sys.stdin.buffer.read().decode("utf-8"))
+print([p["file"] for p in d["plugins"] if p["name"] == "\ufffd"][0])' <"$tmp/json" 2>&1); then
+    { echo "not valid JSON:"; echo "$got"; } >>"$why"
+    s=1
+elif [[ $got != "$tmp/odd/model_"$'\xef\xbf\xbd'".so" ]]; then
+    echo "the file is listed as '$got', expected the bad byte as U+FFFD" >>"$why"
+    s=1
+fi
+report $s "$B plugins --json"
 
 finish
