@@ -451,6 +451,14 @@ static void test_bad_actions_are_errors(void **state)
     assert_call_fails(p, 10, ":17: on_epoch_end returned lr = -1, expected a finite number >= 0");
     assert_call_fails(p, 11, ":18: on_epoch_end returned set.workers as a string, expected a number");
     assert_call_fails(p, 12, ":19: on_epoch_end returned an action with a number key");
+    /* NaN and infinities compare false with every bound the core checks; a NUL byte
+     * would cut the knob's name short in C. */
+    assert_call_fails(p, 17, ":37: on_epoch_end returned set.workers = nan, expected a finite number");
+    assert_call_fails(p, 18, ":38: on_epoch_end returned set.workers = inf, expected a finite number");
+    assert_call_fails(p, 19, ":39: on_epoch_end returned set.batch = -inf, expected a finite number");
+    assert_call_fails(p, 20, ":40: on_epoch_end returned a 'set' name with a NUL byte ('wor\\0kers'), expected a plain name");
+    assert_call_fails(p, 21, ":41: on_epoch_end returned lr = nan, expected a finite number >= 0");
+    assert_call_fails(p, 22, ":42: on_epoch_end returned lr = inf, expected a finite number >= 0");
     bv_policy_free(p);
 }
 

@@ -523,6 +523,18 @@ static int raise_action_error(lua_State *L, const char *fmt, ...)
     return lua_error(L);
 }
 
+/* A number as Lua prints it, with NaN as "nan" whatever its sign bit (0/0 is -nan on
+ * x86, and printf would say so). */
+static const char *number_text(double v, char buf[32])
+{
+    if (isnan(v))
+        return "nan";
+    if (isinf(v))
+        return v > 0 ? "inf" : "-inf";
+    snprintf(buf, 32, "%.14g", v);
+    return buf;
+}
+
 static int compare_set_names(const void *a, const void *b)
 {
     return strcmp((const char *)a, (const char *)b); /* name is the first member */
@@ -538,17 +550,36 @@ static void parse_sets(lua_State *L, bv_policy_actions *out)
         if (lua_type(L, -2) != LUA_TSTRING)
             raise_action_error(L, "a 'set' entry with a %s key, expected a name",
                                luaL_typename(L, -2));
-        const char *name = lua_tostring(L, -2);
+        size_t len;
+        const char *name = lua_tolstring(L, -2, &len);
+        if (strlen(name) != len) { /* the core sees C strings: "a\0b" would become "a" */
+            luaL_Buffer b;
+            luaL_buffinit(L, &b);
+            for (size_t i = 0; i < len && i < 64; i++) {
+                if (name[i])
+                    luaL_addchar(&b, name[i]);
+                else
+                    luaL_addstring(&b, "\\0");
+            }
+            luaL_pushresult(&b);
+            raise_action_error(L, "a 'set' name with a NUL byte ('%s'), expected a plain name",
+                               lua_tostring(L, -1));
+        }
         if (lua_type(L, -1) != LUA_TNUMBER)
             raise_action_error(L, "set.%s as a %s, expected a number", name,
                                luaL_typename(L, -1));
-        if (name[0] == '\0' || strlen(name) >= sizeof out->sets[0].name)
-            raise_action_error(L, "a 'set' name of %zu bytes, expected 1 to %zu",
-                               strlen(name), sizeof out->sets[0].name - 1);
+        if (name[0] == '\0' || len >= sizeof out->sets[0].name)
+            raise_action_error(L, "a 'set' name of %zu bytes, expected 1 to %zu", len,
+                               sizeof out->sets[0].name - 1);
+        double value = lua_tonumber(L, -1);
+        char text[32];
+        if (!isfinite(value)) /* a knob set to NaN compares false with every bound */
+            raise_action_error(L, "set.%s = %s, expected a finite number", name,
+                               number_text(value, text));
         if (out->nsets == BV_POLICY_MAX_SETS)
             raise_action_error(L, "more than %d 'set' entries", BV_POLICY_MAX_SETS);
         strcpy(out->sets[out->nsets].name, name);
-        out->sets[out->nsets].value = lua_tonumber(L, -1);
+        out->sets[out->nsets].value = value;
         out->nsets++;
         lua_pop(L, 1);
     }
@@ -586,8 +617,10 @@ static void parse_actions(lua_State *L, bv_policy_actions *out)
                 raise_action_error(L, "action 'lr' as a %s, expected a number",
                                    lua_typename(L, vt));
             double lr = lua_tonumber(L, -1);
+            char text[32];
             if (!isfinite(lr) || lr < 0)
-                raise_action_error(L, "lr = %g, expected a finite number >= 0", lr);
+                raise_action_error(L, "lr = %s, expected a finite number >= 0",
+                                   number_text(lr, text));
             out->set_lr = true;
             out->lr = lr;
         } else if (strcmp(key, "set") == 0) {
