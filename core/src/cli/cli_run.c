@@ -219,7 +219,7 @@ static void headline_text(const bv_run_result *runs, long long n, char *buf, siz
 
 /* Trains seeds seed0 .. seed0+repeat-1 (into DIR/seed-N/ when more than one) and writes
  * DIR/result.json over the seeds that produced something. */
-static int train_all(const bv_experiment *x, void *data, const char *out, const run_args *a,
+static int train_all(bv_experiment *x, void *data, const char *out, const run_args *a,
                      unsigned long long seed0)
 {
     long long n = a->repeat;
@@ -255,6 +255,8 @@ static int train_all(const bv_experiment *x, void *data, const char *out, const 
             .resume = a->resume != NULL && started,
             .progress = !a->quiet && isatty(STDERR_FILENO),
             .kill_after = kill_env ? strtoll(kill_env, NULL, 10) : 0,
+            /* the first seed runs the policy validation set up; the others a fresh one */
+            .policy = bv_experiment_take_policy(x),
         };
         bv_error err = {0};
         if (bv_train(x, data, &o, &runs[i], &err) != BV_OK) {
