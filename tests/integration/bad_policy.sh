@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Broken Lua policies: with policy.on_error: continue the run warns with script:line and
 # finishes without the policy (exit 0); with on_error: stop it ends with exit 1 and the
-# reason in result.json. Fixtures: tests/data/experiments/policy_*.{yaml,lua}.
+# reason in result.json; a backtracking pattern ends with the budget error instead of
+# hanging `check` and `run`. Fixtures: tests/data/experiments/policy_*.{yaml,lua}.
 # Environment: see bad_lib.bash.
 set -euo pipefail
 # shellcheck source=bad_lib.bash
@@ -82,5 +83,13 @@ check_rejects() {
 s=0
 check_rejects "$EXP/policy_syntax_stop.yaml" || s=1
 report $s "$B check $EXP/policy_syntax_stop.yaml"
+
+t "backtracking pattern in set-up, on_error stop: check ends with the budget error, exit 2"
+f="$EXP/policy_backtrack_stop.yaml"
+bt="$f:5:16: error: $EXP/policy_backtrack.lua:3: instruction budget of 10000000 exceeded in set-up"
+expect_fail 2 "$bt
+$f: 1 error" "$B" check "$f"
+t "backtracking pattern in set-up, on_error stop: run exits 2 and writes nothing"
+expect_run_fail 2 "$bt" "$f"
 
 finish

@@ -52,7 +52,7 @@ set +e
 "$BIVOUAC" sample --checkpoint "$tmp/a" --prompt "→" --tokens 5 >/dev/null 2>"$tmp/err"
 code=$?
 set -e
-if [ $code -eq 2 ] && grep -q "vocabulary lacks" "$tmp/err"; then
+if [ $code -eq 2 ] && grep -q "which is not in the model.s vocabulary" "$tmp/err"; then
     echo "ok: a prompt outside the vocabulary is refused: $(cat "$tmp/err")"
 else
     echo "FAIL: unknown prompt character: exit $code, $(cat "$tmp/err")" >&2; failed=1

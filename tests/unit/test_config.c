@@ -624,6 +624,59 @@ static void validate_reports_bad_values_from_the_command_line(void **state)
     bv_diag_free(&d);
 }
 
+/* An INT option's text is parsed as a whole long long: an exponent, a fraction or a value
+ * beyond long long is an error at its position, never a cast out of range. */
+static void int_options_refuse_what_a_long_long_cannot_hold(void **state)
+{
+    (void)state;
+    bv_node *root = load_ok("model:\n  layers: 1e300\n  hidden: 9223372036854775808\n");
+    bv_diag d;
+    bv_diag_init(&d);
+    assert_int_equal(bv_config_override(root, "model.hidden=2.5", &d), BV_OK);
+    bv_opts o;
+    assert_int_equal(bv_config_validate(bv_node_get(root, "model"), "model", model_schema,
+                                        NULL, &o, &d),
+                     BV_ERR_INVALID);
+    assert_int_equal(d.count, 2);
+    expect_diag(&d, 0, "t.yaml", 2, 11, "expected an integer for 'layers', got '1e300'");
+    expect_diag(&d, 1, "<command line>", 1, 14, "expected an integer for 'hidden', got '2.5'");
+    bv_node_free(root);
+    bv_diag_free(&d);
+
+    root = load_ok("model:\n  layers: 2\n  hidden: 9223372036854775808\n");
+    bv_diag_init(&d);
+    assert_int_equal(bv_config_validate(bv_node_get(root, "model"), "model", model_schema,
+                                        NULL, &o, &d),
+                     BV_ERR_INVALID);
+    assert_int_equal(d.count, 1);
+    expect_diag(&d, 0, "t.yaml", 3, 11,
+                "expected an integer for 'hidden', got '9223372036854775808'");
+    bv_node_free(root);
+    bv_diag_free(&d);
+}
+
+/* Integer bounds are compared as integers (as doubles, 2^53 + 1 rounds to 2^53 and
+ * passed), and a bound beyond long long is clamped, not cast. */
+static void int_ranges_compare_exactly(void **state)
+{
+    (void)state;
+    static const bv_option seed = BV_OPT_INT_RANGE("seed", "0", 0, 9007199254740992.0, "");
+    static const bv_option wide = BV_OPT_INT_RANGE("wide", "0", -1e300, 1e300, "");
+    bv_opt_value v;
+    bv_error err = {0};
+    assert_int_equal(bv_opt_parse(&seed, "9007199254740992", &v, &err), BV_OK);
+    assert_int_equal(v.v.i, 9007199254740992LL);
+    assert_int_equal(bv_opt_parse(&seed, "9007199254740993", &v, &err), BV_ERR_INVALID);
+    assert_string_equal(err.msg,
+                        "'seed' must be in [0, 9007199254740992], got 9007199254740993");
+    assert_int_equal(bv_opt_parse(&seed, "-1", &v, &err), BV_ERR_INVALID);
+    assert_string_equal(err.msg, "'seed' must be in [0, 9007199254740992], got -1");
+    assert_int_equal(bv_opt_parse(&wide, "-9223372036854775808", &v, &err), BV_OK);
+    assert_int_equal(bv_opt_parse(&wide, "9223372036854775807", &v, &err), BV_OK);
+    assert_int_equal(bv_opt_parse(&wide, "-9223372036854775809", &v, &err), BV_ERR_INVALID);
+    assert_string_equal(err.msg, "expected an integer for 'wide', got '-9223372036854775809'");
+}
+
 static void validate_needs_a_mapping(void **state)
 {
     bv_node *root = load_ok("model: 5\ndata:\n  - a\nempty:\n");
@@ -807,6 +860,8 @@ int main(void)
         cmocka_unit_test(validate_resolves_paths_against_the_yaml_file),
         cmocka_unit_test(validate_reports_every_error_in_file_order),
         cmocka_unit_test(validate_reports_bad_values_from_the_command_line),
+        cmocka_unit_test(int_options_refuse_what_a_long_long_cannot_hold),
+        cmocka_unit_test(int_ranges_compare_exactly),
         cmocka_unit_test(validate_needs_a_mapping),
         cmocka_unit_test(validate_skips_ignored_keys),
         cmocka_unit_test(suggest_finds_close_names),

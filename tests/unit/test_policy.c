@@ -7,11 +7,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
 
+#include <lauxlib.h>
+#include <lua.h>
+#include <lualib.h>
+
 #include "policy.h"
+#include "policy_pattern.h"
 
 /* ---- Helpers ---- */
 
@@ -235,6 +241,91 @@ static void test_endless_loop_hits_default_budget(void **state)
     bv_policy_free(p);
 }
 
+static double seconds_now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+/* Lua's matcher runs in C, where the count hook cannot stop it: a pattern with heavy
+ * backtracking ran for hours. The sandbox's matcher charges its steps to the budget, so
+ * each pattern function ends with the budget error at the calling line, in well under
+ * the seconds the budget allows (a limit pcall cannot catch). */
+static void test_backtracking_patterns_hit_budget(void **state)
+{
+    (void)state;
+    bv_policy *p = load_ok(fixture("backtracking.lua"), NULL, 0, NULL);
+    static const struct {
+        int mode;
+        const char *suffix;
+    } cases[] = {
+        {1, ":7: instruction budget of 10000000 exceeded in on_epoch_end"},  /* find */
+        {2, ":8: instruction budget of 10000000 exceeded in on_epoch_end"},  /* match */
+        {3, ":9: instruction budget of 10000000 exceeded in on_epoch_end"},  /* gmatch */
+        {4, ":10: instruction budget of 10000000 exceeded in on_epoch_end"}, /* gsub */
+        {5, ":12: instruction budget of 10000000 exceeded in on_epoch_end"}, /* in pcall */
+        {6, ":17: instruction budget of 10000000 exceeded in on_epoch_end"}, /* plain find */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        double t0 = seconds_now();
+        assert_call_fails(p, cases[i].mode, cases[i].suffix);
+        double took = seconds_now() - t0;
+        if (took > 10)
+            fail_msg("mode %d took %.1f s", cases[i].mode, took);
+    }
+    bv_policy_actions out;
+    call_ok(p, 7, &out); /* the policy goes on, and ordinary patterns work */
+    assert_int_equal(out.nsets, 2);
+    assert_true(set_value(&out, "lr") == 0.01);
+    assert_true(set_value(&out, "words") == 3);
+    bv_policy_free(p);
+
+    static const char setup[] = "local s = string.rep('a', 30000)\n"
+                                "local at = s:find(string.rep('a*', 30) .. 'b')\n";
+    assert_load_fails(write_script("policy_backtracking_", setup, sizeof setup - 1), NULL,
+                      ":2: instruction budget of 10000000 exceeded in set-up");
+}
+
+static void count_steps(lua_State *L, void *ud, int64_t steps)
+{
+    (void)L;
+    *(int64_t *)ud += steps;
+}
+
+/* The sandbox's find, match, gmatch and gsub give what Lua's string library gives,
+ * results and error messages alike, over tests/data/lua/patterns_compare.lua's cases. */
+static void test_patterns_agree_with_lua(void **state)
+{
+    (void)state;
+    int64_t steps = 0;
+    bv_pattern_meter meter = {count_steps, &steps};
+    lua_State *L = luaL_newstate();
+    assert_non_null(L);
+    luaL_openlibs(L);
+    static const char *const names[] = {"find", "match", "gmatch", "gsub"};
+    lua_createtable(L, 0, 4);
+    lua_getglobal(L, "string");
+    for (int i = 0; i < 4; i++) {
+        lua_getfield(L, -1, names[i]);
+        lua_setfield(L, -3, names[i]);
+    }
+    lua_pop(L, 1);
+    lua_setglobal(L, "REF");
+    lua_createtable(L, 0, 4);
+    bv_pattern_install(L, -1, &meter);
+    lua_setglobal(L, "MINE");
+    if (luaL_dofile(L, fixture("patterns_compare.lua")) != LUA_OK)
+        fail_msg("%s", lua_tostring(L, -1));
+    lua_Integer cases = lua_tointeger(L, -2);
+    const char *diffs = lua_tostring(L, -1);
+    if (diffs && diffs[0])
+        fail_msg("the sandbox's patterns differ from Lua's:\n%.6000s", diffs);
+    assert_true(cases > 100000);
+    assert_true(steps > 0);
+    lua_close(L);
+}
+
 static void test_endless_loop_inside_pcall_is_not_swallowed(void **state)
 {
     bv_policy_limits lim = {.instructions = 200000};
@@ -451,6 +542,14 @@ static void test_bad_actions_are_errors(void **state)
     assert_call_fails(p, 10, ":17: on_epoch_end returned lr = -1, expected a finite number >= 0");
     assert_call_fails(p, 11, ":18: on_epoch_end returned set.workers as a string, expected a number");
     assert_call_fails(p, 12, ":19: on_epoch_end returned an action with a number key");
+    /* NaN and infinities compare false with every bound the core checks; a NUL byte
+     * would cut the knob's name short in C. */
+    assert_call_fails(p, 17, ":37: on_epoch_end returned set.workers = nan, expected a finite number");
+    assert_call_fails(p, 18, ":38: on_epoch_end returned set.workers = inf, expected a finite number");
+    assert_call_fails(p, 19, ":39: on_epoch_end returned set.batch = -inf, expected a finite number");
+    assert_call_fails(p, 20, ":40: on_epoch_end returned a 'set' name with a NUL byte ('wor\\0kers'), expected a plain name");
+    assert_call_fails(p, 21, ":41: on_epoch_end returned lr = nan, expected a finite number >= 0");
+    assert_call_fails(p, 22, ":42: on_epoch_end returned lr = inf, expected a finite number >= 0");
     bv_policy_free(p);
 }
 
@@ -601,6 +700,8 @@ int main(void)
         cmocka_unit_test(test_actions_are_parsed),
         cmocka_unit_test(test_bad_actions_are_errors),
         cmocka_unit_test(test_handlers_and_missing_handler),
+        cmocka_unit_test(test_backtracking_patterns_hit_budget),
+        cmocka_unit_test(test_patterns_agree_with_lua),
         cmocka_unit_test(test_early_stop_defaults_to_gcn),
         cmocka_unit_test(test_early_stop_patience_param),
         cmocka_unit_test(test_early_stop_gat_mode_waits_for_both),

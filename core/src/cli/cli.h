@@ -3,6 +3,7 @@
 #ifndef BIVOUAC_CLI_H
 #define BIVOUAC_CLI_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "bivouac/error.h"
@@ -18,5 +19,14 @@ int bv_cli_sample(int argc, char **argv); /* cli_sample.c: text from a sequence 
 void bv_cli_print_diag(const bv_diag *d);
 /* "bivouac: error: ..." on stderr; returns code. */
 int bv_cli_fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* cli_args.c: a flag's value as an integer or a number in [min, max]. Returns 0, or
+ * prints "bivouac: error: FLAG needs an integer in [MIN, MAX], got 'TEXT'" (or "a number")
+ * and returns BV_EXIT_USAGE. The whole text must be a decimal numeral: no white space, no
+ * hex, no inf or nan, no trailing characters. */
+int bv_cli_int_arg(const char *flag, const char *text, long long min, long long max,
+                   long long *out);
+int bv_cli_number_arg(const char *flag, const char *text, double min, double max,
+                      double *out);
 
 #endif

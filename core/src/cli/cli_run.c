@@ -45,17 +45,11 @@ static int mkdir_p(const char *path)
     return (mkdir(buf, 0755) == 0 || errno == EEXIST) ? 0 : -1;
 }
 
-static int parse_count(const char *flag, const char *text, long long min, long long *out)
-{
-    char *end;
-    errno = 0;
-    long long v = strtoll(text, &end, 10);
-    if (!*text || *end || errno || v < min)
-        return bv_cli_fail(BV_EXIT_USAGE, "%s needs an integer >= %lld, got '%s'", flag, min,
-                           text);
-    *out = v;
-    return 0;
-}
+/* The ranges of the numeric flags (listed in `bivouac --help`): a seed as train.seed's
+ * (integers a double holds exactly, as result.json records it), and a number of seeds
+ * that keeps DIR/seed-N/ browsable. */
+#define SEED_MAX 9007199254740992LL /* 2^53 */
+#define REPEAT_MAX 1000
 
 static int parse_args(int argc, char **argv, run_args *a, bool allow_run_flags)
 {
@@ -74,10 +68,10 @@ static int parse_args(int argc, char **argv, run_args *a, bool allow_run_flags)
         } else if (allow_run_flags && !strcmp(arg, "--out")) {
             a->out = argv[++i];
         } else if (allow_run_flags && !strcmp(arg, "--seed")) {
-            if (parse_count(arg, argv[++i], 0, &a->seed))
+            if (bv_cli_int_arg(arg, argv[++i], 0, SEED_MAX, &a->seed))
                 return BV_EXIT_USAGE;
         } else if (allow_run_flags && !strcmp(arg, "--repeat")) {
-            if (parse_count(arg, argv[++i], 1, &a->repeat))
+            if (bv_cli_int_arg(arg, argv[++i], 1, REPEAT_MAX, &a->repeat))
                 return BV_EXIT_USAGE;
         } else if (allow_run_flags && !strcmp(arg, "--resume")) {
             a->resume = argv[++i];
@@ -225,7 +219,7 @@ static void headline_text(const bv_run_result *runs, long long n, char *buf, siz
 
 /* Trains seeds seed0 .. seed0+repeat-1 (into DIR/seed-N/ when more than one) and writes
  * DIR/result.json over the seeds that produced something. */
-static int train_all(const bv_experiment *x, void *data, const char *out, const run_args *a,
+static int train_all(bv_experiment *x, void *data, const char *out, const run_args *a,
                      unsigned long long seed0)
 {
     long long n = a->repeat;
@@ -261,6 +255,8 @@ static int train_all(const bv_experiment *x, void *data, const char *out, const 
             .resume = a->resume != NULL && started,
             .progress = !a->quiet && isatty(STDERR_FILENO),
             .kill_after = kill_env ? strtoll(kill_env, NULL, 10) : 0,
+            /* the first seed runs the policy validation set up; the others a fresh one */
+            .policy = bv_experiment_take_policy(x),
         };
         bv_error err = {0};
         if (bv_train(x, data, &o, &runs[i], &err) != BV_OK) {

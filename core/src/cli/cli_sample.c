@@ -1,7 +1,6 @@
 /* `bivouac sample --checkpoint DIR`: rebuilds a sequence model from a checkpoint written by
  * the checkpoint plugin (which carries the model section, the block size and the
  * tokeniser's vocabulary) and generates text from a prompt. */
-#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,16 +24,13 @@ typedef struct sample_args {
     unsigned long long seed;
 } sample_args;
 
-static int parse_number(const char *flag, const char *text, double min, double *out)
-{
-    char *end;
-    errno = 0;
-    double v = strtod(text, &end);
-    if (!*text || *end || errno || !(v >= min) || !isfinite(v))
-        return bv_cli_fail(BV_EXIT_USAGE, "%s needs a number >= %g, got '%s'", flag, min, text);
-    *out = v;
-    return 0;
-}
+/* The ranges of the numeric flags (listed in `bivouac --help`). The token count bounds
+ * the id buffer (prompt + tokens) and the run time; the seed is an integer a double holds
+ * exactly, as for `bivouac run --seed`. */
+#define TOKENS_MAX 1000000
+#define TEMPERATURE_MAX 100.0
+#define TOP_K_MAX 1000000
+#define SEED_MAX 9007199254740992LL /* 2^53 */
 
 static int parse_args(int argc, char **argv, sample_args *a)
 {
@@ -44,27 +40,24 @@ static int parse_args(int argc, char **argv, sample_args *a)
             return bv_cli_fail(BV_EXIT_USAGE, "%s: unknown option or missing value (see "
                                "bivouac --help)", arg);
         const char *val = argv[++i];
-        double v = 0;
+        long long seed = 0;
         if (!strcmp(arg, "--checkpoint")) {
             a->checkpoint = val;
         } else if (!strcmp(arg, "--prompt")) {
             a->prompt = val;
         } else if (!strcmp(arg, "--tokens")) {
-            if (parse_number(arg, val, 0, &v) || v != floor(v))
-                return bv_cli_fail(BV_EXIT_USAGE, "--tokens needs a whole number, got '%s'", val);
-            a->tokens = (long long)v;
-        } else if (!strcmp(arg, "--temperature")) {
-            if (parse_number(arg, val, 0, &v))
+            if (bv_cli_int_arg(arg, val, 1, TOKENS_MAX, &a->tokens))
                 return BV_EXIT_USAGE;
-            a->temperature = v;
+        } else if (!strcmp(arg, "--temperature")) {
+            if (bv_cli_number_arg(arg, val, 0, TEMPERATURE_MAX, &a->temperature))
+                return BV_EXIT_USAGE;
         } else if (!strcmp(arg, "--top-k")) {
-            if (parse_number(arg, val, 0, &v) || v != floor(v))
-                return bv_cli_fail(BV_EXIT_USAGE, "--top-k needs a whole number, got '%s'", val);
-            a->top_k = (long long)v;
+            if (bv_cli_int_arg(arg, val, 0, TOP_K_MAX, &a->top_k))
+                return BV_EXIT_USAGE;
         } else if (!strcmp(arg, "--seed")) {
-            if (parse_number(arg, val, 0, &v) || v != floor(v))
-                return bv_cli_fail(BV_EXIT_USAGE, "--seed needs a whole number, got '%s'", val);
-            a->seed = (unsigned long long)v;
+            if (bv_cli_int_arg(arg, val, 0, SEED_MAX, &seed))
+                return BV_EXIT_USAGE;
+            a->seed = (unsigned long long)seed;
         } else {
             return bv_cli_fail(BV_EXIT_USAGE, "unknown option '%s' (see bivouac --help)", arg);
         }
@@ -136,24 +129,37 @@ static void put_utf8(uint32_t cp)
     fwrite(buf, 1, (size_t)n, stdout);
 }
 
-/* The prompt as token ids; -1 on a character the vocabulary lacks or bad UTF-8. */
+/* Why a prompt cannot be encoded: the character (or, for bad UTF-8, the byte) and where. */
+typedef struct prompt_error {
+    bool bad_utf8;
+    uint32_t cp;       /* the code point, or the byte that is not UTF-8 */
+    long long at;      /* 1-based: the character, or the byte offset for bad UTF-8 */
+    const char *text;  /* the character as it appears in the prompt */
+    int len;
+} prompt_error;
+
+/* The prompt as token ids; -1 with *why filled on bad UTF-8 or a character the
+ * vocabulary (sorted code points) lacks. */
 static long long encode(const char *text, const uint32_t *vocab, int64_t nv, int32_t *ids,
-                        long long cap, uint32_t *bad)
+                        long long cap, prompt_error *why)
 {
     long long n = 0;
     const unsigned char *p = (const unsigned char *)text;
     while (*p && n < cap) {
         uint32_t cp = *p;
-        int len = cp < 0x80 ? 1 : (cp & 0xE0) == 0xC0 ? 2 : (cp & 0xF0) == 0xE0 ? 3 : 4;
-        cp = len == 1 ? cp : cp & (0x7F >> len);
-        for (int i = 1; i < len; i++) {
-            if ((p[i] & 0xC0) != 0x80) {
-                *bad = 0xFFFD;
-                return -1;
-            }
+        int len = cp < 0x80 ? 1 : (cp & 0xE0) == 0xC0 ? 2 : (cp & 0xF0) == 0xE0 ? 3
+                : (cp & 0xF8) == 0xF0 ? 4 : 0;
+        bool ok = len > 0;
+        cp = len == 1 ? cp : cp & (0x7Fu >> len);
+        for (int i = 1; ok && i < len; i++) {
+            ok = (p[i] & 0xC0) == 0x80; /* stops at the terminating NUL too */
             cp = (cp << 6) | (p[i] & 0x3F);
         }
-        p += len;
+        if (!ok) {
+            *why = (prompt_error){true, *p, (long long)(p - (const unsigned char *)text) + 1,
+                                  (const char *)p, 1};
+            return -1;
+        }
         int64_t lo = 0, hi = nv;
         while (lo < hi) {
             int64_t mid = (lo + hi) / 2;
@@ -163,12 +169,29 @@ static long long encode(const char *text, const uint32_t *vocab, int64_t nv, int
                 hi = mid;
         }
         if (lo == nv || vocab[lo] != cp) {
-            *bad = cp;
+            *why = (prompt_error){false, cp, n + 1, (const char *)p, len};
             return -1;
         }
         ids[n++] = (int32_t)lo;
+        p += len;
     }
     return n;
+}
+
+/* "the prompt has 'é' (U+00E9) at character 3, which is not in the model's vocabulary
+ * of 65 characters"; a control character is shown by its code point only. */
+static int prompt_failure(const prompt_error *why, int64_t nv)
+{
+    if (why->bad_utf8)
+        return bv_cli_fail(BV_EXIT_USAGE, "the prompt is not UTF-8: invalid byte 0x%02X at "
+                           "byte %lld", why->cp, why->at);
+    if (why->cp < 0x20 || (why->cp >= 0x7F && why->cp < 0xA0))
+        return bv_cli_fail(BV_EXIT_USAGE, "the prompt has U+%04X at character %lld, which is "
+                           "not in the model's vocabulary of %lld characters", why->cp,
+                           why->at, (long long)nv);
+    return bv_cli_fail(BV_EXIT_USAGE, "the prompt has '%.*s' (U+%04X) at character %lld, "
+                       "which is not in the model's vocabulary of %lld characters", why->len,
+                       why->text, why->cp, why->at, (long long)nv);
 }
 
 /* Samples one token from logits / temperature restricted to the top k (0: all). */
@@ -289,11 +312,10 @@ int bv_cli_sample(int argc, char **argv)
         code = bv_cli_fail(BV_EXIT_FAILED, "out of memory");
         goto done;
     }
-    uint32_t bad = 0;
-    long long n = encode(a.prompt, vocab, nv, ids, cap, &bad);
+    prompt_error why = {0};
+    long long n = encode(a.prompt, vocab, nv, ids, cap, &why);
     if (n < 0) {
-        code = bv_cli_fail(BV_EXIT_USAGE, "the prompt has a character (U+%04X) the model's "
-                           "vocabulary lacks", bad);
+        code = prompt_failure(&why, nv);
         goto done;
     }
     if (n == 0) /* an empty prompt starts from the first token */

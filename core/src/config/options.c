@@ -3,6 +3,7 @@
 #include "bivouac/options.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,20 +45,50 @@ static void format_bound(char *buf, size_t len, double v)
     snprintf(buf, len, "%.10g", v);
 }
 
+static bv_status range_error(const bv_option *d, const char *lo, const char *hi,
+                             const char *text, bv_error *err)
+{
+    return bv_error_set(err, BV_ERR_INVALID, "'%s' must be in [%s, %s], got %s", d->name, lo,
+                        hi, text);
+}
+
 static bv_status check_range(const bv_option *d, double v, const char *text, bv_error *err)
 {
     if (!d->has_range || (v >= d->min && v <= d->max))
         return BV_OK;
     char lo[32], hi[32];
-    if (d->type == BV_OPT_INT) { /* integers print as integers, not 9.007199255e+15 */
-        snprintf(lo, sizeof lo, "%lld", (long long)d->min);
-        snprintf(hi, sizeof hi, "%lld", (long long)d->max);
-    } else {
-        format_bound(lo, sizeof lo, d->min);
-        format_bound(hi, sizeof hi, d->max);
-    }
-    return bv_error_set(err, BV_ERR_INVALID, "'%s' must be in [%s, %s], got %s", d->name, lo,
-                        hi, text);
+    format_bound(lo, sizeof lo, d->min);
+    format_bound(hi, sizeof hi, d->max);
+    return range_error(d, lo, hi, text, err);
+}
+
+/* A whole-number bound as a long long, clamped (none for NaN: no bound). */
+static long long int_bound(double b, long long none)
+{
+    if (isnan(b))
+        return none;
+    if (b <= -9223372036854775808.0)
+        return LLONG_MIN;
+    if (b >= 9223372036854775808.0)
+        return LLONG_MAX;
+    return (long long)b;
+}
+
+/* An integer against the declared bounds, compared as integers: as a double,
+ * 9007199254740993 rounds to 2^53 and would pass a maximum of 2^53. The bounds are
+ * rounded inwards and clamped to long long, so no cast is out of range. */
+static bv_status check_int_range(const bv_option *d, long long v, const char *text,
+                                 bv_error *err)
+{
+    if (!d->has_range)
+        return BV_OK;
+    long long lo = int_bound(ceil(d->min), LLONG_MIN), hi = int_bound(floor(d->max), LLONG_MAX);
+    if (v >= lo && v <= hi)
+        return BV_OK;
+    char los[32], his[32]; /* integers print as integers, not 9.007199255e+15 */
+    snprintf(los, sizeof los, "%lld", lo);
+    snprintf(his, sizeof his, "%lld", hi);
+    return range_error(d, los, his, text, err);
 }
 
 bv_status bv_opt_parse(const bv_option *d, const char *text, bv_opt_value *out,
@@ -74,7 +105,7 @@ bv_status bv_opt_parse(const bv_option *d, const char *text, bv_opt_value *out,
             return bv_error_set(err, BV_ERR_INVALID, "expected an integer for '%s', got '%s'",
                                 d->name, text);
         out->v.i = v;
-        return check_range(d, (double)v, text, err);
+        return check_int_range(d, v, text, err);
     }
     case BV_OPT_FLOAT: {
         errno = 0;

@@ -46,6 +46,7 @@ void bv_experiment_free(bv_experiment *x)
     bv_opts_free(&x->train);
     bv_opts_free(&x->engine);
     bv_opts_free(&x->policy);
+    bv_policy_free(x->policy_ready);
     free(x->policy_params);
     bv_node_free(x->root);
     free(x->path);
@@ -130,8 +131,9 @@ static void load_policy_params(bv_experiment *x, const bv_node *section, bv_diag
     }
 }
 
-/* Compiles and sets the script up once, so a broken policy is found before anything runs:
- * an error when on_error is stop, a warning (and a run without it) otherwise. */
+/* Compiles and sets the script up, so a broken policy is found before anything runs: an
+ * error when on_error is stop, a warning (and a run without it) otherwise. A good one is
+ * kept for the first run, so its set-up runs once (docs/policies.md). */
 static void check_policy_script(bv_experiment *x, bv_diag *diag)
 {
     bv_policy_limits lim = {bv_opts_int(&x->policy, "instructions"),
@@ -140,7 +142,7 @@ static void check_policy_script(bv_experiment *x, bv_diag *diag)
     bv_error err = {0};
     if (bv_policy_load(bv_opts_str(&x->policy, "file"), x->policy_params, x->npolicy_params,
                        &lim, &p, &err) == BV_OK) {
-        bv_policy_free(p);
+        x->policy_ready = p;
         return;
     }
     if (strcmp(bv_opts_str(&x->policy, "on_error"), "stop") == 0) {
@@ -150,6 +152,14 @@ static void check_policy_script(bv_experiment *x, bv_diag *diag)
         bv_log(BV_LOG_WARN, "%s; the run goes on without the policy", err.msg);
         x->policy_broken = true;
     }
+}
+
+bv_policy *bv_experiment_take_policy(bv_experiment *x)
+{
+    bv_policy *p = x ? x->policy_ready : NULL;
+    if (x)
+        x->policy_ready = NULL;
+    return p;
 }
 
 static void load_resilience(bv_experiment *x, bv_registry *reg, const bv_node *list,

@@ -42,6 +42,9 @@ typedef struct bv_experiment {
     bool policy_broken; /* it failed to load with on_error: continue; runs go on without it */
     bv_policy_param *policy_params;
     size_t npolicy_params;
+    /* The policy as validation set it up (its top level has run): the first run takes it
+     * (bv_experiment_take_policy), so that set-up runs once per run; NULL once taken. */
+    bv_policy *policy_ready;
     char *dataset_dir; /* resolved directory; NULL for a synthetic dataset */
     char *dataset_label; /* what result.json calls the dataset */
 } bv_experiment;
@@ -51,6 +54,11 @@ typedef struct bv_experiment {
 bv_status bv_experiment_load(const char *path, char *const *overrides, size_t noverrides,
                              bv_registry *reg, bv_experiment **out, bv_diag *diag);
 void bv_experiment_free(bv_experiment *x);
+
+/* The policy validation set up, for one run to own (bv_train_options.policy); NULL when
+ * there is none, it is broken, or it was taken already. A further run (another seed of
+ * --repeat) loads its own, fresh one. */
+bv_policy *bv_experiment_take_policy(bv_experiment *x);
 
 /* The value's position when the user set it, else fallback's (may be NULL). */
 const bv_pos *bv_experiment_value_pos(const bv_opts *o, const char *name,

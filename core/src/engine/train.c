@@ -297,8 +297,10 @@ static bv_status setup(train_run *r, void *data, bv_error *err)
             (size_t)bv_opts_int(&x->policy, "memory_mb") << 20,
         };
         r->policy_stops_on_error = strcmp(bv_opts_str(&x->policy, "on_error"), "stop") == 0;
-        st = bv_policy_load(bv_opts_str(&x->policy, "file"), x->policy_params,
-                            x->npolicy_params, &lim, &r->policy, err);
+        /* the one validation set up, if handed over; else a fresh one (another seed) */
+        st = r->policy ? BV_OK
+                       : bv_policy_load(bv_opts_str(&x->policy, "file"), x->policy_params,
+                                        x->npolicy_params, &lim, &r->policy, err);
         if (st != BV_OK) {
             if (r->policy_stops_on_error)
                 return st;
@@ -370,7 +372,7 @@ bv_status bv_train(const bv_experiment *x, void *data, const bv_train_options *o
                    bv_run_result *res, bv_error *err)
 {
     memset(res, 0, sizeof *res);
-    train_run r = {.x = x, .ops = x->engine_ops, .o = o, .lr_set = NAN};
+    train_run r = {.x = x, .ops = x->engine_ops, .o = o, .policy = o->policy, .lr_set = NAN};
     r.t0 = bv_now_seconds();
     const bv_engine_ops *ops = r.ops;
     const bv_record_kind *kind = ops->unit_record;

@@ -16,6 +16,8 @@ typedef struct bv_train_options {
     bool resume;         /* restore from the resilience plugins' newest good state */
     bool progress;       /* live progress line on stderr */
     int64_t kill_after;  /* fault injection: SIGKILL self after this unit (0: off) */
+    bv_policy *policy;   /* x's policy, set up already (bv_experiment_take_policy), or NULL:
+                          * the run loads its own. bv_train frees it, whatever it returns */
 } bv_train_options;
 
 /* Trains one seed of x on data (the engine's load_data). res is filled when the run

@@ -16,6 +16,7 @@
 #include <lualib.h>
 
 #include "bivouac/log.h"
+#include "policy_pattern.h"
 
 /* Instructions between two runs of the count hook: small enough that a budget is
  * enforced to within this many instructions, large enough that the hook costs nothing. */
@@ -31,6 +32,7 @@ struct bv_policy {
     size_t mem_cap;               /* bytes, whole heap */
     size_t mem_used;
     bool sealed;                  /* set-up is over: globals are read-only */
+    bv_pattern_meter meter;       /* charges pattern matching to the budget */
     char **handlers;              /* names of the global on_* functions, fixed at set-up */
     size_t nhandlers;
 
@@ -87,18 +89,25 @@ static int raise_limit(lua_State *L)
     return lua_error(L);
 }
 
-/* Where the script was when the heap cap was hit: the innermost Lua function on the
- * stack (a C function such as string.rep has no line). Only reads the call stack. */
-static void note_memory_line(bv_policy *p)
+/* The line of the innermost Lua function on the stack (a C function such as
+ * string.rep has none), or 0. Only reads the call stack. */
+static int script_line(lua_State *L)
 {
     lua_Debug ar;
+    for (int level = 0; level < 8 && lua_getstack(L, level, &ar); level++)
+        if (lua_getinfo(L, "l", &ar) && ar.currentline > 0)
+            return ar.currentline;
+    return 0;
+}
+
+/* Where the script was when the heap cap was hit. */
+static void note_memory_line(bv_policy *p)
+{
     if (!p->L || p->hit != LIMIT_NONE)
         return;
-    for (int level = 0; level < 8 && lua_getstack(p->L, level, &ar); level++)
-        if (lua_getinfo(p->L, "l", &ar) && ar.currentline > 0) {
-            p->mem_line = ar.currentline;
-            return;
-        }
+    int line = script_line(p->L);
+    if (line > 0)
+        p->mem_line = line;
 }
 
 /* The heap cap. Lua answers a refused allocation with an emergency full collection and
@@ -168,6 +177,22 @@ static void policy_hook(lua_State *L, lua_Debug *ar)
         }
         if (lua_getinfo(L, "l", ar))
             p->hit_line = ar->currentline;
+        limit_hit(p, LIMIT_BUDGET);
+    }
+    raise_limit(L);
+}
+
+/* The meter of the sandbox's pattern functions (policy_pattern.h): their steps are
+ * spent from the same budget as instructions, since the count hook cannot interrupt
+ * them. The error is the budget's, at the line that called string.find (or match...). */
+static void charge_pattern_steps(lua_State *L, void *ud, int64_t steps)
+{
+    bv_policy *p = ud;
+    if (p->hit == LIMIT_NONE) {
+        p->budget_left -= steps;
+        if (p->budget_left > 0)
+            return;
+        p->hit_line = script_line(L);
         limit_hit(p, LIMIT_BUDGET);
     }
     raise_limit(L);
@@ -382,7 +407,8 @@ static void push_params(lua_State *L, const bv_policy_param *params, size_t n)
  * processes (io, os, package, require, dofile, loadfile), code loading (load,
  * string.dump: no bytecode ever gets in), introspection (debug), non-determinism
  * (math.random, collectgarbage: the core replays a policy on resume), raw writes that
- * would go around the read-only proxies (rawset), and unmetered C loops (table.move).
+ * would go around the read-only proxies (rawset), and unmetered C loops (table.move);
+ * and replaces the pattern functions of string by metered ones (policy_pattern.c).
  * Leaves the globals proxy on top of the stack. */
 static void build_sandbox(lua_State *L, const bv_policy_param *params, size_t nparams)
 {
@@ -402,6 +428,9 @@ static void build_sandbox(lua_State *L, const bv_policy_param *params, size_t np
     remove_field(L, LUA_MATHLIBNAME, "random");
     remove_field(L, LUA_MATHLIBNAME, "randomseed");
     remove_field(L, LUA_TABLIBNAME, "move");
+    lua_getglobal(L, LUA_STRLIBNAME); /* find, match, gmatch, gsub: metered */
+    bv_pattern_install(L, -1, &policy_from(L)->meter);
+    lua_pop(L, 1);
 
     lua_register(L, "pcall", sandbox_pcall);
     lua_register(L, "xpcall", sandbox_xpcall);
@@ -523,6 +552,18 @@ static int raise_action_error(lua_State *L, const char *fmt, ...)
     return lua_error(L);
 }
 
+/* A number as Lua prints it, with NaN as "nan" whatever its sign bit (0/0 is -nan on
+ * x86, and printf would say so). */
+static const char *number_text(double v, char buf[32])
+{
+    if (isnan(v))
+        return "nan";
+    if (isinf(v))
+        return v > 0 ? "inf" : "-inf";
+    snprintf(buf, 32, "%.14g", v);
+    return buf;
+}
+
 static int compare_set_names(const void *a, const void *b)
 {
     return strcmp((const char *)a, (const char *)b); /* name is the first member */
@@ -538,17 +579,36 @@ static void parse_sets(lua_State *L, bv_policy_actions *out)
         if (lua_type(L, -2) != LUA_TSTRING)
             raise_action_error(L, "a 'set' entry with a %s key, expected a name",
                                luaL_typename(L, -2));
-        const char *name = lua_tostring(L, -2);
+        size_t len;
+        const char *name = lua_tolstring(L, -2, &len);
+        if (strlen(name) != len) { /* the core sees C strings: "a\0b" would become "a" */
+            luaL_Buffer b;
+            luaL_buffinit(L, &b);
+            for (size_t i = 0; i < len && i < 64; i++) {
+                if (name[i])
+                    luaL_addchar(&b, name[i]);
+                else
+                    luaL_addstring(&b, "\\0");
+            }
+            luaL_pushresult(&b);
+            raise_action_error(L, "a 'set' name with a NUL byte ('%s'), expected a plain name",
+                               lua_tostring(L, -1));
+        }
         if (lua_type(L, -1) != LUA_TNUMBER)
             raise_action_error(L, "set.%s as a %s, expected a number", name,
                                luaL_typename(L, -1));
-        if (name[0] == '\0' || strlen(name) >= sizeof out->sets[0].name)
-            raise_action_error(L, "a 'set' name of %zu bytes, expected 1 to %zu",
-                               strlen(name), sizeof out->sets[0].name - 1);
+        if (name[0] == '\0' || len >= sizeof out->sets[0].name)
+            raise_action_error(L, "a 'set' name of %zu bytes, expected 1 to %zu", len,
+                               sizeof out->sets[0].name - 1);
+        double value = lua_tonumber(L, -1);
+        char text[32];
+        if (!isfinite(value)) /* a knob set to NaN compares false with every bound */
+            raise_action_error(L, "set.%s = %s, expected a finite number", name,
+                               number_text(value, text));
         if (out->nsets == BV_POLICY_MAX_SETS)
             raise_action_error(L, "more than %d 'set' entries", BV_POLICY_MAX_SETS);
         strcpy(out->sets[out->nsets].name, name);
-        out->sets[out->nsets].value = lua_tonumber(L, -1);
+        out->sets[out->nsets].value = value;
         out->nsets++;
         lua_pop(L, 1);
     }
@@ -586,8 +646,10 @@ static void parse_actions(lua_State *L, bv_policy_actions *out)
                 raise_action_error(L, "action 'lr' as a %s, expected a number",
                                    lua_typename(L, vt));
             double lr = lua_tonumber(L, -1);
+            char text[32];
             if (!isfinite(lr) || lr < 0)
-                raise_action_error(L, "lr = %g, expected a finite number >= 0", lr);
+                raise_action_error(L, "lr = %s, expected a finite number >= 0",
+                                   number_text(lr, text));
             out->set_lr = true;
             out->lr = lr;
         } else if (strcmp(key, "set") == 0) {
@@ -769,6 +831,7 @@ bv_status bv_policy_load(const char *path, const bv_policy_param *params, size_t
     }
     p->budget = lim && lim->instructions ? lim->instructions : BV_POLICY_DEFAULT_INSTRUCTIONS;
     p->mem_cap = lim && lim->memory_bytes ? lim->memory_bytes : BV_POLICY_DEFAULT_MEMORY;
+    p->meter = (bv_pattern_meter){charge_pattern_steps, p};
 
     p->L = lua_newstate(policy_alloc, p);
     if (!p->L) {

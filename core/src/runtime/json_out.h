@@ -4,7 +4,8 @@
 
 #include <stdio.h>
 
-/* Writes s as a JSON string literal, quotes included. */
+/* Writes s as a JSON string literal, quotes included; bytes that are not UTF-8 become
+ * \ufffd, so the output is always valid JSON. */
 void bv_json_string(FILE *f, const char *s);
 /* Writes a finite double with 10 significant digits, or null. */
 void bv_json_number(FILE *f, double v);

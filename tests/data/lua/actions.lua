@@ -34,6 +34,12 @@ function on_epoch_end(m)
     return {set = {epoch_is_integer = math.type(m.epoch) == "integer" and 1 or 0,
                    loss = m.train_loss}}
   end
+  if mode == 17 then return {set = {workers = 0/0}} end
+  if mode == 18 then return {set = {workers = math.huge}} end
+  if mode == 19 then return {set = {batch = -math.huge}} end
+  if mode == 20 then return {set = {["wor\0kers"] = 8}} end
+  if mode == 21 then return {lr = 0/0} end
+  if mode == 22 then return {lr = math.huge} end
   return nil
 end
 
