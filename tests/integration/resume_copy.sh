@@ -98,6 +98,7 @@ report $s start "$tmp/edited"
 
 t "resume after the experiment file was edited: a warning, then the run's own result"
 s=0
+# shellcheck disable=SC2016 # $1 is the inner shell's
 outcome_exit 0 "bivouac: warning: $exp_real changed since the run started; resuming with the run's copy $tmp/k1/experiment.yaml
 bivouac: info: resumed after step N" \
     bash -c 'cd "$1/elsewhere" && shift && exec "$@"' _ "$tmp" "$B" run --resume "$tmp/k1" --quiet || s=1
@@ -107,6 +108,7 @@ report $s "(cd $tmp/elsewhere && $B run --resume $tmp/k1 --quiet)"
 rm "$exp"
 t "resume after the experiment file was deleted: the run's own result"
 s=0
+# shellcheck disable=SC2016
 outcome_exit 0 "bivouac: info: resumed after step N" \
     bash -c 'cd "$1/elsewhere" && shift && exec "$@"' _ "$tmp" "$B" run --resume "$tmp/k2" --quiet || s=1
 same_as_ref "$tmp/k2" || s=1
