@@ -51,7 +51,7 @@ golden gat-cora gat-cora.yaml 'params_crc32c: "0ea73533"' 'epochs: 50' \
     'test_accuracy: 0.788' -- --seed 42 -s train.epochs=50
 golden transformer transformer-shakespeare.yaml 'params_crc32c: "34f29c0a"' 'steps: 100' \
     'val_loss: 2.605320945' 'last_step_loss: 2.483401078' -- -s train.steps=100 \
-    -s train.eval_interval=50 -s train.final_eval_iters=20
+    -s train.eval_interval=50 -s resilience.0.every=50 -s train.final_eval_iters=20
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -15,6 +15,7 @@
 #include "config.h"
 #include "experiment.h"
 #include "registry.h"
+#include "run_dir.h"
 #include "train.h"
 
 #define MAX_OVERRIDES 256
@@ -28,6 +29,7 @@ typedef struct run_args {
     long long seed; /* -1: train.seed */
     long long repeat;
     int quiet;
+    int force; /* --force: replace the run DIR holds */
 } run_args;
 
 static int mkdir_p(const char *path)
@@ -77,6 +79,8 @@ static int parse_args(int argc, char **argv, run_args *a, bool allow_run_flags)
             a->resume = argv[++i];
         } else if (allow_run_flags && (!strcmp(arg, "--quiet") || !strcmp(arg, "-q"))) {
             a->quiet = 1;
+        } else if (allow_run_flags && !strcmp(arg, "--force")) {
+            a->force = 1;
         } else if (arg[0] == '-') {
             return bv_cli_fail(BV_EXIT_USAGE, "unknown option '%s' (see bivouac --help)", arg);
         } else if (!a->experiment) {
@@ -88,7 +92,9 @@ static int parse_args(int argc, char **argv, run_args *a, bool allow_run_flags)
     return 0;
 }
 
-/* DIR/run.yaml records how the run was started, so --resume can start it again. */
+/* DIR/run.yaml records how the run was started: the experiment file (and a checksum of its
+ * bytes, so that --resume can tell it was edited since), the seed, the repeat count and
+ * the overrides (already applied in DIR/experiment.yaml, which --resume runs). */
 static int write_run_file(const char *dir, const char *experiment, const run_args *a,
                           unsigned long long seed)
 {
@@ -112,6 +118,11 @@ static int write_run_file(const char *dir, const char *experiment, const run_arg
         rc |= bv_config_override(root, buf, &d) != BV_OK;
         snprintf(buf, sizeof buf, "repeat=%lld", a->repeat);
         rc |= bv_config_override(root, buf, &d) != BV_OK;
+        unsigned crc;
+        if (bv_run_dir_file_crc(experiment, &crc)) {
+            snprintf(buf, sizeof buf, "experiment_crc32c=%08x", crc);
+            rc |= bv_config_override(root, buf, &d) != BV_OK;
+        }
         free(set);
         for (size_t i = 0; i < a->noverrides && !rc; i++) {
             char key[64];
@@ -137,7 +148,10 @@ static int write_run_file(const char *dir, const char *experiment, const run_arg
     return rc;
 }
 
-static int read_run_file(const char *dir, run_args *a, char **experiment, bv_node **keep)
+/* --resume DIR: the seed and repeat count from DIR/run.yaml. The experiment is DIR's own
+ * copy (overrides applied, paths absolute): the file the run started from may since have
+ * been edited or deleted, and an edit is worth only a warning. */
+static int read_run_file(const char *dir, run_args *a)
 {
     char path[4200];
     snprintf(path, sizeof path, "%s/run.yaml", dir);
@@ -156,33 +170,18 @@ static int read_run_file(const char *dir, run_args *a, char **experiment, bv_nod
         bv_node_free(root);
         return bv_cli_fail(BV_EXIT_USAGE, "%s: missing 'experiment' or 'seed'", path);
     }
-    *experiment = exp->scalar;
     a->seed = strtoll(seed->scalar, NULL, 10);
     const bv_node *repeat = bv_node_get(root, "repeat");
     if (repeat && repeat->kind == BV_NODE_SCALAR)
         a->repeat = strtoll(repeat->scalar, NULL, 10) > 0 ? strtoll(repeat->scalar, NULL, 10) : 1;
-    const bv_node *ov = bv_node_get(root, "overrides");
-    for (size_t i = 0; ov && ov->kind == BV_NODE_MAP && i < ov->count; i++)
-        if (a->noverrides < MAX_OVERRIDES)
-            a->overrides[a->noverrides++] = ov->items[i]->scalar;
-    *keep = root;
+    const bv_node *crc = bv_node_get(root, "experiment_crc32c");
+    unsigned now;
+    if (crc && crc->kind == BV_NODE_SCALAR && bv_run_dir_file_crc(exp->scalar, &now) &&
+        strtoul(crc->scalar, NULL, 16) != now)
+        bv_log(BV_LOG_WARN, "%s changed since the run started; resuming with the run's copy "
+               "%s/experiment.yaml", exp->scalar, dir);
+    bv_node_free(root);
     return 0;
-}
-
-static int write_experiment_copy(const char *dir, const bv_experiment *x)
-{
-    char path[4200];
-    snprintf(path, sizeof path, "%s/experiment.yaml", dir);
-    char *text = bv_node_to_yaml(x->root);
-    FILE *f = text ? fopen(path, "w") : NULL;
-    int rc = f ? 0 : -1;
-    if (f) {
-        fprintf(f, "# the experiment as run (overrides applied), from %s\n", x->path);
-        fputs(text, f);
-        rc = fclose(f);
-    }
-    free(text);
-    return rc;
 }
 
 static void default_out_dir(const bv_experiment *x, char *buf, size_t len)
@@ -304,14 +303,19 @@ int bv_cli_run(int argc, char **argv)
     int rc = parse_args(argc, argv, &a, true);
     if (rc)
         return rc;
-    bv_node *run_file = NULL;
     char *experiment = (char *)a.experiment;
+    char copy[4200];
     if (a.resume) {
         if (a.experiment || a.noverrides || a.seed >= 0 || a.repeat != 1 || a.out)
             return bv_cli_fail(BV_EXIT_USAGE, "--resume DIR takes no experiment file, -s, "
                                "--seed, --repeat or --out: they come from DIR/run.yaml");
-        if ((rc = read_run_file(a.resume, &a, &experiment, &run_file)))
+        if (a.force)
+            return bv_cli_fail(BV_EXIT_USAGE, "--force replaces the run in --out DIR; "
+                               "--resume DIR continues it: use one or the other");
+        if ((rc = read_run_file(a.resume, &a)))
             return rc;
+        snprintf(copy, sizeof copy, "%s/experiment.yaml", a.resume);
+        experiment = copy;
         a.out = a.resume;
     }
     if (!experiment)
@@ -342,21 +346,27 @@ int bv_cli_run(int argc, char **argv)
             snprintf(out, sizeof out, "%s", a.out);
         else
             default_out_dir(x, out, sizeof out);
+        /* One run per directory: the lock keeps a second process out for the whole run,
+         * and a new run neither mixes with nor prunes what another run left there. */
+        bv_run_lock lock = {.fd = -1};
         if (mkdir_p(out) != 0) {
             code = bv_cli_fail(BV_EXIT_FAILED, "cannot create %s: %s", out, strerror(errno));
-        } else {
-            if (!a.resume && (write_run_file(out, experiment, &a, seed) != 0 ||
-                              write_experiment_copy(out, x) != 0))
+        } else if ((code = bv_run_dir_lock(out, &lock)) == BV_EXIT_OK) {
+            if (!a.resume)
+                code = bv_run_dir_claim(out, a.force);
+            if (code == BV_EXIT_OK && !a.resume &&
+                (write_run_file(out, experiment, &a, seed) != 0 ||
+                 bv_run_dir_write_experiment(out, x) != 0))
                 code = bv_cli_fail(BV_EXIT_FAILED, "cannot write the run files in %s", out);
             if (code == BV_EXIT_OK)
                 code = train_all(x, data, out, &a, seed);
+            bv_run_dir_unlock(&lock);
         }
     }
     if (x && x->engine_ops->free_data)
         x->engine_ops->free_data(data);
     bv_experiment_free(x);
     bv_registry_free(reg);
-    bv_node_free(run_file);
     return code;
 }
 

@@ -128,7 +128,9 @@ static void wait_idle_locked(bv_resilience *r)
 }
 
 /* Takes the writer's unreported outcome. Called with r->lock held; returns with it released,
- * so the logging happens outside the lock. */
+ * so the logging happens outside the lock. A failure goes back in err for the caller to
+ * report (logging it here as well printed it twice); only destroy, which has no way to
+ * return it (err NULL), logs it. */
 static bv_status report(bv_resilience *r, bv_error *err)
 {
     bv_error failure = r->failure, notice = r->notice;
@@ -139,7 +141,8 @@ static bv_status report(bv_resilience *r, bv_error *err)
         bv_log(BV_LOG_WARN, "%s", notice.msg);
     if (failure.status == BV_OK)
         return BV_OK;
-    bv_log(BV_LOG_ERROR, "%s", failure.msg);
+    if (!err)
+        bv_log(BV_LOG_ERROR, "%s", failure.msg);
     return bv_error_set(err, failure.status, "%s", failure.msg);
 }
 
@@ -277,8 +280,8 @@ static bv_status checkpoint_epoch_end(bv_resilience *r, const bv_state *state, b
         wait_idle_locked(r);
     bv_status reported = report(r, err); /* unlocks */
     if (valid != BV_OK) {
-        bv_log(BV_LOG_ERROR, "checkpoint of epoch %lld: %s", (long long)state->epoch,
-               invalid.msg);
+        if (reported != BV_OK && err) /* two errors: the caller reports the second */
+            bv_log(BV_LOG_ERROR, "%s", err->msg);
         return bv_error_set(err, valid, "checkpoint of epoch %lld: %s",
                             (long long)state->epoch, invalid.msg);
     }

@@ -205,6 +205,11 @@ bv_status checkpoint_image_write(const char *dir, int64_t epoch, const unsigned 
         snprintf(tmp_path, sizeof tmp_path, "%s/.ckpt-XXXXXX.tmp", dir) >= (int)sizeof tmp_path)
         return bv_error_set(err, BV_ERR_IO, "%s: checkpoint path too long", dir);
 
+    /* rename cannot replace a directory; say so before writing anything */
+    struct stat sb;
+    if (lstat(final_path, &sb) == 0 && S_ISDIR(sb.st_mode))
+        return bv_error_set(err, BV_ERR_IO, "%s is a directory, not a checkpoint file",
+                            final_path);
     int fd = mkostemps(tmp_path, 4, O_CLOEXEC);
     if (fd < 0)
         return bv_error_set(err, BV_ERR_IO, "cannot create a checkpoint in %s: %s", dir,
@@ -437,17 +442,22 @@ bv_status checkpoint_read(const char *path, bv_state *out, bv_error *err)
 {
     if (out)
         *out = (bv_state){0};
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: opening a FIFO named like a checkpoint must not wait for a writer */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0)
         return bv_error_set(err, BV_ERR_IO, "%s: %s", path, strerror(errno));
     struct stat sb;
-    if (fstat(fd, &sb) != 0) {
-        bv_status st = bv_error_set(err, BV_ERR_IO, "%s: %s", path, strerror(errno));
+    bv_status st = BV_OK;
+    if (fstat(fd, &sb) != 0)
+        st = bv_error_set(err, BV_ERR_IO, "%s: %s", path, strerror(errno));
+    else if (!S_ISREG(sb.st_mode))
+        st = bv_error_set(err, BV_ERR_IO, "%s is not a regular file", path);
+    if (st != BV_OK) {
         close(fd);
         return st;
     }
     reader r = {.fd = fd, .path = path, .pos = 0, .crc = 0};
-    bv_status st = read_checked(&r, (uint64_t)sb.st_size, out, err);
+    st = read_checked(&r, (uint64_t)sb.st_size, out, err);
     close(fd);
     if (st != BV_OK && out)
         bv_state_free(out);
@@ -524,6 +534,13 @@ bv_status bv_checkpoint_restore_dir(const char *dir, bv_state *out, bv_error *er
         char name[64], path[PATH_MAX];
         checkpoint_file_name(epochs[i], name, sizeof name);
         snprintf(path, sizeof path, "%s/%s", dir, name);
+        /* a FIFO or a directory under a checkpoint's name is no checkpoint */
+        struct stat sb;
+        if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode)) {
+            bv_log(BV_LOG_WARN, "checkpoint %s is not a regular file; using an older one",
+                   path);
+            continue;
+        }
         bv_error why = {0};
         st = checkpoint_read(path, out, &why);
         if (st == BV_OK) {

@@ -73,12 +73,36 @@ static void corpus_path(const bv_experiment *x, char *buf, size_t len)
     }
 }
 
+/* The engine offers its state to the resilience strategies only at evaluations (every
+ * eval_interval steps) and at the end, and a strategy with an `every` option keeps the
+ * offers whose step it divides: one that does not divide eval_interval would keep far
+ * fewer states than asked, or none at all. */
+static void check_resilience_every(const bv_experiment *x, bv_diag *diag)
+{
+    int64_t interval = bv_opts_int(&x->train, "eval_interval");
+    const bv_node *list = bv_node_get(x->root, "resilience");
+    for (size_t i = 0; i < x->nresilience; i++) {
+        const bv_opt_value *every = bv_opts_find(&x->resilience[i].opts, "every");
+        if (!every || every->decl->type != BV_OPT_INT || every->v.i <= 0 ||
+            interval % every->v.i == 0)
+            continue;
+        const bv_node *item = list && list->kind == BV_NODE_SEQ && i < list->count
+                                  ? list->items[i]
+                                  : NULL;
+        bv_diag_add(diag, bv_experiment_value_pos(&x->resilience[i].opts, "every", item),
+                    "%s 'every' (%lld) must divide train.eval_interval (%lld): the engine "
+                    "offers its state only at evaluations",
+                    x->resilience[i].plugin->name, (long long)every->v.i, (long long)interval);
+    }
+}
+
 static void check(bv_experiment *x, const bv_node *dataset, bool dataset_valid, bool clean,
                   bv_diag *diag)
 {
     (void)dataset_valid;
     if (!clean) /* the data is read only once the sections are known to be valid */
         return;
+    check_resilience_every(x, diag);
     const char *text = bv_opts_str(&x->dataset, "text");
     const char *name = bv_opts_str(&x->dataset, "name");
     const bv_pos *dpos = bv_experiment_value_pos(&x->dataset, text[0] ? "text" : "name", dataset);
