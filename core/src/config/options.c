@@ -102,6 +102,7 @@ bv_status bv_opt_parse(const bv_option *d, const char *text, bv_opt_value *out,
         /* fallthrough */
     case BV_OPT_STRING:
     case BV_OPT_PATH:
+    case BV_OPT_DIR:
         out->v.s = strdup(text);
         return out->v.s ? BV_OK : bv_error_set(err, BV_ERR_NOMEM, "out of memory");
     }
@@ -111,7 +112,8 @@ bv_status bv_opt_parse(const bv_option *d, const char *text, bv_opt_value *out,
 
 static bool owns_string(const bv_option *d)
 {
-    return d->type == BV_OPT_STRING || d->type == BV_OPT_ENUM || d->type == BV_OPT_PATH;
+    return d->type == BV_OPT_STRING || d->type == BV_OPT_ENUM || d->type == BV_OPT_PATH ||
+           d->type == BV_OPT_DIR;
 }
 
 bv_status bv_opts_defaults(bv_opts *o, const char *section, const bv_option *schema,
@@ -186,5 +188,8 @@ bool bv_opts_bool(const bv_opts *o, const char *name)
 
 const char *bv_opts_str(const bv_opts *o, const char *name)
 {
+    const bv_opt_value *v = bv_opts_find(o, name);
+    if (v && v->decl->type == BV_OPT_DIR)
+        return v->v.s;
     return get_typed(o, name, BV_OPT_STRING, BV_OPT_ENUM, BV_OPT_PATH)->v.s;
 }

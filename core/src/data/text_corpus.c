@@ -1,6 +1,8 @@
 /* Reading a UTF-8 text into character tokens (text_corpus.h). */
 #include "text_corpus.h"
 
+#include "input_file.h"
+
 #include <errno.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -42,33 +44,17 @@ bv_status bv_text_corpus_load(const char *path, double val_fraction, bv_text_cor
                               bv_error *err)
 {
     memset(out, 0, sizeof *out);
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return bv_error_set(err, BV_ERR_IO, "cannot read %s: %s", path, strerror(errno));
-    unsigned char *buf = NULL;
-    size_t len = 0, cap = 0;
-    for (;;) {
-        if (len == cap) {
-            cap = cap ? cap * 2 : 1 << 20;
-            unsigned char *nb = realloc(buf, cap);
-            if (!nb) {
-                free(buf);
-                fclose(f);
-                return bv_error_set(err, BV_ERR_NOMEM, "out of memory reading %s", path);
-            }
-            buf = nb;
-        }
-        size_t got = fread(buf + len, 1, cap - len, f);
-        len += got;
-        if (got == 0)
-            break;
-    }
-    bool read_error = ferror(f);
-    fclose(f);
-    if (read_error) {
-        free(buf);
-        return bv_error_set(err, BV_ERR_IO, "error reading %s", path);
-    }
+    uint64_t max_bytes;
+    bv_status st = bv_input_limit("BIVOUAC_MAX_TEXT_BYTES", BV_TEXT_MAX_BYTES, &max_bytes, err);
+    if (st != BV_OK)
+        return st;
+    char *text = NULL;
+    size_t len = 0;
+    st = bv_input_read(path, max_bytes, "a text dataset", "BIVOUAC_MAX_TEXT_BYTES", &text, &len,
+                       err);
+    if (st != BV_OK)
+        return st;
+    unsigned char *buf = (unsigned char *)text;
     if (len == 0) {
         free(buf);
         return bv_error_set(err, BV_ERR_INVALID, "the text %s is empty", path);
@@ -82,9 +68,9 @@ bv_status bv_text_corpus_load(const char *path, double val_fraction, bv_text_cor
     for (size_t i = 0; i < len;) {
         int l = utf8_decode(buf + i, len - i, &cps[n]);
         if (!l) {
-            bv_status st = bv_error_set(err, BV_ERR_INVALID,
-                                        "the text %s is not UTF-8: invalid byte 0x%02x at "
-                                        "offset %zu (line %zu)", path, buf[i], i, line);
+            st = bv_error_set(err, BV_ERR_INVALID,
+                              "the text %s is not UTF-8: invalid byte 0x%02x at offset %zu "
+                              "(line %zu)", path, buf[i], i, line);
             free(buf);
             free(cps);
             return st;

@@ -117,8 +117,10 @@ static void load_policy_params(bv_experiment *x, const bv_node *section, bv_diag
         return;
     }
     x->policy_params = calloc(params->count + 1, sizeof *x->policy_params);
-    if (!x->policy_params)
+    if (!x->policy_params) {
+        bv_diag_add(diag, &params->pos, "out of memory while reading the policy parameters");
         return;
+    }
     for (size_t i = 0; i < params->count; i++) {
         if (params->items[i]->kind != BV_NODE_SCALAR) {
             bv_diag_add(diag, &params->items[i]->pos, "policy parameter '%s' must be a single "
@@ -191,6 +193,45 @@ static char *default_name(const char *path)
     return name;
 }
 
+/* The longest experiment name: runs/<name>-<time> must stay a short, plain file name. */
+#define MAX_NAME_LEN 64
+
+/* `name:` becomes a directory name under runs/: a plain token (letters, digits, '-', '_',
+ * '.'; not starting with '.'), so that `../x` or `/tmp/x` cannot put a run elsewhere. */
+static bool plain_name(const char *s)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n > MAX_NAME_LEN || s[0] == '.')
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                  c == '-' || c == '_' || c == '.';
+        if (!ok)
+            return false;
+    }
+    return true;
+}
+
+/* The experiment's name: `name:` if set, else the file's name without .yaml. */
+static void load_name(bv_experiment *x, const bv_node *name, const char *path, bv_diag *diag)
+{
+    if (name && name->kind != BV_NODE_SCALAR) {
+        bv_diag_add(diag, &name->pos, "expected a string for 'name', got %s",
+                    name->kind == BV_NODE_MAP ? "a mapping" : "a list");
+        return;
+    }
+    if (name && name->scalar[0] && !plain_name(name->scalar)) {
+        bv_diag_add(diag, &name->pos, "'name' must be a plain name of at most %d letters, "
+                    "digits, '-', '_' and '.', not starting with '.' (it names the run "
+                    "directory), got '%s'", MAX_NAME_LEN, name->scalar);
+        return;
+    }
+    x->name = name && name->scalar[0] ? strdup(name->scalar) : default_name(path);
+    if (!x->name)
+        bv_diag_add(diag, NULL, "out of memory while loading %s", path);
+}
+
 /* The engine a model plugin's descriptor names. */
 static const bv_engine_ops *model_engine(const bv_plugin *p, const bv_node *section,
                                          bv_diag *diag)
@@ -232,6 +273,11 @@ bv_status bv_experiment_load(const char *path, char *const *overrides, size_t no
         return BV_ERR_NOMEM;
     x->path = strdup(path);
     size_t before = diag->count;
+    if (!x->path) {
+        bv_diag_add(diag, NULL, "out of memory while loading %s", path);
+        bv_experiment_free(x);
+        return BV_ERR_NOMEM;
+    }
     bv_status st = bv_config_load_file(path, &x->root, diag);
     if (st != BV_OK) {
         bv_experiment_free(x);
@@ -254,9 +300,7 @@ bv_status bv_experiment_load(const char *path, char *const *overrides, size_t no
         else
             bv_diag_add(diag, &root->key_pos[i], "unknown section '%s'", root->keys[i]);
     }
-    const bv_node *name = bv_node_get(root, "name");
-    x->name = name && name->kind == BV_NODE_SCALAR && name->scalar[0] ? strdup(name->scalar)
-                                                                      : default_name(path);
+    load_name(x, bv_node_get(root, "name"), path, diag);
 
     const bv_node *model = bv_node_get(root, "model");
     const bv_plugin *model_plugin = NULL;
