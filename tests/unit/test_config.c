@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "alloc.h"
 #include "config.h"
 
 static const bv_option model_schema[] = {
@@ -942,7 +943,8 @@ static void validate_refuses_quoted_numbers_and_booleans(void **state)
     assert_int_equal(d.count, 3);
     expect_diag(&d, 0, "t.yaml", 2, 11, "expected an integer for 'hidden', got the string \"16\"");
     expect_diag(&d, 1, "t.yaml", 4, 12, "expected a number for 'dropout', got the string \"0.5\"");
-    expect_diag(&d, 2, "t.yaml", 5, 9, "expected true or false for 'bias', got the string \"true\"");
+    expect_diag(&d, 2, "t.yaml", 5, 9,
+                "expected true or false for 'bias', got the string \"true\"");
     bv_diag_free(&d);
     /* the same values from the command line are plain: numbers */
     bv_diag_init(&d);
@@ -1015,6 +1017,52 @@ static void validate_checks_what_a_path_names(void **state)
     bv_node_free(root);
 }
 
+/* Every allocation of the loader, the overrides and the validator that fails ends in
+ * BV_ERR_NOMEM with an "out of memory" diagnostic: none is lost (and, under ASan, none
+ * leaks). Allocation number n and every later one fail, for each n until none is reached. */
+static void every_failed_allocation_is_reported(void **state)
+{
+    (void)state;
+    const char *text = "model:\n  hidden: 64\n  layers: 2\n  data: d.csv\n"
+                       "list: [a, {b: c}, [d]]\n";
+    bool finished = false;
+    for (long n = 0; n < 10000 && !finished; n++) {
+        bv_diag d;
+        bv_diag_init(&d);
+        bv_node *root = NULL;
+        bv_opts o = {0};
+        unsigned long failures = bv_alloc_failures();
+        bv_alloc_fail_after(n);
+        bv_status st = bv_config_load_string(text, "t.yaml", &root, &d);
+        if (st == BV_OK)
+            st = bv_config_override(root, "model.extra.deep=[1, 2]", &d);
+        if (st == BV_OK)
+            st = bv_config_override(root, "model.hidden=32", &d);
+        if (st == BV_OK) {
+            static const char *const ignore[] = {"extra", NULL};
+            st = bv_config_validate(bv_node_get(root, "model"), "model", model_schema, ignore,
+                                    &o, &d);
+        }
+        bv_alloc_fail_after(-1);
+        if (bv_alloc_failures() == failures) {
+            assert_int_equal(st, BV_OK); /* nothing failed: n is past the last allocation */
+            assert_int_equal(d.count, 0);
+            assert_int_equal(bv_opts_int(&o, "hidden"), 32);
+            finished = true;
+        } else {
+            if (st != BV_ERR_NOMEM)
+                fail_msg("allocation %ld failed, but the status is %d", n, (int)st);
+            if (d.count == 0)
+                fail_msg("allocation %ld failed without a diagnostic", n);
+            assert_non_null(strstr(d.entries[d.count - 1].msg, "out of memory"));
+        }
+        bv_opts_free(&o);
+        bv_node_free(root);
+        bv_diag_free(&d);
+    }
+    assert_true(finished);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1053,6 +1101,7 @@ int main(void)
         cmocka_unit_test(validate_refuses_quoted_numbers_and_booleans),
         cmocka_unit_test(validate_refuses_lists_where_a_value_goes),
         cmocka_unit_test(validate_checks_what_a_path_names),
+        cmocka_unit_test(every_failed_allocation_is_reported),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

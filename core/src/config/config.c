@@ -9,6 +9,7 @@
 #include <string.h>
 #include <yaml.h>
 
+#include "alloc.h"
 #include "input_file.h"
 
 /* Deeper nesting than this is certainly not an experiment; it would only grow the stack. */
@@ -19,7 +20,7 @@
 /* A node and extra bytes after it, in one allocation. */
 static bv_node *node_alloc(bv_node_kind kind, bv_pos pos, size_t extra)
 {
-    bv_node *n = calloc(1, sizeof *n + extra);
+    bv_node *n = bv_calloc(1, sizeof *n + extra);
     if (!n)
         return NULL;
     n->kind = kind;
@@ -68,23 +69,23 @@ static bool node_append(bv_node *n, const char *key, bv_pos key_pos, bv_node *it
 {
     if (n->count == 0 || (n->count & (n->count - 1)) == 0) {
         size_t cap = n->count ? n->count * 2 : 1;
-        bv_node **items = realloc(n->items, cap * sizeof *items);
+        bv_node **items = bv_realloc(n->items, cap * sizeof *items);
         if (!items)
             return false;
         n->items = items;
         if (n->kind == BV_NODE_MAP) {
-            char **keys = realloc(n->keys, cap * sizeof *keys);
+            char **keys = bv_realloc(n->keys, cap * sizeof *keys);
             if (!keys)
                 return false;
             n->keys = keys;
-            bv_pos *kp = realloc(n->key_pos, cap * sizeof *kp);
+            bv_pos *kp = bv_realloc(n->key_pos, cap * sizeof *kp);
             if (!kp)
                 return false;
             n->key_pos = kp;
         }
     }
     if (n->kind == BV_NODE_MAP) {
-        if (!(n->keys[n->count] = strdup(key)))
+        if (!(n->keys[n->count] = bv_strdup(key)))
             return false;
         n->key_pos[n->count] = key_pos;
     }
@@ -332,7 +333,7 @@ static bv_status parse_map(loader *L, bv_node *map, int depth)
         bv_pos key_pos = mark_pos(L, kev.start_mark);
         char *key = NULL;
         if (kev.type == YAML_SCALAR_EVENT && !has_anchor(&kev)) {
-            key = strdup((const char *)kev.data.scalar.value);
+            key = bv_strdup((const char *)kev.data.scalar.value);
             yaml_event_delete(&kev);
             if (!key)
                 return BV_ERR_NOMEM;
@@ -536,7 +537,7 @@ static bv_status load_text(const char *text, size_t len, const char *file, int c
 static bv_status load_owned(const char *text, size_t len, const char *filename,
                             bv_node **out, bv_diag *diag)
 {
-    char *file = strdup(filename ? filename : "<string>");
+    char *file = bv_strdup(filename ? filename : "<string>");
     if (!file) {
         bv_diag_add(diag, NULL, "out of memory while reading %s",
                     filename ? filename : "<string>");
@@ -729,7 +730,7 @@ static bv_status override_apply(bv_node *root, const char *assignment, bv_diag *
                     created_key = step;
                     created_key_len = len;
                 } else {
-                    char *key = strndup(step, len);
+                    char *key = bv_strndup(step, len);
                     bool ok = key && node_append(n, key, step_pos, child);
                     free(key);
                     if (!ok) {
@@ -755,7 +756,7 @@ static bv_status override_apply(bv_node *root, const char *assignment, bv_diag *
     }
 
     if (st == BV_OK && created_top) {
-        char *key = strndup(created_key, created_key_len);
+        char *key = bv_strndup(created_key, created_key_len);
         bv_pos kp = cmdline_pos((size_t)(created_key - assignment));
         if (!key || !node_append(created_parent, key, kp, created_top))
             st = BV_ERR_NOMEM;

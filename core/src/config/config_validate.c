@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "alloc.h"
 #include "input_file.h"
 
 /* Optimal-string-alignment distance (Levenshtein plus a swap of two neighbours counting
@@ -100,10 +101,10 @@ static char *resolve_path(const char *value, const char *file)
 {
     const char *slash = file ? strrchr(file, '/') : NULL;
     if (!value[0] || value[0] == '/' || !file || !strcmp(file, BV_CONFIG_CMDLINE) || !slash)
-        return strdup(value);
+        return bv_strdup(value);
     size_t dir_len = (size_t)(slash - file) + 1; /* keep the '/' */
     size_t len = strlen(value);
-    char *out = malloc(dir_len + len + 1);
+    char *out = bv_malloc(dir_len + len + 1);
     if (!out)
         return NULL;
     memcpy(out, file, dir_len);
@@ -213,7 +214,7 @@ bv_status bv_config_validate(const bv_node *section, const char *section_name,
     }
 
     size_t n_opts = bv_schema_count(schema);
-    bool *seen = calloc(n_opts ? n_opts : 1, sizeof *seen);
+    bool *seen = bv_calloc(n_opts ? n_opts : 1, sizeof *seen);
     if (!seen) {
         bv_opts_free(out);
         bv_diag_add(diag, NULL, "out of memory while checking section '%s'", section_name);

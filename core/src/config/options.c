@@ -9,6 +9,8 @@
 #include <string.h>
 #include <strings.h>
 
+#include "alloc.h"
+
 size_t bv_schema_count(const bv_option *schema)
 {
     size_t n = 0;
@@ -103,7 +105,7 @@ bv_status bv_opt_parse(const bv_option *d, const char *text, bv_opt_value *out,
     case BV_OPT_STRING:
     case BV_OPT_PATH:
     case BV_OPT_DIR:
-        out->v.s = strdup(text);
+        out->v.s = bv_strdup(text);
         return out->v.s ? BV_OK : bv_error_set(err, BV_ERR_NOMEM, "out of memory");
     }
     return bv_error_set(err, BV_ERR_INTERNAL, "option '%s' has an unknown type %d", d->name,
@@ -122,7 +124,7 @@ bv_status bv_opts_defaults(bv_opts *o, const char *section, const bv_option *sch
     size_t n = bv_schema_count(schema);
     o->section = section;
     o->count = n;
-    o->values = calloc(n ? n : 1, sizeof *o->values);
+    o->values = bv_calloc(n ? n : 1, sizeof *o->values);
     if (!o->values)
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory");
     for (size_t i = 0; i < n; i++) {

@@ -9,6 +9,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "alloc.h"
+
 static const char *const top_level_keys[] = {"name",      "model",  "dataset",    "train",
                                              "compute",   "engine", "transport",  "resilience",
                                              "policy"};
@@ -116,7 +118,7 @@ static void load_policy_params(bv_experiment *x, const bv_node *section, bv_diag
         bv_diag_add(diag, &params->pos, "'params' in section 'policy' must be a mapping");
         return;
     }
-    x->policy_params = calloc(params->count + 1, sizeof *x->policy_params);
+    x->policy_params = bv_calloc(params->count + 1, sizeof *x->policy_params);
     if (!x->policy_params) {
         bv_diag_add(diag, &params->pos, "out of memory while reading the policy parameters");
         return;
@@ -184,7 +186,7 @@ static char *default_name(const char *path)
 {
     const char *base = strrchr(path, '/');
     base = base ? base + 1 : path;
-    char *name = strdup(base);
+    char *name = bv_strdup(base);
     if (name) {
         char *dot = strrchr(name, '.');
         if (dot && (strcmp(dot, ".yaml") == 0 || strcmp(dot, ".yml") == 0))
@@ -227,7 +229,7 @@ static void load_name(bv_experiment *x, const bv_node *name, const char *path, b
                     "directory), got '%s'", MAX_NAME_LEN, name->scalar);
         return;
     }
-    x->name = name && name->scalar[0] ? strdup(name->scalar) : default_name(path);
+    x->name = name && name->scalar[0] ? bv_strdup(name->scalar) : default_name(path);
     if (!x->name)
         bv_diag_add(diag, NULL, "out of memory while loading %s", path);
 }
@@ -268,10 +270,13 @@ bv_status bv_experiment_load(const char *path, char *const *overrides, size_t no
                              bv_registry *reg, bv_experiment **out, bv_diag *diag)
 {
     *out = NULL;
-    bv_experiment *x = calloc(1, sizeof *x);
-    if (!x)
+    unsigned long failures_before = bv_alloc_failures();
+    bv_experiment *x = bv_calloc(1, sizeof *x);
+    if (!x) {
+        bv_diag_add(diag, NULL, "out of memory while loading %s", path);
         return BV_ERR_NOMEM;
-    x->path = strdup(path);
+    }
+    x->path = bv_strdup(path);
     size_t before = diag->count;
     if (!x->path) {
         bv_diag_add(diag, NULL, "out of memory while loading %s", path);
@@ -355,6 +360,17 @@ bv_status bv_experiment_load(const char *path, char *const *overrides, size_t no
             load_policy_params(x, policy, diag);
         if (x->has_policy && diag->count == before)
             check_policy_script(x, diag);
+    }
+    /* out of memory on the way: whatever else was reported, say so, and say it is that */
+    if (bv_alloc_failures() != failures_before) {
+        bool said = false;
+        for (size_t i = before; i < diag->count; i++)
+            said |= strncmp(diag->entries[i].msg ? diag->entries[i].msg : "", "out of memory",
+                            13) == 0;
+        if (!said)
+            bv_diag_add(diag, NULL, "out of memory while loading %s", path);
+        bv_experiment_free(x);
+        return BV_ERR_NOMEM;
     }
     if (diag->count > before) {
         bv_experiment_free(x);

@@ -1,6 +1,8 @@
 /* Bounded reading of input files: regular files only, at most a limit (input_file.h). */
 #include "input_file.h"
 
+#include "alloc.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -110,13 +112,13 @@ bv_status bv_input_read(const char *path, uint64_t max_bytes, const char *what,
     size_t cap = (size_t)((uint64_t)st.st_size + 4096 < most ? (uint64_t)st.st_size + 4096
                                                               : most);
     size_t used = 0;
-    char *buf = malloc(cap + 1); /* + 1: the NUL */
+    char *buf = bv_malloc(cap + 1); /* + 1: the NUL */
     while (buf) {
         if (used == cap) {
             if ((uint64_t)cap >= most)
                 break; /* max_bytes + 1 read: too large */
             size_t next = (uint64_t)cap * 2 < most ? cap * 2 : (size_t)most;
-            char *nb = realloc(buf, next + 1);
+            char *nb = bv_realloc(buf, next + 1);
             if (!nb) {
                 free(buf);
                 buf = NULL;
