@@ -59,50 +59,55 @@ bv_status bv_text_corpus_load(const char *path, double val_fraction, bv_text_cor
         free(buf);
         return bv_error_set(err, BV_ERR_INVALID, "the text %s is empty", path);
     }
-    uint32_t *cps = malloc(len * sizeof *cps);
-    if (!cps) {
+    /* Two passes over the bytes, so memory stays at the text plus 4 bytes a token (a
+     * copy of the text as code points, sorted for the vocabulary, took 12): the first
+     * checks the UTF-8 and marks each code point used, the second writes the ids. The
+     * vocabulary is every distinct code point of the text, sorted (nanoGPT's prepare.py
+     * builds it from the whole file, so validation has no unknown chars). */
+    enum { CODE_POINTS = 0x110000 };
+    uint8_t *seen = calloc(CODE_POINTS / 8, 1);
+    if (!seen) {
         free(buf);
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory reading %s", path);
     }
-    size_t n = 0, line = 1;
-    for (size_t i = 0; i < len;) {
-        int l = utf8_decode(buf + i, len - i, &cps[n]);
+    size_t n = 0, line = 1, v = 0;
+    for (size_t i = 0; i < len; n++) {
+        uint32_t cp;
+        int l = utf8_decode(buf + i, len - i, &cp);
         if (!l) {
             st = bv_error_set(err, BV_ERR_INVALID,
                               "the text %s is not UTF-8: invalid byte 0x%02x at offset %zu "
                               "(line %zu)", path, buf[i], i, line);
             free(buf);
-            free(cps);
+            free(seen);
             return st;
         }
-        line += cps[n] == '\n';
+        line += cp == '\n';
+        v += !(seen[cp / 8] & (1u << (cp % 8)));
+        seen[cp / 8] |= (uint8_t)(1u << (cp % 8));
         i += (size_t)l;
-        n++;
     }
-    free(buf);
-    /* the vocabulary: every distinct code point of the text, sorted (nanoGPT's
-     * prepare.py builds it from the whole file, so validation has no unknown chars) */
-    uint32_t *sorted = malloc(n * sizeof *sorted);
+    out->vocab = malloc(v * sizeof *out->vocab);
     out->ids = malloc(n * sizeof *out->ids);
-    if (!sorted || !out->ids) {
-        free(sorted);
-        free(cps);
-        free(out->ids);
+    if (!out->vocab || !out->ids) {
+        free(buf);
+        free(seen);
+        bv_text_corpus_free(out);
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory tokenising %s", path);
     }
-    memcpy(sorted, cps, n * sizeof *sorted);
-    qsort(sorted, n, sizeof *sorted, cmp_u32);
-    size_t v = 0;
-    for (size_t i = 0; i < n; i++)
-        if (v == 0 || sorted[i] != sorted[v - 1])
-            sorted[v++] = sorted[i];
-    out->vocab = sorted; /* n entries allocated, the first v used */
+    size_t k = 0;
+    for (uint32_t cp = 0; cp < CODE_POINTS; cp++)
+        if (seen[cp / 8] & (1u << (cp % 8)))
+            out->vocab[k++] = cp;
+    free(seen);
     out->vocab_size = (int64_t)v;
-    for (size_t i = 0; i < n; i++) {
-        const uint32_t *hit = bsearch(&cps[i], out->vocab, v, sizeof *cps, cmp_u32);
-        out->ids[i] = (int32_t)(hit - out->vocab);
+    for (size_t i = 0, t = 0; i < len; t++) {
+        uint32_t cp;
+        i += (size_t)utf8_decode(buf + i, len - i, &cp); /* valid: checked above */
+        const uint32_t *hit = bsearch(&cp, out->vocab, v, sizeof cp, cmp_u32);
+        out->ids[t] = (int32_t)(hit - out->vocab);
     }
-    free(cps);
+    free(buf);
     out->n = (int64_t)n;
     out->n_train = (int64_t)((double)n * (1.0 - val_fraction));
     return BV_OK;
