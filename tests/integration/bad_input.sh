@@ -10,25 +10,25 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/bad_lib.bash"
 B=$BIVOUAC
 # Nothing here may block: a command that reads a FIFO or a device would hang or fill memory.
-T="timeout 60"
+T=(timeout 60)
 
 # ---- class 3: regular files only, bounded sizes, one clear error ----------------------
 
 t "/dev/zero as the experiment file is refused, not read"
 expect_fail 2 "error: /dev/zero is not a regular file (a character device)
-/dev/zero: 1 error" $T "$B" check /dev/zero
+/dev/zero: 1 error" "${T[@]}" "$B" check /dev/zero
 
 t "run on /dev/zero exits 2 and writes nothing"
 expect_run_fail 2 "error: /dev/zero is not a regular file (a character device)" /dev/zero
 
 t "a directory as the experiment file"
 expect_fail 2 "error: $EXP is not a regular file (a directory)
-$EXP: 1 error" $T "$B" check "$EXP"
+$EXP: 1 error" "${T[@]}" "$B" check "$EXP"
 
 t "a FIFO as the experiment file is refused at once, without waiting for a writer"
 mkfifo "$tmp/fifo.yaml"
 expect_fail 2 "error: $tmp/fifo.yaml is not a regular file (a FIFO)
-$tmp/fifo.yaml: 1 error" $T "$B" check "$tmp/fifo.yaml"
+$tmp/fifo.yaml: 1 error" "${T[@]}" "$B" check "$tmp/fifo.yaml"
 
 t "a FIFO as the policy file"
 mkdir "$tmp/fifo_policy"
@@ -37,13 +37,13 @@ printf 'model: {plugin: gcn}\ndataset: {name: cora}\npolicy: {file: policy.lua}\
     >"$tmp/fifo_policy/exp.yaml"
 f="$tmp/fifo_policy/exp.yaml"
 expect_fail 2 "$f:3:16: error: $tmp/fifo_policy/policy.lua is not a regular file (a FIFO)
-$f: 1 error" $T "$B" check "$f"
+$f: 1 error" "${T[@]}" "$B" check "$f"
 expect_run_fail 2 "$f:3:16: error: $tmp/fifo_policy/policy.lua is not a regular file (a FIFO)" "$f"
 
 t "a directory as the policy file"
 f="$EXP/policy_directory.yaml"
 expect_fail 2 "$f:4:16: error: $EXP/. is not a regular file (a directory)
-$f: 1 error" $T "$B" check "$f"
+$f: 1 error" "${T[@]}" "$B" check "$f"
 
 t "a FIFO as dataset.text"
 mkdir "$tmp/fifo_text"
@@ -52,13 +52,13 @@ printf 'model: {plugin: transformer, layers: 1, heads: 1, width: 8}\ndataset: {t
     >"$tmp/fifo_text/exp.yaml"
 f="$tmp/fifo_text/exp.yaml"
 expect_fail 2 "$f:2:17: error: $tmp/fifo_text/input.txt is not a regular file (a FIFO)
-$f: 1 error" $T "$B" check "$f"
+$f: 1 error" "${T[@]}" "$B" check "$f"
 expect_run_fail 2 "$f:2:17: error: $tmp/fifo_text/input.txt is not a regular file (a FIFO)" "$f"
 
 t "a directory as dataset.text"
 f="$EXP/text_directory.yaml"
 expect_fail 2 "$f:3:17: error: $EXP/. is not a regular file (a directory)
-$f: 1 error" $T "$B" check "$f"
+$f: 1 error" "${T[@]}" "$B" check "$f"
 
 t "a config over BIVOUAC_MAX_CONFIG_BYTES is refused before it is parsed"
 f="$tmp/big.yaml"
@@ -88,7 +88,7 @@ t "the default node limit: a 4 MB list of a million values stops at the limit"
 f="$tmp/million.yaml"
 awk 'BEGIN { print "x:"; for (i = 0; i <= 1000000; i++) print "- 1" }' >"$f"
 expect_fail 2 "$f:1000000:3: error: more than 1000000 YAML values, the limit for a config (set BIVOUAC_MAX_CONFIG_NODES to raise it)
-$f: 1 error" $T "$B" check "$f"
+$f: 1 error" "${T[@]}" "$B" check "$f"
 
 t "dataset.text over BIVOUAC_MAX_TEXT_BYTES (43 bytes against 42)"
 f="$EXP/text_short.yaml"
@@ -107,7 +107,7 @@ BIVOUAC_FAULT_ALLOC_FAIL_AFTER=0 expect_run_fail 1 "error: out of memory while l
 t "every allocation failure while checking an experiment is reported (each 5th tried)"
 bad=""
 for n in $(seq 0 5 400); do
-    capture env BIVOUAC_FAULT_ALLOC_FAIL_AFTER=$n "$B" check "$f"
+    capture env BIVOUAC_FAULT_ALLOC_FAIL_AFTER="$n" "$B" check "$f"
     [[ $rc == 0 ]] && break
     if [[ $rc != 1 ]] || ! grep -q "^error: out of memory" "$tmp/stderr" ||
         grep -q ": 0 errors$" "$tmp/stderr"; then
