@@ -203,7 +203,7 @@ bv_status bv_config_validate(const bv_node *section, const char *section_name,
             return st;
         }
         bv_diag_add(diag, NULL, "section '%s': bad default: %s", section_name, err.msg);
-        return st == BV_ERR_NOMEM ? st : BV_ERR_INTERNAL;
+        return BV_ERR_INTERNAL;
     }
     size_t errors = 0;
     bool empty = !section || (section->kind == BV_NODE_SCALAR && !section->scalar[0]);
