@@ -22,7 +22,7 @@ $f: 1 error" "$B" check "$f"
 
 t "a list where an integer goes"
 f="$EXP/wrong_type_list.yaml"
-expect_fail 2 "$f:2:30: error: 'hidden' in section 'model' must be a single value, not a list
+expect_fail 2 "$f:2:30: error: expected an integer for 'hidden', got a list
 $f: 1 error" "$B" check "$f"
 
 t "a word where an integer goes"
@@ -94,7 +94,7 @@ f="$EXP/many_errors.yaml"
 expect_fail 2 "$f:4:3: error: unknown key 'hiden' in section 'model'; did you mean 'hidden'?
 $f:5:12: error: 'dropout' must be in [0, 0.99], got 1.5
 $f:6:17: error: dataset 'nosuch' not found: $BIVOUAC_DATA_DIR/nosuch is not a directory
-$f:7:17: error: 'epochs' in section 'train' must be a single value, not a list
+$f:7:17: error: expected an integer for 'epochs', got a list
 $f:7:29: error: expected a number for 'lr', got 'abc'
 $f: 5 errors" "$B" check "$f"
 
@@ -132,7 +132,7 @@ f="$EXP/many_errors.yaml"
 expect_run_fail 2 "$f:4:3: error: unknown key 'hiden' in section 'model'; did you mean 'hidden'?
 $f:5:12: error: 'dropout' must be in [0, 0.99], got 1.5
 $f:6:17: error: dataset 'nosuch' not found: $BIVOUAC_DATA_DIR/nosuch is not a directory
-$f:7:17: error: 'epochs' in section 'train' must be a single value, not a list
+$f:7:17: error: expected an integer for 'epochs', got a list
 $f:7:29: error: expected a number for 'lr', got 'abc'" "$f"
 
 t "run with a -s out of range exits 2 and writes nothing"

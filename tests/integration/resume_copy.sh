@@ -78,7 +78,7 @@ killed "$tmp/k2"
 t "the copy names the text by an absolute path and keeps the override"
 : >"$why"
 s=0
-grep -qxF "  text: $tmp/start/../exp/input.txt" "$tmp/k1/experiment.yaml" ||
+grep -qxF "  text: '$tmp/start/../exp/input.txt'" "$tmp/k1/experiment.yaml" ||
     { echo "no absolute text path in $tmp/k1/experiment.yaml" >>"$why"; s=1; }
 grep -qx "  lr: 0.002" "$tmp/k1/experiment.yaml" ||
     { echo "no 'lr: 0.002' in $tmp/k1/experiment.yaml" >>"$why"; s=1; }

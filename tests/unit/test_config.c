@@ -9,7 +9,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include "alloc.h"
 #include "config.h"
 
 static const bv_option model_schema[] = {
@@ -104,12 +107,14 @@ static const char *scalar_at(const bv_node *root, const char *path)
     return n->scalar;
 }
 
+/* b is a as written and loaded back: the same tree, and a string (quoted) is still one. A
+ * plain value may come back quoted where YAML can only write it so (`-s k=x: y`). */
 static bool nodes_equal(const bv_node *a, const bv_node *b)
 {
     if (a->kind != b->kind || a->count != b->count)
         return false;
     if (a->kind == BV_NODE_SCALAR)
-        return strcmp(a->scalar, b->scalar) == 0;
+        return strcmp(a->scalar, b->scalar) == 0 && (!a->quoted || b->quoted);
     for (size_t i = 0; i < a->count; i++) {
         if (a->kind == BV_NODE_MAP && strcmp(a->keys[i], b->keys[i]) != 0)
             return false;
@@ -244,10 +249,12 @@ static void unreadable_file_is_an_io_error_without_line(void **state)
 
     char *dir = fixture("sub");
     bv_diag_init(&d);
-    assert_int_equal(bv_config_load_file(dir, &root, &d), BV_ERR_IO);
+    assert_int_equal(bv_config_load_file(dir, &root, &d), BV_ERR_INVALID);
     assert_null(root);
     assert_int_equal(d.count, 1);
-    expect_diag(&d, 0, dir, 0, 0, "cannot read: Is a directory");
+    char msg[4200];
+    snprintf(msg, sizeof msg, "%s is not a regular file (a directory)", dir);
+    expect_diag(&d, 0, NULL, 0, 0, msg);
     bv_diag_free(&d);
     free(dir);
 }
@@ -592,10 +599,8 @@ static void validate_reports_every_error_in_file_order(void **state)
                                    "'hidden'?");
     expect_diag(&d, 1, path, 5, 12, "'dropout' must be in [0, 1], got 1.5");
     expect_diag(&d, 2, path, 6, 15, "'activation' must be one of relu|elu, got 'tanh'");
-    expect_diag(&d, 3, path, 7, 9, "'bias' in section 'model' must be a single value, not a "
-                                   "list");
-    expect_diag(&d, 4, path, 9, 5, "'name' in section 'model' must be a single value, not a "
-                                   "mapping");
+    expect_diag(&d, 3, path, 7, 9, "expected true or false for 'bias', got a list");
+    expect_diag(&d, 4, path, 9, 5, "expected a string for 'name', got a mapping");
     expect_diag(&d, 5, path, 10, 3, "unknown key 'layer' in section 'model'; did you mean "
                                     "'layers'?");
     expect_diag(&d, 6, path, 11, 3, "unknown key 'colour' in section 'model'");
@@ -835,6 +840,282 @@ static void to_yaml_writes_plain_block_style(void **state)
     bv_node_free(root);
 }
 
+/* ---- hostile input: sizes, file kinds, tags, quoted numbers (docs/limits.md) --------- */
+
+/* DIR/exp.yaml in a fresh temporary directory DIR: "a: 1\n", then `text` repeated up to
+ * exactly `len` bytes. */
+static char *temp_file(char *dir_out, size_t dir_len, const char *text, size_t len)
+{
+    snprintf(dir_out, dir_len, "%s/bv-test-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+    assert_non_null(mkdtemp(dir_out));
+    size_t plen = strlen(dir_out) + 16;
+    char *path = malloc(plen);
+    assert_non_null(path);
+    snprintf(path, plen, "%s/exp.yaml", dir_out);
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    size_t tlen = strlen(text);
+    fputs("a: 1\n", f);
+    for (size_t i = 5; i < len; i++)
+        fputc(text[(i - 5) % tlen], f);
+    assert_int_equal(fclose(f), 0);
+    return path;
+}
+
+static void config_over_the_size_limit_is_refused(void **state)
+{
+    (void)state;
+    char dir[512], msg[1024];
+    char *path = temp_file(dir, sizeof dir, "# comment line\n", 64);
+    bv_diag d;
+    bv_diag_init(&d);
+    bv_node *root = NULL;
+    setenv("BIVOUAC_MAX_CONFIG_BYTES", "64", 1); /* exactly at the limit: read */
+    assert_int_equal(bv_config_load_file(path, &root, &d), BV_OK);
+    assert_int_equal(d.count, 0);
+    bv_node_free(root);
+    setenv("BIVOUAC_MAX_CONFIG_BYTES", "63", 1);
+    assert_int_equal(bv_config_load_file(path, &root, &d), BV_ERR_INVALID);
+    assert_null(root);
+    assert_int_equal(d.count, 1);
+    snprintf(msg, sizeof msg, "%s is larger than 63 bytes, the limit for a config file (set "
+             "BIVOUAC_MAX_CONFIG_BYTES to raise it)", path);
+    expect_diag(&d, 0, NULL, 0, 0, msg);
+    bv_diag_free(&d);
+    bv_diag_init(&d);
+    setenv("BIVOUAC_MAX_CONFIG_BYTES", "16k", 1);
+    assert_int_equal(bv_config_load_file(path, &root, &d), BV_ERR_INVALID);
+    expect_diag(&d, 0, NULL, 0, 0,
+                "BIVOUAC_MAX_CONFIG_BYTES must be a positive whole number, got '16k'");
+    bv_diag_free(&d);
+    unsetenv("BIVOUAC_MAX_CONFIG_BYTES");
+    remove(path);
+    rmdir(dir);
+    free(path);
+}
+
+static void config_that_is_not_a_regular_file_is_refused(void **state)
+{
+    (void)state;
+    bv_diag d;
+    bv_diag_init(&d);
+    bv_node *root = NULL;
+    assert_int_equal(bv_config_load_file("/dev/zero", &root, &d), BV_ERR_INVALID);
+    assert_null(root);
+    assert_int_equal(d.count, 1);
+    expect_diag(&d, 0, NULL, 0, 0, "/dev/zero is not a regular file (a character device)");
+    bv_diag_free(&d);
+
+    /* a FIFO with no writer: refused at once, not waited on */
+    char dir[512], fifo[600], msg[1024];
+    snprintf(dir, sizeof dir, "%s/bv-test-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+    assert_non_null(mkdtemp(dir));
+    snprintf(fifo, sizeof fifo, "%s/exp.yaml", dir);
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    bv_diag_init(&d);
+    assert_int_equal(bv_config_load_file(fifo, &root, &d), BV_ERR_INVALID);
+    snprintf(msg, sizeof msg, "%s is not a regular file (a FIFO)", fifo);
+    expect_diag(&d, 0, NULL, 0, 0, msg);
+    bv_diag_free(&d);
+    remove(fifo);
+    rmdir(dir);
+}
+
+static void node_count_over_the_limit_is_reported_where_it_is_exceeded(void **state)
+{
+    (void)state;
+    setenv("BIVOUAC_MAX_CONFIG_NODES", "5", 1);
+    bv_node_free(load_ok("a: [1, 2, 3]\n")); /* the mapping, the list and 3 values */
+    expect_load_error("a: [1, 2, 3, 4]\n", BV_ERR_INVALID, 1, 14,
+                      "more than 5 YAML values, the limit for a config (set "
+                      "BIVOUAC_MAX_CONFIG_NODES to raise it)");
+    setenv("BIVOUAC_MAX_CONFIG_NODES", "0", 1);
+    bv_diag d;
+    bv_diag_init(&d);
+    bv_node *root = NULL;
+    assert_int_equal(bv_config_load_string("a: 1\n", "t.yaml", &root, &d), BV_ERR_INVALID);
+    assert_int_equal(d.count, 1);
+    expect_diag(&d, 0, NULL, 0, 0,
+                "BIVOUAC_MAX_CONFIG_NODES must be a positive whole number, got '0'");
+    bv_diag_free(&d);
+    unsetenv("BIVOUAC_MAX_CONFIG_NODES");
+}
+
+static void quoted_and_block_scalars_are_strings(void **state)
+{
+    (void)state;
+    bv_node *root = load_ok("a: 16\nb: '16'\nc: \"16\"\nd: !!str 16\ne: !!int '16'\n"
+                            "f: |\n  16\ng: ~\nh: '~'\n");
+    const char *keys[] = {"a", "b", "c", "d", "e", "f", "g", "h"};
+    const bool quoted[] = {false, true, true, true, false, true, false, true};
+    for (size_t i = 0; i < 8; i++) {
+        const bv_node *n = bv_node_get(root, keys[i]);
+        assert_non_null(n);
+        assert_int_equal(n->quoted, quoted[i]);
+    }
+    assert_string_equal(scalar_at(root, "g"), "");
+    assert_string_equal(scalar_at(root, "h"), "~");
+    /* written back, a string stays a string */
+    char *text = bv_node_to_yaml(root);
+    assert_non_null(text);
+    bv_node *again = load_ok(text);
+    assert_true(nodes_equal(root, again));
+    free(text);
+    bv_node_free(again);
+    bv_node_free(root);
+}
+
+static void tags_outside_the_core_schema_are_refused(void **state)
+{
+    (void)state;
+    bv_node_free(load_ok("a: !!str 1\nb: !!int 2\nc: !!float 1.5\nd: !!bool true\ne: !!null\n"
+                         "f: !!map {x: 1}\ng: !!seq [1]\n"));
+    expect_load_error("a: !foo 1\n", BV_ERR_INVALID, 1, 4,
+                      "unsupported YAML tag '!foo' (only !!str, !!int, !!float, !!bool, "
+                      "!!null, !!map and !!seq)");
+    expect_load_error("a:\n  b: !!python/object:os.system x\n", BV_ERR_INVALID, 2, 6,
+                      "unsupported YAML tag '!!python/object:os.system' (only !!str, !!int, "
+                      "!!float, !!bool, !!null, !!map and !!seq)");
+    expect_load_error("a: !!map 1\n", BV_ERR_INVALID, 1, 4,
+                      "YAML tag '!!map' does not fit a single value");
+    expect_load_error("a: !!str [1]\n", BV_ERR_INVALID, 1, 4,
+                      "YAML tag '!!str' does not fit a list");
+}
+
+static void validate_refuses_quoted_numbers_and_booleans(void **state)
+{
+    (void)state;
+    bv_node *root = load_ok("model:\n  hidden: \"16\"\n  layers: 2\n  dropout: '0.5'\n"
+                            "  bias: 'true'\n  name: \"16\"\n");
+    bv_diag d;
+    bv_diag_init(&d);
+    bv_opts o;
+    assert_int_equal(bv_config_validate(bv_node_get(root, "model"), "model", model_schema,
+                                        NULL, &o, &d),
+                     BV_ERR_INVALID);
+    assert_int_equal(d.count, 3);
+    expect_diag(&d, 0, "t.yaml", 2, 11, "expected an integer for 'hidden', got the string \"16\"");
+    expect_diag(&d, 1, "t.yaml", 4, 12, "expected a number for 'dropout', got the string \"0.5\"");
+    expect_diag(&d, 2, "t.yaml", 5, 9,
+                "expected true or false for 'bias', got the string \"true\"");
+    bv_diag_free(&d);
+    /* the same values from the command line are plain: numbers */
+    bv_diag_init(&d);
+    assert_int_equal(bv_config_override(root, "model.hidden=16", &d), BV_OK);
+    assert_int_equal(bv_config_override(root, "model.dropout=0.5", &d), BV_OK);
+    assert_int_equal(bv_config_override(root, "model.bias=true", &d), BV_OK);
+    assert_int_equal(bv_config_validate(bv_node_get(root, "model"), "model", model_schema,
+                                        NULL, &o, &d),
+                     BV_OK);
+    assert_int_equal(bv_opts_int(&o, "hidden"), 16);
+    assert_string_equal(bv_opts_str(&o, "name"), "16"); /* a quoted string is a string */
+    bv_opts_free(&o);
+    bv_diag_free(&d);
+    bv_node_free(root);
+}
+
+static void validate_refuses_lists_where_a_value_goes(void **state)
+{
+    (void)state;
+    bv_node *root = load_ok("model:\n  layers: 2\n  name: [a]\n  activation: {x: 1}\n"
+                            "  data: [d.csv]\n");
+    bv_diag d;
+    bv_diag_init(&d);
+    bv_opts o;
+    assert_int_equal(bv_config_validate(bv_node_get(root, "model"), "model", model_schema,
+                                        NULL, &o, &d),
+                     BV_ERR_INVALID);
+    assert_int_equal(d.count, 3);
+    expect_diag(&d, 0, "t.yaml", 3, 9, "expected a string for 'name', got a list");
+    expect_diag(&d, 1, "t.yaml", 4, 15, "expected one of relu|elu for 'activation', got a "
+                                        "mapping");
+    expect_diag(&d, 2, "t.yaml", 5, 9, "expected a string for 'data', got a list");
+    bv_diag_free(&d);
+    bv_node_free(root);
+}
+
+static void validate_checks_what_a_path_names(void **state)
+{
+    (void)state;
+    static const bv_option schema[] = {
+        BV_OPT_FILE("file", "", "a file"),
+        BV_OPT_DIRECTORY("dir", "", "a directory"),
+        BV_OPT_END,
+    };
+    bv_node *root = load_ok("s: {file: /dev/null, dir: /dev/null}\n"
+                            "t: {file: /, dir: /}\n"
+                            "u: {file: /no/such/file, dir: /no/such/dir}\n");
+    bv_diag d;
+    bv_diag_init(&d);
+    bv_opts o;
+    assert_int_equal(bv_config_validate(bv_node_get(root, "s"), "s", schema, NULL, &o, &d),
+                     BV_ERR_INVALID);
+    assert_int_equal(d.count, 2);
+    expect_diag(&d, 0, "t.yaml", 1, 11, "/dev/null is not a regular file (a character device)");
+    expect_diag(&d, 1, "t.yaml", 1, 27, "/dev/null is not a directory (a character device)");
+    bv_diag_free(&d);
+    bv_diag_init(&d);
+    assert_int_equal(bv_config_validate(bv_node_get(root, "t"), "t", schema, NULL, &o, &d),
+                     BV_ERR_INVALID);
+    assert_int_equal(d.count, 1);
+    expect_diag(&d, 0, "t.yaml", 2, 11, "/ is not a regular file (a directory)");
+    bv_diag_free(&d);
+    /* what does not exist yet is for the user of the option to report, or create */
+    bv_diag_init(&d);
+    assert_int_equal(bv_config_validate(bv_node_get(root, "u"), "u", schema, NULL, &o, &d),
+                     BV_OK);
+    assert_string_equal(bv_opts_str(&o, "dir"), "/no/such/dir");
+    bv_opts_free(&o);
+    bv_diag_free(&d);
+    bv_node_free(root);
+}
+
+/* Every allocation of the loader, the overrides and the validator that fails ends in
+ * BV_ERR_NOMEM with an "out of memory" diagnostic: none is lost (and, under ASan, none
+ * leaks). Allocation number n and every later one fail, for each n until none is reached. */
+static void every_failed_allocation_is_reported(void **state)
+{
+    (void)state;
+    const char *text = "model:\n  hidden: 64\n  layers: 2\n  data: d.csv\n"
+                       "list: [a, {b: c}, [d]]\n";
+    bool finished = false;
+    for (long n = 0; n < 10000 && !finished; n++) {
+        bv_diag d;
+        bv_diag_init(&d);
+        bv_node *root = NULL;
+        bv_opts o = {0};
+        unsigned long failures = bv_alloc_failures();
+        bv_alloc_fail_after(n);
+        bv_status st = bv_config_load_string(text, "t.yaml", &root, &d);
+        if (st == BV_OK)
+            st = bv_config_override(root, "model.extra.deep=[1, 2]", &d);
+        if (st == BV_OK)
+            st = bv_config_override(root, "model.hidden=32", &d);
+        if (st == BV_OK) {
+            static const char *const ignore[] = {"extra", NULL};
+            st = bv_config_validate(bv_node_get(root, "model"), "model", model_schema, ignore,
+                                    &o, &d);
+        }
+        bv_alloc_fail_after(-1);
+        if (bv_alloc_failures() == failures) {
+            assert_int_equal(st, BV_OK); /* nothing failed: n is past the last allocation */
+            assert_int_equal(d.count, 0);
+            assert_int_equal(bv_opts_int(&o, "hidden"), 32);
+            finished = true;
+        } else {
+            if (st != BV_ERR_NOMEM)
+                fail_msg("allocation %ld failed, but the status is %d", n, (int)st);
+            if (d.count == 0)
+                fail_msg("allocation %ld failed without a diagnostic", n);
+            assert_non_null(strstr(d.entries[d.count - 1].msg, "out of memory"));
+        }
+        bv_opts_free(&o);
+        bv_node_free(root);
+        bv_diag_free(&d);
+    }
+    assert_true(finished);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -867,6 +1148,15 @@ int main(void)
         cmocka_unit_test(suggest_finds_close_names),
         cmocka_unit_test(to_yaml_round_trips_awkward_values),
         cmocka_unit_test(to_yaml_writes_plain_block_style),
+        cmocka_unit_test(config_over_the_size_limit_is_refused),
+        cmocka_unit_test(config_that_is_not_a_regular_file_is_refused),
+        cmocka_unit_test(node_count_over_the_limit_is_reported_where_it_is_exceeded),
+        cmocka_unit_test(quoted_and_block_scalars_are_strings),
+        cmocka_unit_test(tags_outside_the_core_schema_are_refused),
+        cmocka_unit_test(validate_refuses_quoted_numbers_and_booleans),
+        cmocka_unit_test(validate_refuses_lists_where_a_value_goes),
+        cmocka_unit_test(validate_checks_what_a_path_names),
+        cmocka_unit_test(every_failed_allocation_is_reported),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

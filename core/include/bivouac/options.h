@@ -19,7 +19,11 @@ typedef enum bv_opt_type {
     BV_OPT_BOOL = 3,   /* true/false */
     BV_OPT_STRING = 4, /* any string */
     BV_OPT_ENUM = 5,   /* one of `choices`, a '|'-separated list: "relu|elu" */
-    BV_OPT_PATH = 6    /* a file path, resolved relative to the YAML file */
+    BV_OPT_PATH = 6,   /* a file path, resolved relative to the YAML file; if it exists,
+                          it must be a regular file (not a directory, FIFO or device) */
+    BV_OPT_DIR = 7     /* a directory path, resolved like PATH; if it exists, it must be
+                          a directory. bv_opts_str reads it. Newer than the others: a core
+                          that predates it refuses the schema ("unknown type 7") */
 } bv_opt_type;
 
 /* One option a plugin accepts. Arrays of these end with an entry whose name is NULL. */
@@ -43,6 +47,7 @@ typedef struct bv_option {
 #define BV_OPT_STR(n, def, d) { (n), BV_OPT_STRING, (def), 0, 0, false, NULL, (d) }
 #define BV_OPT_CHOICE(n, def, ch, d) { (n), BV_OPT_ENUM, (def), 0, 0, false, (ch), (d) }
 #define BV_OPT_FILE(n, def, d) { (n), BV_OPT_PATH, (def), 0, 0, false, NULL, (d) }
+#define BV_OPT_DIRECTORY(n, def, d) { (n), BV_OPT_DIR, (def), 0, 0, false, NULL, (d) }
 #define BV_OPT_END { NULL, 0, NULL, 0, 0, false, NULL, NULL }
 
 /* One validated value. */
@@ -70,7 +75,7 @@ typedef struct bv_opts {
 int64_t bv_opts_int(const bv_opts *o, const char *name);
 double bv_opts_float(const bv_opts *o, const char *name);
 bool bv_opts_bool(const bv_opts *o, const char *name);
-const char *bv_opts_str(const bv_opts *o, const char *name); /* STRING, ENUM, PATH */
+const char *bv_opts_str(const bv_opts *o, const char *name); /* STRING, ENUM, PATH, DIR */
 const bv_opt_value *bv_opts_find(const bv_opts *o, const char *name);
 
 /* Parses YAML scalar text as decl's type and checks its range / choices. On failure

@@ -16,6 +16,7 @@ static const char *type_name(bv_opt_type t)
     case BV_OPT_STRING: return "string";
     case BV_OPT_ENUM: return "enum";
     case BV_OPT_PATH: return "path";
+    case BV_OPT_DIR: return "dir";
     }
     return "?";
 }

@@ -326,9 +326,11 @@ int bv_cli_run(int argc, char **argv)
     bv_diag_init(&d);
     bv_experiment *x = NULL;
     int code = BV_EXIT_OK;
-    if (bv_experiment_load(experiment, a.overrides, a.noverrides, reg, &x, &d) != BV_OK) {
+    bv_status st = bv_experiment_load(experiment, a.overrides, a.noverrides, reg, &x, &d);
+    if (st != BV_OK) {
         bv_cli_print_diag(&d);
-        code = BV_EXIT_USAGE;
+        /* out of memory is not the input's fault: the run failed */
+        code = st == BV_ERR_NOMEM ? BV_EXIT_FAILED : BV_EXIT_USAGE;
     }
     bv_diag_free(&d);
     void *data = NULL;
@@ -383,10 +385,11 @@ int bv_cli_check(int argc, char **argv)
     bv_diag_init(&d);
     bv_experiment *x = NULL;
     int code = BV_EXIT_OK;
-    if (bv_experiment_load(a.experiment, a.overrides, a.noverrides, reg, &x, &d) != BV_OK) {
+    bv_status st = bv_experiment_load(a.experiment, a.overrides, a.noverrides, reg, &x, &d);
+    if (st != BV_OK) {
         bv_cli_print_diag(&d);
         fprintf(stderr, "%s: %zu error%s\n", a.experiment, d.count, d.count == 1 ? "" : "s");
-        code = BV_EXIT_USAGE;
+        code = st == BV_ERR_NOMEM ? BV_EXIT_FAILED : BV_EXIT_USAGE;
     } else {
         printf("%s: ok (model %s, dataset %s, compute %s, transport %s, %zu resilience "
                "strateg%s%s)\n",

@@ -236,20 +236,7 @@ int bv_run_dir_claim(const char *dir, bool force)
 /* Sets root's dotted key to value exactly (an override would read "null" as empty). */
 static bool set_scalar(bv_node *root, const char *key, const char *value, bv_diag *d)
 {
-    size_t n = strlen(key) + 3;
-    char *assign = malloc(n);
-    if (!assign)
-        return false;
-    snprintf(assign, n, "%s=x", key);
-    bool ok = bv_config_override(root, assign, d) == BV_OK;
-    free(assign);
-    bv_node *node = ok ? (bv_node *)bv_node_at_path(root, key) : NULL;
-    char *copy = node && node->kind == BV_NODE_SCALAR ? strdup(value) : NULL;
-    if (!copy)
-        return false;
-    free(node->scalar);
-    node->scalar = copy;
-    return true;
+    return bv_config_set_string(root, key, value, d) == BV_OK;
 }
 
 /* Every path option of one section the user set, made absolute: resolved values are

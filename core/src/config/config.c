@@ -9,14 +9,18 @@
 #include <string.h>
 #include <yaml.h>
 
+#include "alloc.h"
+#include "input_file.h"
+
 /* Deeper nesting than this is certainly not an experiment; it would only grow the stack. */
 #define MAX_DEPTH 128
 
 /* ---- nodes ---------------------------------------------------------------------------- */
 
-static bv_node *node_new(bv_node_kind kind, bv_pos pos)
+/* A node and extra bytes after it, in one allocation. */
+static bv_node *node_alloc(bv_node_kind kind, bv_pos pos, size_t extra)
 {
-    bv_node *n = calloc(1, sizeof *n);
+    bv_node *n = bv_calloc(1, sizeof *n + extra);
     if (!n)
         return NULL;
     n->kind = kind;
@@ -24,16 +28,18 @@ static bv_node *node_new(bv_node_kind kind, bv_pos pos)
     return n;
 }
 
+static bv_node *node_new(bv_node_kind kind, bv_pos pos)
+{
+    return node_alloc(kind, pos, 0);
+}
+
+/* The text lives right after the node: one allocation per scalar, not two. */
 static bv_node *scalar_new(const char *text, size_t len, bv_pos pos)
 {
-    bv_node *n = node_new(BV_NODE_SCALAR, pos);
+    bv_node *n = node_alloc(BV_NODE_SCALAR, pos, len + 1);
     if (!n)
         return NULL;
-    n->scalar = malloc(len + 1);
-    if (!n->scalar) {
-        free(n);
-        return NULL;
-    }
+    n->scalar = (char *)(n + 1);
     memcpy(n->scalar, text, len);
     n->scalar[len] = '\0';
     return n;
@@ -51,33 +57,39 @@ void bv_node_free(bv_node *n)
     free(n->keys);
     free(n->key_pos);
     free(n->items);
-    free(n->scalar);
     free(n->owned_file);
     free(n);
 }
 
 /* Appends item (and, for a mapping, a copy of key) to n. On failure nothing changes and
- * the caller still owns item. */
+ * the caller still owns item. The arrays grow to twice their size when count reaches a
+ * power of two (so their capacity, not stored, is the smallest power of two >= count):
+ * a list of n items costs O(n) copying, not O(n^2). */
 static bool node_append(bv_node *n, const char *key, bv_pos key_pos, bv_node *item)
 {
-    bv_node **items = realloc(n->items, (n->count + 1) * sizeof *items);
-    if (!items)
-        return false;
-    n->items = items;
-    if (n->kind == BV_NODE_MAP) {
-        char **keys = realloc(n->keys, (n->count + 1) * sizeof *keys);
-        if (!keys)
+    if (n->count == 0 || (n->count & (n->count - 1)) == 0) {
+        size_t cap = n->count ? n->count * 2 : 1;
+        bv_node **items = bv_realloc(n->items, cap * sizeof *items);
+        if (!items)
             return false;
-        n->keys = keys;
-        bv_pos *kp = realloc(n->key_pos, (n->count + 1) * sizeof *kp);
-        if (!kp)
-            return false;
-        n->key_pos = kp;
-        if (!(keys[n->count] = strdup(key)))
-            return false;
-        kp[n->count] = key_pos;
+        n->items = items;
+        if (n->kind == BV_NODE_MAP) {
+            char **keys = bv_realloc(n->keys, cap * sizeof *keys);
+            if (!keys)
+                return false;
+            n->keys = keys;
+            bv_pos *kp = bv_realloc(n->key_pos, cap * sizeof *kp);
+            if (!kp)
+                return false;
+            n->key_pos = kp;
+        }
     }
-    items[n->count++] = item;
+    if (n->kind == BV_NODE_MAP) {
+        if (!(n->keys[n->count] = bv_strdup(key)))
+            return false;
+        n->key_pos[n->count] = key_pos;
+    }
+    n->items[n->count++] = item;
     return true;
 }
 
@@ -154,6 +166,8 @@ typedef struct loader {
     bool top_is_experiment; /* the root must be a mapping of sections */
     bv_diag *diag;
     size_t errors;     /* problems reported so far; the tree is dropped if any */
+    size_t nodes;      /* nodes made so far, at most max_nodes */
+    size_t max_nodes;
 } loader;
 
 static yaml_mark_t offset_mark(const loader *L, size_t offset);
@@ -234,6 +248,54 @@ static bool is_plain_null(const yaml_event_t *ev)
            is_null_word((const char *)ev->data.scalar.value);
 }
 
+static const char *event_tag(const yaml_event_t *ev)
+{
+    const yaml_char_t *t = ev->type == YAML_SCALAR_EVENT           ? ev->data.scalar.tag
+                           : ev->type == YAML_SEQUENCE_START_EVENT ? ev->data.sequence_start.tag
+                           : ev->type == YAML_MAPPING_START_EVENT  ? ev->data.mapping_start.tag
+                                                                   : NULL;
+    return (const char *)t;
+}
+
+/* An explicit tag is accepted only if it is one of YAML's core schema and fits the node
+ * (!!map on a mapping, !!seq on a list, the others on a single value); anything else
+ * (`!!python/object`, `!foo`) would be silently read as plain data. Reports it and
+ * returns false. */
+static bool check_tag(loader *L, const yaml_event_t *ev, bv_pos pos)
+{
+    static const char core[] = "tag:yaml.org,2002:";
+    const char *tag = event_tag(ev);
+    if (!tag)
+        return true;
+    bool is_core = strncmp(tag, core, sizeof core - 1) == 0;
+    const char *name = is_core ? tag + sizeof core - 1 : tag;
+    bool fits;
+    if (ev->type == YAML_MAPPING_START_EVENT)
+        fits = is_core && !strcmp(name, "map");
+    else if (ev->type == YAML_SEQUENCE_START_EVENT)
+        fits = is_core && !strcmp(name, "seq");
+    else
+        fits = is_core && (!strcmp(name, "str") || !strcmp(name, "int") ||
+                           !strcmp(name, "float") || !strcmp(name, "bool") ||
+                           !strcmp(name, "null"));
+    if (fits)
+        return true;
+    bool known = is_core && (!strcmp(name, "str") || !strcmp(name, "int") ||
+                             !strcmp(name, "float") || !strcmp(name, "bool") ||
+                             !strcmp(name, "null") || !strcmp(name, "map") ||
+                             !strcmp(name, "seq"));
+    if (known)
+        bv_diag_add(L->diag, &pos, "YAML tag '!!%s' does not fit %s", name,
+                    ev->type == YAML_MAPPING_START_EVENT    ? "a mapping"
+                    : ev->type == YAML_SEQUENCE_START_EVENT ? "a list"
+                                                            : "a single value");
+    else
+        bv_diag_add(L->diag, &pos, "unsupported YAML tag '%s%s' (only !!str, !!int, !!float, "
+                    "!!bool, !!null, !!map and !!seq)", is_core ? "!!" : "", name);
+    L->errors++;
+    return false;
+}
+
 static bv_status parse_node(loader *L, yaml_event_t *ev, int depth, bv_node **out);
 
 static bv_status parse_seq(loader *L, bv_node *seq, int depth)
@@ -271,7 +333,7 @@ static bv_status parse_map(loader *L, bv_node *map, int depth)
         bv_pos key_pos = mark_pos(L, kev.start_mark);
         char *key = NULL;
         if (kev.type == YAML_SCALAR_EVENT && !has_anchor(&kev)) {
-            key = strdup((const char *)kev.data.scalar.value);
+            key = bv_strdup((const char *)kev.data.scalar.value);
             yaml_event_delete(&kev);
             if (!key)
                 return BV_ERR_NOMEM;
@@ -323,6 +385,15 @@ static bv_status parse_node(loader *L, yaml_event_t *ev, int depth, bv_node **ou
         report(L, pos, "the YAML is nested too deeply");
         return BV_ERR_INVALID;
     }
+    /* the tree costs memory in proportion to its nodes: bound them, not only the bytes */
+    if (++L->nodes > L->max_nodes) {
+        yaml_event_delete(ev);
+        bv_diag_add(L->diag, &pos, "more than %zu YAML values, the limit for a config (set "
+                    "BIVOUAC_MAX_CONFIG_NODES to raise it)", L->max_nodes);
+        L->errors++;
+        return BV_ERR_INVALID;
+    }
+    check_tag(L, ev, pos);
     if (ev->type == YAML_ALIAS_EVENT || has_anchor(ev)) {
         report(L, pos, "YAML aliases are not supported");
         if (ev->type == YAML_ALIAS_EVENT) {
@@ -333,13 +404,21 @@ static bv_status parse_node(loader *L, yaml_event_t *ev, int depth, bv_node **ou
     }
     bv_status st = BV_OK;
     switch (ev->type) {
-    case YAML_SCALAR_EVENT:
+    case YAML_SCALAR_EVENT: {
+        /* YAML: a quoted or block scalar is a string, and so is one tagged !!str; a tag
+         * that names another core type makes even a quoted one that type */
+        const char *tag = event_tag(ev);
+        bool quoted = tag ? !strcmp(tag, "tag:yaml.org,2002:str")
+                          : ev->data.scalar.style != YAML_PLAIN_SCALAR_STYLE;
         if (is_plain_null(ev))
             *out = scalar_new("", 0, pos);
         else
             *out = scalar_new((const char *)ev->data.scalar.value, ev->data.scalar.length, pos);
         yaml_event_delete(ev);
+        if (*out)
+            (*out)->quoted = quoted;
         return *out ? BV_OK : BV_ERR_NOMEM;
+    }
     case YAML_SEQUENCE_START_EVENT:
     case YAML_MAPPING_START_EVENT: {
         bool is_map = ev->type == YAML_MAPPING_START_EVENT;
@@ -419,8 +498,18 @@ static bv_status load_text(const char *text, size_t len, const char *file, int c
     loader L;
     memset(&L, 0, sizeof L);
     *out = NULL;
-    if (!yaml_parser_initialize(&L.parser))
+    bv_error err = {0};
+    uint64_t max_nodes;
+    if (bv_input_limit("BIVOUAC_MAX_CONFIG_NODES", BV_CONFIG_MAX_NODES, &max_nodes, &err) !=
+        BV_OK) {
+        bv_diag_add(diag, NULL, "%s", err.msg);
+        return BV_ERR_INVALID;
+    }
+    if (!yaml_parser_initialize(&L.parser)) {
+        bv_diag_add(diag, NULL, "out of memory while reading %s", file);
         return BV_ERR_NOMEM;
+    }
+    L.max_nodes = max_nodes > SIZE_MAX ? SIZE_MAX : (size_t)max_nodes;
     yaml_parser_set_input_string(&L.parser, (const unsigned char *)text, len);
     L.file = file;
     L.text = text;
@@ -430,10 +519,13 @@ static bv_status load_text(const char *text, size_t len, const char *file, int c
     L.top_is_experiment = experiment;
     L.diag = diag;
     bv_node *root = NULL;
+    size_t before = diag->count;
     bv_status st = parse_stream(&L, &root);
     yaml_parser_delete(&L.parser);
     if (st == BV_OK && L.errors)
         st = BV_ERR_INVALID;
+    if (st != BV_OK && diag->count == before) /* an allocation of ours failed */
+        bv_diag_add(diag, NULL, "out of memory while reading %s", file);
     if (st != BV_OK) {
         bv_node_free(root);
         return st;
@@ -445,9 +537,12 @@ static bv_status load_text(const char *text, size_t len, const char *file, int c
 static bv_status load_owned(const char *text, size_t len, const char *filename,
                             bv_node **out, bv_diag *diag)
 {
-    char *file = strdup(filename ? filename : "<string>");
-    if (!file)
+    char *file = bv_strdup(filename ? filename : "<string>");
+    if (!file) {
+        bv_diag_add(diag, NULL, "out of memory while reading %s",
+                    filename ? filename : "<string>");
         return BV_ERR_NOMEM;
+    }
     bv_status st = load_text(text, len, file, 0, true, out, diag);
     if (st != BV_OK) {
         free(file);
@@ -467,38 +562,24 @@ bv_status bv_config_load_file(const char *path, bv_node **out, bv_diag *diag)
 {
     *out = NULL;
     bv_pos where = { path, 0, 0 };
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        bv_diag_add(diag, &where, "cannot read: %s", strerror(errno));
-        return BV_ERR_IO;
-    }
+    bv_error err = {0};
+    uint64_t max_bytes;
+    bv_status st = bv_input_limit("BIVOUAC_MAX_CONFIG_BYTES", BV_CONFIG_MAX_BYTES, &max_bytes,
+                                  &err);
     char *text = NULL;
-    size_t len = 0, cap = 0;
-    for (;;) {
-        if (cap - len < 4096) {
-            cap = cap ? cap * 2 : 8192;
-            char *t = realloc(text, cap);
-            if (!t) {
-                free(text);
-                fclose(f);
-                return BV_ERR_NOMEM;
-            }
-            text = t;
-        }
-        size_t got = fread(text + len, 1, cap - len, f);
-        len += got;
-        if (got == 0)
-            break;
+    size_t len = 0;
+    if (st == BV_OK)
+        st = bv_input_read(path, max_bytes, "a config file", "BIVOUAC_MAX_CONFIG_BYTES", &text,
+                           &len, &err);
+    if (st == BV_ERR_IO) {
+        bv_diag_add(diag, &where, "cannot read: %s", strerror(errno));
+        return st;
     }
-    if (ferror(f)) {
-        int e = errno ? errno : EIO;
-        bv_diag_add(diag, &where, "cannot read: %s", strerror(e));
-        free(text);
-        fclose(f);
-        return BV_ERR_IO;
+    if (st != BV_OK) {
+        bv_diag_add(diag, NULL, "%s", err.msg);
+        return st;
     }
-    fclose(f);
-    bv_status st = load_owned(text, len, path, out, diag);
+    st = load_owned(text, len, path, out, diag);
     free(text);
     return st;
 }
@@ -560,7 +641,7 @@ static bv_status override_value(const char *text, size_t offset, bv_node **out,
     return *out ? BV_OK : BV_ERR_NOMEM;
 }
 
-bv_status bv_config_override(bv_node *root, const char *assignment, bv_diag *diag)
+static bv_status override_apply(bv_node *root, const char *assignment, bv_diag *diag)
 {
     const char *eq = strchr(assignment, '=');
     bool bad = !eq || eq == assignment || eq[-1] == '.' || assignment[0] == '.';
@@ -649,7 +730,7 @@ bv_status bv_config_override(bv_node *root, const char *assignment, bv_diag *dia
                     created_key = step;
                     created_key_len = len;
                 } else {
-                    char *key = strndup(step, len);
+                    char *key = bv_strndup(step, len);
                     bool ok = key && node_append(n, key, step_pos, child);
                     free(key);
                     if (!ok) {
@@ -675,7 +756,7 @@ bv_status bv_config_override(bv_node *root, const char *assignment, bv_diag *dia
     }
 
     if (st == BV_OK && created_top) {
-        char *key = strndup(created_key, created_key_len);
+        char *key = bv_strndup(created_key, created_key_len);
         bv_pos kp = cmdline_pos((size_t)(created_key - assignment));
         if (!key || !node_append(created_parent, key, kp, created_top))
             st = BV_ERR_NOMEM;
@@ -685,6 +766,58 @@ bv_status bv_config_override(bv_node *root, const char *assignment, bv_diag *dia
         bv_node_free(created_top);
         if (!value_in_created)
             bv_node_free(value);
+    }
+    return st;
+}
+
+bv_status bv_config_set_string(bv_node *root, const char *key, const char *value,
+                               bv_diag *diag)
+{
+    /* "key=x" makes the path like an override (and checks it); the placeholder scalar is
+     * then swapped for value's own, exact and quoted, in its parent's slot. */
+    size_t klen = strlen(key);
+    char *assign = bv_malloc(klen + 3);
+    if (!assign)
+        return BV_ERR_NOMEM;
+    snprintf(assign, klen + 3, "%s=x", key);
+    bv_status st = bv_config_override(root, assign, diag);
+    free(assign);
+    if (st != BV_OK)
+        return st;
+    const char *dot = strrchr(key, '.');
+    bv_node *parent = root;
+    if (dot) {
+        char *prefix = bv_strdup(key);
+        if (!prefix)
+            return BV_ERR_NOMEM;
+        prefix[dot - key] = '\0';
+        parent = (bv_node *)bv_node_at_path(root, prefix);
+        free(prefix);
+    }
+    const char *last = dot ? dot + 1 : key;
+    for (size_t i = 0; parent && i < parent->count; i++) {
+        bool hit = parent->kind == BV_NODE_MAP ? strcmp(parent->keys[i], last) == 0
+                                               : step_index(last, strlen(last)) == (long)i;
+        if (!hit)
+            continue;
+        bv_node *n = scalar_new(value, strlen(value), parent->items[i]->pos);
+        if (!n)
+            return BV_ERR_NOMEM;
+        n->quoted = true;
+        bv_node_free(parent->items[i]);
+        parent->items[i] = n;
+        return BV_OK;
+    }
+    return BV_ERR_INTERNAL; /* the override just made the path */
+}
+
+bv_status bv_config_override(bv_node *root, const char *assignment, bv_diag *diag)
+{
+    size_t before = diag->count;
+    bv_status st = override_apply(root, assignment, diag);
+    if (st != BV_OK && diag->count == before) {
+        bv_pos p = cmdline_pos(0);
+        bv_diag_add(diag, &p, "out of memory applying '%s'", assignment);
     }
     return st;
 }

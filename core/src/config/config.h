@@ -3,6 +3,7 @@
 #ifndef BIVOUAC_CONFIG_H
 #define BIVOUAC_CONFIG_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "bivouac/error.h"
@@ -10,12 +11,15 @@
 
 typedef enum bv_node_kind { BV_NODE_SCALAR, BV_NODE_MAP, BV_NODE_SEQ } bv_node_kind;
 
-/* One YAML node. Every value is text: the schema decides later what it means. */
+/* One YAML node. Every value is text: the schema decides later what it means, except that
+ * a quoted one is always a string (YAML's rule), never a number. */
 typedef struct bv_node {
     bv_node_kind kind;
+    bool quoted;            /* SCALAR: written quoted or as a block (| >), or tagged !!str */
     bv_pos pos;             /* first character of the value; pos.file is owned by the root
                                the node was loaded into, or is the static "<command line>" */
-    char *scalar;           /* SCALAR: text ("" for an empty value, plain `~` or `null`) */
+    char *scalar;           /* SCALAR: text ("" for an empty value, plain `~` or `null`),
+                               stored in the same allocation as the node */
     size_t count;           /* MAP entries / SEQ items */
     char **keys;            /* MAP: keys[i] */
     bv_pos *key_pos;        /* MAP: position of keys[i] */
@@ -26,9 +30,15 @@ typedef struct bv_node {
 /* The file name positions carry for values set by `-s` overrides. */
 #define BV_CONFIG_CMDLINE "<command line>"
 
+/* Limits on a config (docs/limits.md), each raised by its environment variable. */
+#define BV_CONFIG_MAX_BYTES (16u << 20)   /* BIVOUAC_MAX_CONFIG_BYTES: file size */
+#define BV_CONFIG_MAX_NODES 1000000u      /* BIVOUAC_MAX_CONFIG_NODES: values in the tree */
+
 /* Loads one YAML document whose top level is a mapping. On failure *out is NULL, every
- * problem found is in diag, and the status is BV_ERR_INVALID (bad YAML), BV_ERR_IO (file
- * not readable) or BV_ERR_NOMEM. filename (may be NULL: "<string>") is copied. */
+ * problem found is in diag (always at least one), and the status is BV_ERR_INVALID (bad
+ * YAML, a tag other than YAML's core ones, a file that is not regular or over a limit),
+ * BV_ERR_IO (file not readable) or BV_ERR_NOMEM. filename (may be NULL: "<string>") is
+ * copied. */
 bv_status bv_config_load_file(const char *path, bv_node **out, bv_diag *diag);
 bv_status bv_config_load_string(const char *text, const char *filename, bv_node **out,
                                 bv_diag *diag);
@@ -44,6 +54,10 @@ const bv_node *bv_node_at_path(const bv_node *root, const char *dotted);
  * file BV_CONFIG_CMDLINE, line 1 and the column within the assignment. root must be a
  * mapping. On error the tree is unchanged and diag says why. */
 bv_status bv_config_override(bv_node *root, const char *assignment, bv_diag *diag);
+/* Sets the dotted key to a string scalar of exactly value (quoted: never read as a number
+ * or as null), creating the path as bv_config_override does. */
+bv_status bv_config_set_string(bv_node *root, const char *key, const char *value,
+                               bv_diag *diag);
 
 /* Checks a section against a schema and fills out with one value per option (defaults
  * for what is not set). Keys listed in ignore_keys (NULL-terminated, may be NULL) are

@@ -41,11 +41,13 @@ static bool needs_quotes(const char *s)
     return !strcmp(s, "~") || !strcmp(s, "null") || !strcmp(s, "Null") || !strcmp(s, "NULL");
 }
 
-static bool emit_scalar(yaml_emitter_t *e, const char *text, bool is_value)
+/* quoted: the value was a string in the file (`hidden: "16"`); it stays one. */
+static bool emit_scalar(yaml_emitter_t *e, const char *text, bool is_value, bool quoted)
 {
     yaml_event_t ev;
-    yaml_scalar_style_t style = is_value && needs_quotes(text) ? YAML_SINGLE_QUOTED_SCALAR_STYLE
-                                                               : YAML_ANY_SCALAR_STYLE;
+    yaml_scalar_style_t style = is_value && (quoted || needs_quotes(text))
+                                    ? YAML_SINGLE_QUOTED_SCALAR_STYLE
+                                    : YAML_ANY_SCALAR_STYLE;
     return yaml_scalar_event_initialize(&ev, NULL, NULL, (yaml_char_t *)text,
                                         (int)strlen(text), 1, 1, style) &&
            yaml_emitter_emit(e, &ev);
@@ -56,7 +58,7 @@ static bool emit_node(yaml_emitter_t *e, const bv_node *n)
     yaml_event_t ev;
     switch (n->kind) {
     case BV_NODE_SCALAR:
-        return emit_scalar(e, n->scalar ? n->scalar : "", true);
+        return emit_scalar(e, n->scalar ? n->scalar : "", true, n->quoted);
     case BV_NODE_SEQ:
         if (!yaml_sequence_start_event_initialize(&ev, NULL, NULL, 1,
                                                   n->count ? YAML_BLOCK_SEQUENCE_STYLE
@@ -74,7 +76,7 @@ static bool emit_node(yaml_emitter_t *e, const bv_node *n)
             !yaml_emitter_emit(e, &ev))
             return false;
         for (size_t i = 0; i < n->count; i++)
-            if (!emit_scalar(e, n->keys[i], false) || !emit_node(e, n->items[i]))
+            if (!emit_scalar(e, n->keys[i], false, false) || !emit_node(e, n->items[i]))
                 return false;
         return yaml_mapping_end_event_initialize(&ev) && yaml_emitter_emit(e, &ev);
     }

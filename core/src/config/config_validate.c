@@ -7,6 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "alloc.h"
+#include "input_file.h"
+
 /* Optimal-string-alignment distance (Levenshtein plus a swap of two neighbours counting
  * as one edit), ignoring case. -1 when out of memory. */
 static int edit_distance(const char *a, const char *b)
@@ -98,10 +101,10 @@ static char *resolve_path(const char *value, const char *file)
 {
     const char *slash = file ? strrchr(file, '/') : NULL;
     if (!value[0] || value[0] == '/' || !file || !strcmp(file, BV_CONFIG_CMDLINE) || !slash)
-        return strdup(value);
+        return bv_strdup(value);
     size_t dir_len = (size_t)(slash - file) + 1; /* keep the '/' */
     size_t len = strlen(value);
-    char *out = malloc(dir_len + len + 1);
+    char *out = bv_malloc(dir_len + len + 1);
     if (!out)
         return NULL;
     memcpy(out, file, dir_len);
@@ -111,13 +114,44 @@ static char *resolve_path(const char *value, const char *file)
 
 static bool owns_string(const bv_option *d)
 {
-    return d->type == BV_OPT_STRING || d->type == BV_OPT_ENUM || d->type == BV_OPT_PATH;
+    return d->type == BV_OPT_STRING || d->type == BV_OPT_ENUM || d->type == BV_OPT_PATH ||
+           d->type == BV_OPT_DIR;
+}
+
+/* What a value of decl's type is, for "expected ... for 'x'" messages (an ENUM's
+ * choices are added by the caller). */
+static const char *expected_kind(const bv_option *decl)
+{
+    switch (decl->type) {
+    case BV_OPT_INT: return "an integer";
+    case BV_OPT_FLOAT: return "a number";
+    case BV_OPT_BOOL: return "true or false";
+    case BV_OPT_ENUM: return "one of";
+    case BV_OPT_STRING:
+    case BV_OPT_PATH:
+    case BV_OPT_DIR: break;
+    }
+    return "a string";
+}
+
+/* YAML reads a quoted scalar as a string: `hidden: "16"` is not the number 16. */
+static bool refuse_quoted(const bv_node *value, const bv_option *decl, bv_diag *diag)
+{
+    if (!value->quoted)
+        return false;
+    if (decl->type != BV_OPT_INT && decl->type != BV_OPT_FLOAT && decl->type != BV_OPT_BOOL)
+        return false;
+    bv_diag_add(diag, &value->pos, "expected %s for '%s', got the string \"%s\"",
+                expected_kind(decl), decl->name, value->scalar);
+    return true;
 }
 
 /* Parses the user's value for decl into slot (which holds the default so far). */
 static bv_status take_value(const bv_node *value, const bv_option *decl, bv_opt_value *slot,
                             bv_diag *diag)
 {
+    if (refuse_quoted(value, decl, diag))
+        return BV_ERR_INVALID;
     bv_opt_value parsed;
     memset(&parsed, 0, sizeof parsed);
     bv_error err;
@@ -129,12 +163,22 @@ static bv_status take_value(const bv_node *value, const bv_option *decl, bv_opt_
         bv_diag_add(diag, &value->pos, "%s", err.msg);
         return BV_ERR_INVALID;
     }
-    if (decl->type == BV_OPT_PATH) {
+    if (decl->type == BV_OPT_PATH || decl->type == BV_OPT_DIR) {
         char *resolved = resolve_path(parsed.v.s, value->pos.file);
         free(parsed.v.s);
         if (!resolved)
             return BV_ERR_NOMEM;
         parsed.v.s = resolved;
+        /* a path that exists must be what the option says: reading a FIFO or a device
+         * blocks or never ends, and a directory is not a file (nor the other way round);
+         * one that does not exist is for whoever uses it to report (or create) */
+        st = decl->type == BV_OPT_DIR ? bv_input_check_directory(resolved, &err)
+                                      : bv_input_check_regular(resolved, &err);
+        if (st != BV_OK) {
+            free(resolved);
+            bv_diag_add(diag, &value->pos, "%s", err.msg);
+            return BV_ERR_INVALID;
+        }
     }
     if (owns_string(decl))
         free(slot->v.s);
@@ -154,8 +198,12 @@ bv_status bv_config_validate(const bv_node *section, const char *section_name,
     bv_status st = bv_opts_defaults(out, section_name, schema, &err);
     if (st != BV_OK) {
         /* A default the schema cannot parse is the plugin's bug, not the user's. */
+        if (st == BV_ERR_NOMEM) {
+            bv_diag_add(diag, NULL, "out of memory while checking section '%s'", section_name);
+            return st;
+        }
         bv_diag_add(diag, NULL, "section '%s': bad default: %s", section_name, err.msg);
-        return st == BV_ERR_NOMEM ? st : BV_ERR_INTERNAL;
+        return BV_ERR_INTERNAL;
     }
     size_t errors = 0;
     bool empty = !section || (section->kind == BV_NODE_SCALAR && !section->scalar[0]);
@@ -166,9 +214,10 @@ bv_status bv_config_validate(const bv_node *section, const char *section_name,
     }
 
     size_t n_opts = bv_schema_count(schema);
-    bool *seen = calloc(n_opts ? n_opts : 1, sizeof *seen);
+    bool *seen = bv_calloc(n_opts ? n_opts : 1, sizeof *seen);
     if (!seen) {
         bv_opts_free(out);
+        bv_diag_add(diag, NULL, "out of memory while checking section '%s'", section_name);
         return BV_ERR_NOMEM;
     }
     for (size_t i = 0; !empty && i < section->count && st == BV_OK; i++) {
@@ -185,8 +234,10 @@ bv_status bv_config_validate(const bv_node *section, const char *section_name,
         size_t idx = (size_t)(decl - schema);
         seen[idx] = true;
         if (value->kind != BV_NODE_SCALAR) {
-            bv_diag_add(diag, &value->pos, "'%s' in section '%s' must be a single value, not %s",
-                        key, section_name, value->kind == BV_NODE_MAP ? "a mapping" : "a list");
+            bool choices = decl->type == BV_OPT_ENUM;
+            bv_diag_add(diag, &value->pos, "expected %s%s%s for '%s', got %s",
+                        expected_kind(decl), choices ? " " : "", choices ? decl->choices : "",
+                        key, value->kind == BV_NODE_MAP ? "a mapping" : "a list");
             errors++;
             continue;
         }
@@ -205,6 +256,8 @@ bv_status bv_config_validate(const bv_node *section, const char *section_name,
         }
     }
     free(seen);
+    if (st == BV_ERR_NOMEM)
+        bv_diag_add(diag, NULL, "out of memory while checking section '%s'", section_name);
     if (st == BV_OK && errors)
         st = BV_ERR_INVALID;
     if (st != BV_OK)

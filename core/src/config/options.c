@@ -10,6 +10,8 @@
 #include <string.h>
 #include <strings.h>
 
+#include "alloc.h"
+
 size_t bv_schema_count(const bv_option *schema)
 {
     size_t n = 0;
@@ -133,7 +135,8 @@ bv_status bv_opt_parse(const bv_option *d, const char *text, bv_opt_value *out,
         /* fallthrough */
     case BV_OPT_STRING:
     case BV_OPT_PATH:
-        out->v.s = strdup(text);
+    case BV_OPT_DIR:
+        out->v.s = bv_strdup(text);
         return out->v.s ? BV_OK : bv_error_set(err, BV_ERR_NOMEM, "out of memory");
     }
     return bv_error_set(err, BV_ERR_INTERNAL, "option '%s' has an unknown type %d", d->name,
@@ -142,7 +145,8 @@ bv_status bv_opt_parse(const bv_option *d, const char *text, bv_opt_value *out,
 
 static bool owns_string(const bv_option *d)
 {
-    return d->type == BV_OPT_STRING || d->type == BV_OPT_ENUM || d->type == BV_OPT_PATH;
+    return d->type == BV_OPT_STRING || d->type == BV_OPT_ENUM || d->type == BV_OPT_PATH ||
+           d->type == BV_OPT_DIR;
 }
 
 bv_status bv_opts_defaults(bv_opts *o, const char *section, const bv_option *schema,
@@ -151,7 +155,7 @@ bv_status bv_opts_defaults(bv_opts *o, const char *section, const bv_option *sch
     size_t n = bv_schema_count(schema);
     o->section = section;
     o->count = n;
-    o->values = calloc(n ? n : 1, sizeof *o->values);
+    o->values = bv_calloc(n ? n : 1, sizeof *o->values);
     if (!o->values)
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory");
     for (size_t i = 0; i < n; i++) {
@@ -217,5 +221,8 @@ bool bv_opts_bool(const bv_opts *o, const char *name)
 
 const char *bv_opts_str(const bv_opts *o, const char *name)
 {
+    const bv_opt_value *v = bv_opts_find(o, name);
+    if (v && v->decl->type == BV_OPT_DIR)
+        return v->v.s;
     return get_typed(o, name, BV_OPT_STRING, BV_OPT_ENUM, BV_OPT_PATH)->v.s;
 }

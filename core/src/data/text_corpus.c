@@ -1,6 +1,8 @@
 /* Reading a UTF-8 text into character tokens (text_corpus.h). */
 #include "text_corpus.h"
 
+#include "input_file.h"
+
 #include <errno.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -42,81 +44,70 @@ bv_status bv_text_corpus_load(const char *path, double val_fraction, bv_text_cor
                               bv_error *err)
 {
     memset(out, 0, sizeof *out);
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return bv_error_set(err, BV_ERR_IO, "cannot read %s: %s", path, strerror(errno));
-    unsigned char *buf = NULL;
-    size_t len = 0, cap = 0;
-    for (;;) {
-        if (len == cap) {
-            cap = cap ? cap * 2 : 1 << 20;
-            unsigned char *nb = realloc(buf, cap);
-            if (!nb) {
-                free(buf);
-                fclose(f);
-                return bv_error_set(err, BV_ERR_NOMEM, "out of memory reading %s", path);
-            }
-            buf = nb;
-        }
-        size_t got = fread(buf + len, 1, cap - len, f);
-        len += got;
-        if (got == 0)
-            break;
-    }
-    bool read_error = ferror(f);
-    fclose(f);
-    if (read_error) {
-        free(buf);
-        return bv_error_set(err, BV_ERR_IO, "error reading %s", path);
-    }
+    uint64_t max_bytes;
+    bv_status st = bv_input_limit("BIVOUAC_MAX_TEXT_BYTES", BV_TEXT_MAX_BYTES, &max_bytes, err);
+    if (st != BV_OK)
+        return st;
+    char *text = NULL;
+    size_t len = 0;
+    st = bv_input_read(path, max_bytes, "a text dataset", "BIVOUAC_MAX_TEXT_BYTES", &text, &len,
+                       err);
+    if (st != BV_OK)
+        return st;
+    unsigned char *buf = (unsigned char *)text;
     if (len == 0) {
         free(buf);
         return bv_error_set(err, BV_ERR_INVALID, "the text %s is empty", path);
     }
-    uint32_t *cps = malloc(len * sizeof *cps);
-    if (!cps) {
+    /* Two passes over the bytes, so memory stays at the text plus 4 bytes a token (a
+     * copy of the text as code points, sorted for the vocabulary, took 12): the first
+     * checks the UTF-8 and marks each code point used, the second writes the ids. The
+     * vocabulary is every distinct code point of the text, sorted (nanoGPT's prepare.py
+     * builds it from the whole file, so validation has no unknown chars). */
+    enum { CODE_POINTS = 0x110000 };
+    uint8_t *seen = calloc(CODE_POINTS / 8, 1);
+    if (!seen) {
         free(buf);
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory reading %s", path);
     }
-    size_t n = 0, line = 1;
-    for (size_t i = 0; i < len;) {
-        int l = utf8_decode(buf + i, len - i, &cps[n]);
+    size_t n = 0, line = 1, v = 0;
+    for (size_t i = 0; i < len; n++) {
+        uint32_t cp;
+        int l = utf8_decode(buf + i, len - i, &cp);
         if (!l) {
-            bv_status st = bv_error_set(err, BV_ERR_INVALID,
-                                        "the text %s is not UTF-8: invalid byte 0x%02x at "
-                                        "offset %zu (line %zu)", path, buf[i], i, line);
+            st = bv_error_set(err, BV_ERR_INVALID,
+                              "the text %s is not UTF-8: invalid byte 0x%02x at offset %zu "
+                              "(line %zu)", path, buf[i], i, line);
             free(buf);
-            free(cps);
+            free(seen);
             return st;
         }
-        line += cps[n] == '\n';
+        line += cp == '\n';
+        v += !(seen[cp / 8] & (1u << (cp % 8)));
+        seen[cp / 8] |= (uint8_t)(1u << (cp % 8));
         i += (size_t)l;
-        n++;
     }
-    free(buf);
-    /* the vocabulary: every distinct code point of the text, sorted (nanoGPT's
-     * prepare.py builds it from the whole file, so validation has no unknown chars) */
-    uint32_t *sorted = malloc(n * sizeof *sorted);
+    out->vocab = malloc(v * sizeof *out->vocab);
     out->ids = malloc(n * sizeof *out->ids);
-    if (!sorted || !out->ids) {
-        free(sorted);
-        free(cps);
-        free(out->ids);
+    if (!out->vocab || !out->ids) {
+        free(buf);
+        free(seen);
+        bv_text_corpus_free(out);
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory tokenising %s", path);
     }
-    memcpy(sorted, cps, n * sizeof *sorted);
-    qsort(sorted, n, sizeof *sorted, cmp_u32);
-    size_t v = 0;
-    for (size_t i = 0; i < n; i++)
-        if (v == 0 || sorted[i] != sorted[v - 1])
-            sorted[v++] = sorted[i];
-    out->vocab = sorted; /* n entries allocated, the first v used */
+    size_t k = 0;
+    for (uint32_t cp = 0; cp < CODE_POINTS; cp++)
+        if (seen[cp / 8] & (1u << (cp % 8)))
+            out->vocab[k++] = cp;
+    free(seen);
     out->vocab_size = (int64_t)v;
-    for (size_t i = 0; i < n; i++) {
-        const uint32_t *hit = bsearch(&cps[i], out->vocab, v, sizeof *cps, cmp_u32);
-        out->ids[i] = (int32_t)(hit - out->vocab);
+    for (size_t i = 0, t = 0; i < len; t++) {
+        uint32_t cp;
+        i += (size_t)utf8_decode(buf + i, len - i, &cp); /* valid: checked above */
+        const uint32_t *hit = bsearch(&cp, out->vocab, v, sizeof cp, cmp_u32);
+        out->ids[t] = (int32_t)(hit - out->vocab);
     }
-    free(cps);
+    free(buf);
     out->n = (int64_t)n;
     out->n_train = (int64_t)((double)n * (1.0 - val_fraction));
     return BV_OK;

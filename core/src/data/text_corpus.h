@@ -15,8 +15,11 @@ typedef struct bv_text_corpus {
     int64_t n_train;    /* the first n_train tokens are the training split */
 } bv_text_corpus;
 
+/* The largest text read (docs/limits.md); BIVOUAC_MAX_TEXT_BYTES raises it. */
+#define BV_TEXT_MAX_BYTES (1ull << 30)
+
 /* Reads a UTF-8 text file. BV_ERR_INVALID (empty, not UTF-8 with the byte offset and
- * line) or BV_ERR_IO. */
+ * line, not a regular file, larger than the limit) or BV_ERR_IO. */
 bv_status bv_text_corpus_load(const char *path, double val_fraction, bv_text_corpus *out,
                               bv_error *err);
 void bv_text_corpus_free(bv_text_corpus *c);

@@ -9,6 +9,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "alloc.h"
+
 static const char *const top_level_keys[] = {"name",      "model",  "dataset",    "train",
                                              "compute",   "engine", "transport",  "resilience",
                                              "policy"};
@@ -117,9 +119,11 @@ static void load_policy_params(bv_experiment *x, const bv_node *section, bv_diag
         bv_diag_add(diag, &params->pos, "'params' in section 'policy' must be a mapping");
         return;
     }
-    x->policy_params = calloc(params->count + 1, sizeof *x->policy_params);
-    if (!x->policy_params)
+    x->policy_params = bv_calloc(params->count + 1, sizeof *x->policy_params);
+    if (!x->policy_params) {
+        bv_diag_add(diag, &params->pos, "out of memory while reading the policy parameters");
         return;
+    }
     for (size_t i = 0; i < params->count; i++) {
         if (params->items[i]->kind != BV_NODE_SCALAR) {
             bv_diag_add(diag, &params->items[i]->pos, "policy parameter '%s' must be a single "
@@ -192,13 +196,52 @@ static char *default_name(const char *path)
 {
     const char *base = strrchr(path, '/');
     base = base ? base + 1 : path;
-    char *name = strdup(base);
+    char *name = bv_strdup(base);
     if (name) {
         char *dot = strrchr(name, '.');
         if (dot && (strcmp(dot, ".yaml") == 0 || strcmp(dot, ".yml") == 0))
             *dot = '\0';
     }
     return name;
+}
+
+/* The longest experiment name: runs/<name>-<time> must stay a short, plain file name. */
+#define MAX_NAME_LEN 64
+
+/* `name:` becomes a directory name under runs/: a plain token (letters, digits, '-', '_',
+ * '.'; not starting with '.'), so that `../x` or `/tmp/x` cannot put a run elsewhere. */
+static bool plain_name(const char *s)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n > MAX_NAME_LEN || s[0] == '.')
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                  c == '-' || c == '_' || c == '.';
+        if (!ok)
+            return false;
+    }
+    return true;
+}
+
+/* The experiment's name: `name:` if set, else the file's name without .yaml. */
+static void load_name(bv_experiment *x, const bv_node *name, const char *path, bv_diag *diag)
+{
+    if (name && name->kind != BV_NODE_SCALAR) {
+        bv_diag_add(diag, &name->pos, "expected a string for 'name', got %s",
+                    name->kind == BV_NODE_MAP ? "a mapping" : "a list");
+        return;
+    }
+    if (name && name->scalar[0] && !plain_name(name->scalar)) {
+        bv_diag_add(diag, &name->pos, "'name' must be a plain name of at most %d letters, "
+                    "digits, '-', '_' and '.', not starting with '.' (it names the run "
+                    "directory), got '%s'", MAX_NAME_LEN, name->scalar);
+        return;
+    }
+    x->name = name && name->scalar[0] ? bv_strdup(name->scalar) : default_name(path);
+    if (!x->name)
+        bv_diag_add(diag, NULL, "out of memory while loading %s", path);
 }
 
 /* The engine a model plugin's descriptor names. */
@@ -237,11 +280,19 @@ bv_status bv_experiment_load(const char *path, char *const *overrides, size_t no
                              bv_registry *reg, bv_experiment **out, bv_diag *diag)
 {
     *out = NULL;
-    bv_experiment *x = calloc(1, sizeof *x);
-    if (!x)
+    unsigned long failures_before = bv_alloc_failures();
+    bv_experiment *x = bv_calloc(1, sizeof *x);
+    if (!x) {
+        bv_diag_add(diag, NULL, "out of memory while loading %s", path);
         return BV_ERR_NOMEM;
-    x->path = strdup(path);
+    }
+    x->path = bv_strdup(path);
     size_t before = diag->count;
+    if (!x->path) {
+        bv_diag_add(diag, NULL, "out of memory while loading %s", path);
+        bv_experiment_free(x);
+        return BV_ERR_NOMEM;
+    }
     bv_status st = bv_config_load_file(path, &x->root, diag);
     if (st != BV_OK) {
         bv_experiment_free(x);
@@ -264,9 +315,7 @@ bv_status bv_experiment_load(const char *path, char *const *overrides, size_t no
         else
             bv_diag_add(diag, &root->key_pos[i], "unknown section '%s'", root->keys[i]);
     }
-    const bv_node *name = bv_node_get(root, "name");
-    x->name = name && name->kind == BV_NODE_SCALAR && name->scalar[0] ? strdup(name->scalar)
-                                                                      : default_name(path);
+    load_name(x, bv_node_get(root, "name"), path, diag);
 
     const bv_node *model = bv_node_get(root, "model");
     const bv_plugin *model_plugin = NULL;
@@ -321,6 +370,17 @@ bv_status bv_experiment_load(const char *path, char *const *overrides, size_t no
             load_policy_params(x, policy, diag);
         if (x->has_policy && diag->count == before)
             check_policy_script(x, diag);
+    }
+    /* out of memory on the way: whatever else was reported, say so, and say it is that */
+    if (bv_alloc_failures() != failures_before) {
+        bool said = false;
+        for (size_t i = before; i < diag->count; i++)
+            said |= strncmp(diag->entries[i].msg ? diag->entries[i].msg : "", "out of memory",
+                            13) == 0;
+        if (!said)
+            bv_diag_add(diag, NULL, "out of memory while loading %s", path);
+        bv_experiment_free(x);
+        return BV_ERR_NOMEM;
     }
     if (diag->count > before) {
         bv_experiment_free(x);

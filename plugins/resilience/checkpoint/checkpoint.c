@@ -327,7 +327,7 @@ static const bv_resilience_ops checkpoint_ops = {
 static const bv_option checkpoint_options[] = {
     BV_OPT_INT_RANGE("every", "10", 1, 1e9,
                      "write a checkpoint after every epoch divisible by this"),
-    BV_OPT_FILE("dir", "", "where checkpoints go; empty: <out_dir>/checkpoints"),
+    BV_OPT_DIRECTORY("dir", "", "where checkpoints go; empty: <out_dir>/checkpoints"),
     BV_OPT_INT_RANGE("keep", "2", 1, 1000,
                      "how many of the newest good checkpoints to keep"),
     BV_OPT_END,

@@ -31,7 +31,7 @@ const bv_option bv_graph_train_schema[] = {
 
 const bv_option bv_graph_dataset_schema[] = {
     BV_OPT_STR("name", "", "dataset directory under $BIVOUAC_DATA_DIR"),
-    BV_OPT_FILE("path", "", "dataset directory, relative to the experiment file"),
+    BV_OPT_DIRECTORY("path", "", "dataset directory, relative to the experiment file"),
     BV_OPT_CHOICE("synthetic", "none", "none|communities|powerlaw", "built-in generator"),
     BV_OPT_INT_RANGE("nodes", "2000", 2, 2e9, "synthetic: vertices"),
     BV_OPT_INT_RANGE("edges", "10000", 1, 1e11, "synthetic powerlaw: undirected edges"),

@@ -265,7 +265,7 @@ static void test_descriptor_declares_options_and_extras(void **unused)
     assert_true(every->has_range && every->min == 1 && every->max == 1e9);
     const bv_option *keep = bv_schema_find(p->options, "keep");
     assert_true(keep->has_range && keep->min == 1 && keep->max == 1000);
-    assert_int_equal(bv_schema_find(p->options, "dir")->type, BV_OPT_PATH);
+    assert_int_equal(bv_schema_find(p->options, "dir")->type, BV_OPT_DIR);
 
     assert_ptr_equal(p->get_proc_address("read_file"), (void *)bv_checkpoint_read_file);
     assert_ptr_equal(p->get_proc_address("write_file"), (void *)bv_checkpoint_write_file);
