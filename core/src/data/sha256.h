@@ -14,6 +14,8 @@ typedef struct bv_sha256 {
     uint64_t bytes;        /* message length so far */
     uint8_t block[64];     /* a partial block waiting for more input */
     size_t fill;           /* bytes of it in use */
+    int hardware;          /* use the x86 SHA extensions; init sets it where the CPU has them
+                            * (a test may clear it to check the portable code) */
 } bv_sha256;
 
 void bv_sha256_init(bv_sha256 *ctx);
