@@ -141,12 +141,20 @@ rm -rf "$BIVOUAC_CACHE_DIR"
 # In a process limited to 300 MB of address space: the 2e9-node arrays (the old loader
 # reached 9.7 GB resident before failing) cannot even start, so only the count check can
 # give this message; an allocation failure would read "out of memory" with exit 1.
-# (Not under AddressSanitizer, which reserves terabytes of shadow address space.)
+# (Not under AddressSanitizer, which reserves terabytes of shadow address space.) OpenBLAS
+# starts a thread per core at load time, each reserving a malloc arena, and spins forever
+# when that fails: one BLAS thread and one arena keep the limit about the loader on a
+# machine of any size, and `timeout` turns a hang into a failure.
 small="$tmp/small-bivouac"
 if ldd "$B" | grep -q libasan; then
     small=$B
 else
-    printf '#!/bin/sh\nulimit -v 300000\nexec "%s" "$@"\n' "$B" >"$small"
+    cat >"$small" <<EOF
+#!/bin/sh
+ulimit -v 300000
+export OPENBLAS_NUM_THREADS=1 MALLOC_ARENA_MAX=1
+exec timeout 60 "$B" "\$@"
+EOF
     chmod +x "$small"
 fi
 
