@@ -44,7 +44,7 @@ check gcn-cora test_accuracy '>=' 0.805 gcn-cora.yaml --repeat 10
 check gcn-citeseer test_accuracy '>=' 0.695 gcn-citeseer.yaml --repeat 10
 check gat-cora test_accuracy '>=' 0.82 gat-cora.yaml --repeat 3
 check transformer val_loss '<=' 2.45 transformer-shakespeare.yaml -s train.steps=300 \
-    -s train.eval_interval=300 -s train.final_eval_iters=50
+    -s train.eval_interval=300 -s resilience.0.every=300 -s train.final_eval_iters=50
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

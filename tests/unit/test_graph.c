@@ -343,14 +343,16 @@ static void test_error_malformed_edge_line(void **state)
 static void test_error_edge_count_differs_from_meta(void **state)
 {
     (void)state;
-    expect_load_error("edge_count", BV_ERR_INVALID, "edges.tsv: 3 edges, but meta.yaml says 4");
+    expect_load_error("edge_count", BV_ERR_INVALID,
+                      "edges.tsv: 3 lines, but meta.yaml says undirected_edges: 4 (one line per "
+                      "edge)");
 }
 
 static void test_error_too_few_feature_lines(void **state)
 {
     (void)state;
     expect_load_error("short_features", BV_ERR_INVALID,
-                      "features.svm: 3 lines, expected 5 (one per node)");
+                      "features.svm: 3 lines, but meta.yaml says nodes: 5 (one line per node)");
 }
 
 static void test_error_malformed_feature(void **state)
@@ -384,7 +386,7 @@ static void test_error_too_few_split_lines(void **state)
 {
     (void)state;
     expect_load_error("short_split", BV_ERR_INVALID,
-                      "split.tsv: 4 lines, expected 5 (one per node)");
+                      "split.tsv: 4 lines, but meta.yaml says nodes: 5 (one line per node)");
 }
 
 static void test_error_meta_missing_key(void **state)

@@ -36,9 +36,11 @@ typedef struct bv_graph_dataset {
 
 /* Loads a dataset directory (edges.tsv, features.svm, split.tsv, meta.yaml).
  * If cache_dir is not NULL, a valid cache file there (keyed by the directory's real
- * path and the files' sizes and mtimes) is mmap'd instead; otherwise the text files are
- * parsed and the cache is written (atomically) for next time. Errors name the file and
- * line: "cora/edges.tsv:17: node 2708 out of range (2708 nodes)". */
+ * path and the files' sizes, mtimes, ctimes and inodes) is mmap'd instead; otherwise the
+ * files are checked against meta.yaml's sha256 sums and counts, parsed, and the cache is
+ * written (atomically) for next time. A dataset with no labelled training vertex is
+ * refused. Errors name the file and line:
+ * "cora/edges.tsv:17: node 2708 out of range (2708 nodes)". */
 bv_status bv_graph_load_dir(const char *dir, const char *cache_dir, bv_graph_dataset **out,
                             bv_error *err);
 

@@ -15,7 +15,9 @@
 #include "graph_internal.h"
 
 #define BVG_MAGIC "BVGRAPH"
-#define BVG_VERSION 1u
+/* 2: the layout of 1, but written only from text files whose meta.yaml sums were checked;
+ * the version seeds the key, so an entry a version-1 reader wrote unverified is never hit. */
+#define BVG_VERSION 2u
 #define BVG_ENDIAN 0x01020304u
 #define BVG_ALIGN 64u
 
@@ -146,12 +148,16 @@ char *bv_graph_cache_path(const char *dir, const char *name, const char *cache_d
         return NULL;
     }
     /* The key covers where the dataset lives and which version of each file it is; the
-     * format version is in it too, so a new format never trips over an old file. */
+     * format version is in it too, so a new format never trips over an old file. The
+     * ctime is there because nobody can set it: a file rewritten in place with its size
+     * and mtime put back (touch -r) still gets a new key, so it is parsed and its sha256
+     * checked again instead of being trusted through the cache. */
     uint64_t h = bv_graph_hash64(real, strlen(real), BVG_VERSION);
     free(real);
     for (int f = 0; f < BV_GRAPH_NFILES; f++) {
-        int64_t stamp[4] = {(int64_t)st[f].st_size, (int64_t)st[f].st_mtim.tv_sec,
-                            (int64_t)st[f].st_mtim.tv_nsec, (int64_t)st[f].st_ino};
+        int64_t stamp[6] = {(int64_t)st[f].st_size,        (int64_t)st[f].st_mtim.tv_sec,
+                            (int64_t)st[f].st_mtim.tv_nsec, (int64_t)st[f].st_ino,
+                            (int64_t)st[f].st_ctim.tv_sec,  (int64_t)st[f].st_ctim.tv_nsec};
         h = bv_graph_hash64(stamp, sizeof stamp, h);
     }
     *key = h;

@@ -22,6 +22,13 @@ bool bv_graph_owns(const bv_graph_dataset *g, const void *p);
 bv_status bv_graph_adj_from_pairs(int64_t n, const int32_t *pairs, int64_t m, bv_csr *adj,
                                   bv_error *err);
 
+/* Refuses a dataset that has nothing to train on: no vertex marked train, or only
+ * unlabelled ones (BV_ERR_INVALID, naming split_file when not NULL). An empty validation
+ * or test split is allowed but logged as a warning: their accuracies then read 0, and
+ * early stopping or best-on-validation selection has nothing to go on. */
+bv_status bv_graph_check_split(const bv_graph_dataset *g, const char *split_file,
+                               bv_error *err);
+
 /* XXH64 (Yann Collet's xxHash, 64-bit variant): the cache key and its checksums. */
 uint64_t bv_graph_hash64(const void *data, size_t len, uint64_t seed);
 
@@ -30,7 +37,8 @@ enum { BV_GRAPH_FILE_META, BV_GRAPH_FILE_EDGES, BV_GRAPH_FILE_FEATURES, BV_GRAPH
        BV_GRAPH_NFILES };
 
 /* The cache file for a dataset directory: "<cache_dir>/<name>-<16 hex>.bvg", where the hex
- * is the key (a hash of the directory's real path and the files' sizes and mtimes).
+ * is the key (a hash of the directory's real path and the files' sizes, mtimes, ctimes
+ * and inodes).
  * Returns a malloc'd path, or NULL (with err set) if the directory's real path is unknown. */
 char *bv_graph_cache_path(const char *dir, const char *name, const char *cache_dir,
                           const struct stat st[BV_GRAPH_NFILES], uint64_t *key, bv_error *err);

@@ -19,6 +19,7 @@
 
 #include "bivouac/log.h"
 #include "graph_internal.h"
+#include "sha256.h"
 
 static const char *const graph_file_names[BV_GRAPH_NFILES] = {
     [BV_GRAPH_FILE_META] = "meta.yaml",
@@ -27,7 +28,8 @@ static const char *const graph_file_names[BV_GRAPH_NFILES] = {
     [BV_GRAPH_FILE_SPLIT] = "split.tsv",
 };
 
-/* What meta.yaml says. bytes[i] is -1 where meta.yaml gives no size for file i. */
+/* What meta.yaml says. bytes[i] is -1 where meta.yaml gives no size for file i, and
+ * sha256[i] is "" where it gives no sum (otherwise 64 lowercase hex digits). */
 typedef struct graph_meta {
     char *name;
     int64_t nodes;
@@ -35,6 +37,7 @@ typedef struct graph_meta {
     int64_t classes;
     int64_t undirected_edges;
     int64_t bytes[BV_GRAPH_NFILES];
+    char sha256[BV_GRAPH_NFILES][BV_SHA256_HEX];
 } graph_meta;
 
 /* A whole file in memory, followed by a '\0' so scanners can look one byte past a token
@@ -135,6 +138,21 @@ static bv_status yaml_count(const char *path, const char *key, yaml_node_t *node
     return BV_OK;
 }
 
+/* A "sha256:" entry: 64 hex digits, kept lowercase to compare with what we compute. */
+static bv_status yaml_sha256(const char *path, const char *file, yaml_node_t *node,
+                             char out[BV_SHA256_HEX], bv_error *err)
+{
+    const char *s = yaml_scalar(node);
+    size_t len = s ? strlen(s) : 0;
+    if (!s || len != 2 * BV_SHA256_BYTES || strspn(s, "0123456789abcdefABCDEF") != len)
+        return bv_error_set(err, BV_ERR_INVALID,
+                            "%s:%zu: the sha256 of %s must be 64 hex digits, not '%.80s'", path,
+                            node->start_mark.line + 1, file, s ? s : "(a list or mapping)");
+    for (size_t i = 0; i <= len; i++)
+        out[i] = (char)(s[i] >= 'A' && s[i] <= 'F' ? s[i] - 'A' + 'a' : s[i]);
+    return BV_OK;
+}
+
 /* The last path component of dir, for datasets whose meta.yaml has no name. */
 static char *dir_basename(const char *dir)
 {
@@ -182,17 +200,19 @@ static bv_status meta_parse(const char *path, yaml_document_t *doc, graph_meta *
             if (!meta->name)
                 return bv_error_set(err, BV_ERR_NOMEM, "%s: out of memory", path);
         }
-        if (strcmp(key, "bytes") == 0 && value && value->type == YAML_MAPPING_NODE) {
+        bool bytes = strcmp(key, "bytes") == 0, sums = strcmp(key, "sha256") == 0;
+        if ((bytes || sums) && value && value->type == YAML_MAPPING_NODE) {
             for (yaml_node_pair_t *b = value->data.mapping.pairs.start;
                  b < value->data.mapping.pairs.top; b++) {
                 const char *file = yaml_scalar(yaml_document_get_node(doc, b->key));
+                yaml_node_t *v = yaml_document_get_node(doc, b->value);
                 for (int f = BV_GRAPH_FILE_EDGES; file && f < BV_GRAPH_NFILES; f++) {
-                    if (strcmp(file, graph_file_names[f]) == 0) {
-                        bv_status s = yaml_count(path, file, yaml_document_get_node(doc, b->value),
-                                                 &meta->bytes[f], err);
-                        if (s != BV_OK)
-                            return s;
-                    }
+                    if (strcmp(file, graph_file_names[f]) != 0)
+                        continue;
+                    bv_status s = bytes ? yaml_count(path, file, v, &meta->bytes[f], err)
+                                        : yaml_sha256(path, file, v, meta->sha256[f], err);
+                    if (s != BV_OK)
+                        return s;
                 }
             }
         }
@@ -405,7 +425,8 @@ static bool is_blank(char c)
 
 static bv_status wrong_line_count(const char *path, int64_t lines, int64_t n, bv_error *err)
 {
-    return bv_error_set(err, BV_ERR_INVALID, "%s: %lld lines, expected %lld (one per node)",
+    return bv_error_set(err, BV_ERR_INVALID,
+                        "%s: %lld lines, but meta.yaml says nodes: %lld (one line per node)",
                         path, (long long)lines, (long long)n);
 }
 
@@ -515,6 +536,109 @@ static bv_status parse_split(const char *path, const text_file *t, int64_t n, ui
     return BV_OK;
 }
 
+/* --- before parsing: the files against meta.yaml -------------------------------- */
+
+/* One streaming pass over a data file in fixed-size reads: counts its lines (as
+ * count_lines does) and, when meta.yaml lists a sum, checks the file's SHA-256. Nothing
+ * here allocates in proportion to what meta.yaml claims or to the file. */
+static bv_status scan_file(const char *path, const char *want_sha256, char *buf, size_t cap,
+                           int64_t *lines, bv_error *err)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return bv_error_set(err, BV_ERR_IO, "%s: %s", path, strerror(errno));
+    bool hash = want_sha256[0] != '\0';
+    bv_sha256 ctx;
+    bv_sha256_init(&ctx);
+    int64_t newlines = 0;
+    char last = '\n';
+    for (;;) {
+        ssize_t got = read(fd, buf, cap);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got < 0) {
+            int e = errno;
+            close(fd);
+            return bv_error_set(err, BV_ERR_IO, "%s: %s", path, strerror(e));
+        }
+        if (got == 0)
+            break;
+        for (const char *p = buf, *end = buf + got; (p = memchr(p, '\n', (size_t)(end - p)));
+             p++)
+            newlines++;
+        last = buf[got - 1];
+        if (hash)
+            bv_sha256_update(&ctx, buf, (size_t)got);
+    }
+    close(fd);
+    *lines = newlines + (last != '\n');
+    if (!hash)
+        return BV_OK;
+    uint8_t digest[BV_SHA256_BYTES];
+    char have[BV_SHA256_HEX];
+    bv_sha256_final(&ctx, digest);
+    bv_sha256_hex(digest, have);
+    if (strcmp(have, want_sha256) != 0)
+        return bv_error_set(err, BV_ERR_INVALID,
+                            "%s: sha256 mismatch: meta.yaml says %s, the file has %s (the file "
+                            "is corrupt or was changed: restore it, or update meta.yaml if the "
+                            "change is meant)",
+                            path, want_sha256, have);
+    return BV_OK;
+}
+
+/* Physical memory in bytes, or 0 where the system does not say. */
+static uint64_t physical_memory(void)
+{
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    return pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : 0;
+}
+
+/* Runs before anything is allocated for the dataset: checks every sum meta.yaml lists,
+ * then that meta.yaml's counts fit the files (one line per node in features.svm and
+ * split.tsv, at least one line per edge in edges.tsv) and that the dense features fit in
+ * memory. A meta.yaml that says `nodes: 2000000000` over 2708 lines is refused here, not
+ * by the allocator. docs/limits.md, "Datasets". */
+static bv_status verify_files(const char *dir, const graph_meta *meta, bv_error *err)
+{
+    enum { READ_BYTES = 1 << 20 };
+    char *buf = malloc(READ_BYTES);
+    if (!buf)
+        return bv_error_set(err, BV_ERR_NOMEM, "out of memory");
+    int64_t lines[BV_GRAPH_NFILES] = {0};
+    char *path[BV_GRAPH_NFILES] = {NULL};
+    bv_status s = BV_OK;
+    for (int f = BV_GRAPH_FILE_EDGES; f < BV_GRAPH_NFILES && s == BV_OK; f++) {
+        path[f] = path_join(dir, graph_file_names[f]);
+        s = path[f] ? scan_file(path[f], meta->sha256[f], buf, READ_BYTES, &lines[f], err)
+                    : bv_error_set(err, BV_ERR_NOMEM, "out of memory");
+    }
+    free(buf);
+    if (s == BV_OK && lines[BV_GRAPH_FILE_EDGES] < meta->undirected_edges)
+        s = bv_error_set(err, BV_ERR_INVALID,
+                         "%s: %lld lines, but meta.yaml says undirected_edges: %lld (one line "
+                         "per edge)",
+                         path[BV_GRAPH_FILE_EDGES], (long long)lines[BV_GRAPH_FILE_EDGES],
+                         (long long)meta->undirected_edges);
+    for (int f = BV_GRAPH_FILE_FEATURES; f <= BV_GRAPH_FILE_SPLIT && s == BV_OK; f++)
+        if (lines[f] != meta->nodes)
+            s = wrong_line_count(path[f], lines[f], meta->nodes, err);
+    uint64_t dense = (uint64_t)meta->nodes * (uint64_t)meta->features * sizeof(float);
+    uint64_t memory = physical_memory();
+    if (s == BV_OK && memory && dense > memory) {
+        path[BV_GRAPH_FILE_META] = path_join(dir, graph_file_names[BV_GRAPH_FILE_META]);
+        s = bv_error_set(err, BV_ERR_INVALID,
+                         "%s: nodes: %lld x features: %lld is %.1f GB of dense features, "
+                         "more than this machine's %.1f GB of memory",
+                         path[BV_GRAPH_FILE_META] ? path[BV_GRAPH_FILE_META] : "meta.yaml",
+                         (long long)meta->nodes, (long long)meta->features, (double)dense / 1e9,
+                         (double)memory / 1e9);
+    }
+    for (int f = 0; f < BV_GRAPH_NFILES; f++)
+        free(path[f]);
+    return s;
+}
+
 /* --- the directory --------------------------------------------------------------- */
 
 static bv_status parse_file(const char *dir, int which, const graph_meta *meta,
@@ -615,17 +739,29 @@ bv_status bv_graph_load_dir(const char *dir, const char *cache_dir, bv_graph_dat
                                  cache_path);
             }
             if (c == BV_OK) {
+                /* The file was verified when this entry was written (format 2 on). */
                 free(meta.name);
                 free(cache_path);
-                *out = g;
-                return BV_OK;
+                s = bv_graph_check_split(g, graph_file_names[BV_GRAPH_FILE_SPLIT], err);
+                if (s != BV_OK)
+                    bv_graph_free(g);
+                else
+                    *out = g;
+                return s;
             }
             if (cache_err.msg[0])
                 bv_log(BV_LOG_WARN, "ignoring graph cache: %s; rebuilding it", cache_err.msg);
         }
     }
     if (s == BV_OK)
+        s = verify_files(dir, &meta, err);
+    if (s == BV_OK)
         s = parse_dir(dir, &meta, out, err);
+    if (s == BV_OK && (s = bv_graph_check_split(*out, graph_file_names[BV_GRAPH_FILE_SPLIT],
+                                                err)) != BV_OK) {
+        bv_graph_free(*out);
+        *out = NULL;
+    }
     if (s == BV_OK && cache_path) {
         bv_error cache_err;
         bv_error_clear(&cache_err);

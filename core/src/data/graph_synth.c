@@ -302,7 +302,12 @@ bv_status bv_graph_synth_communities(const bv_synth_communities *p, bv_graph_dat
         return bv_error_set(err, BV_ERR_INVALID,
                             "%s: avg_degree %g impossible with %lld nodes", what, p->avg_degree,
                             (long long)n);
-    if (p->train_per_class < 0 || p->val < 0 || p->test < 0 || p->train_per_class > n / c ||
+    if (p->train_per_class < 1)
+        return bv_error_set(err, BV_ERR_INVALID,
+                            "%s: train_per_class must be at least 1, not %lld (the training "
+                            "split would be empty)",
+                            what, (long long)p->train_per_class);
+    if (p->val < 0 || p->test < 0 || p->train_per_class > n / c ||
         p->train_per_class * c + p->val + p->test > n)
         return bv_error_set(err, BV_ERR_INVALID,
                             "%s: %lld train per class x %lld classes + %lld val + %lld test "
@@ -369,6 +374,7 @@ bv_status bv_graph_synth_communities(const bv_synth_communities *p, bv_graph_dat
         g->split[i] = (uint8_t)which;
         g->split_count[which]++;
     }
+    s = bv_graph_check_split(g, NULL, err); /* warns when val or test is 0 */
 done:
     free(members);
     free(class_start);
@@ -487,6 +493,11 @@ bv_status bv_graph_synth_powerlaw(const bv_synth_powerlaw *p, bv_graph_dataset *
     if (s != BV_OK)
         return s;
     int64_t n = p->nodes, f = p->features, c = p->classes;
+    if (n < 10) /* the split takes n / 10 each for train and val */
+        return bv_error_set(err, BV_ERR_INVALID,
+                            "%s: nodes must be at least 10, not %lld (the 10%% training split "
+                            "would be empty)",
+                            what, (long long)n);
     if (p->edges < 0 || (double)p->edges > (double)n * (double)(n - 1) / 2.0)
         return bv_error_set(err, BV_ERR_INVALID, "%s: %lld edges impossible with %lld nodes",
                             what, (long long)p->edges, (long long)n);

@@ -3,10 +3,12 @@
 #include "bivouac/graph.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 
+#include "bivouac/log.h"
 #include "graph_internal.h"
 
 bv_graph_dataset *bv_graph_dataset_alloc(const char *name)
@@ -20,6 +22,41 @@ bv_graph_dataset *bv_graph_dataset_alloc(const char *name)
         return NULL;
     }
     return g;
+}
+
+bv_status bv_graph_check_split(const bv_graph_dataset *g, const char *split_file,
+                               bv_error *err)
+{
+    char marks[256] = "";
+    int64_t labelled = 0;
+    for (int64_t i = 0; i < g->num_nodes; i++)
+        labelled += g->split[i] == BV_SPLIT_TRAIN && g->labels[i] >= 0;
+    if (g->split_count[BV_SPLIT_TRAIN] == 0) {
+        if (split_file)
+            snprintf(marks, sizeof marks, " (%s marks none 'train')", split_file);
+        return bv_error_set(err, BV_ERR_INVALID, "dataset %s has no training vertices%s",
+                            g->name, marks);
+    }
+    if (labelled == 0)
+        return bv_error_set(err, BV_ERR_INVALID,
+                            "dataset %s has no labelled training vertices (all %lld marked "
+                            "'train' have label -1)",
+                            g->name, (long long)g->split_count[BV_SPLIT_TRAIN]);
+    static const char *const words[4] = {[BV_SPLIT_VAL] = "val", [BV_SPLIT_TEST] = "test"};
+    for (int which = BV_SPLIT_VAL; which <= BV_SPLIT_TEST; which++) {
+        if (g->split_count[which] != 0)
+            continue;
+        if (split_file)
+            snprintf(marks, sizeof marks, " (%s marks none '%s')", split_file, words[which]);
+        bv_log(BV_LOG_WARN,
+               which == BV_SPLIT_VAL
+                   ? "dataset %s has no validation vertices%s: validation loss and accuracy "
+                     "read 0, so early stopping and best-on-validation selection have nothing "
+                     "to go on"
+                   : "dataset %s has no test vertices%s: test loss and accuracy read 0",
+               g->name, marks);
+    }
+    return BV_OK;
 }
 
 bool bv_graph_owns(const bv_graph_dataset *g, const void *p)
