@@ -23,18 +23,9 @@
 #include "engine_graph.h"
 #include "engine_graph_internal.h"
 #include "graph_internal.h"
+#include "test_files.h"
 
 /* --- helpers ---------------------------------------------------------------------- */
-
-static char *fixture(const char *name)
-{
-    const char *src = getenv("BIVOUAC_SOURCE_DIR");
-    assert_non_null(src); /* ctest sets it */
-    char *path = malloc(strlen(src) + strlen(name) + 32);
-    assert_non_null(path);
-    sprintf(path, "%s/tests/data/graphs/%s", src, name);
-    return path;
-}
 
 /* The shared dataset directory, or NULL (and the test is skipped by the caller). */
 static char *shared_dataset(const char *name)
@@ -48,33 +39,6 @@ static char *shared_dataset(const char *name)
     assert_non_null(path);
     sprintf(path, "%s/%s", data, name);
     return path;
-}
-
-static char *make_temp_dir(void)
-{
-    char *dir = strdup("/tmp/bivouac-test-graph-XXXXXX");
-    assert_non_null(dir);
-    assert_non_null(mkdtemp(dir));
-    return dir;
-}
-
-static void remove_tree(const char *path)
-{
-    DIR *d = opendir(path);
-    if (d) {
-        struct dirent *e;
-        while ((e = readdir(d))) {
-            if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
-                continue;
-            char child[4096];
-            snprintf(child, sizeof child, "%s/%s", path, e->d_name);
-            remove_tree(child);
-        }
-        closedir(d);
-        rmdir(path);
-    } else {
-        unlink(path);
-    }
 }
 
 /* The single *.bvg file in dir (malloc'd path), failing the test if there is not one. */
@@ -559,19 +523,6 @@ static void test_cache_corrupt_file_is_rebuilt(void **state)
         free(tmp);
     }
     free(dir);
-}
-
-static void copy_file(const char *from, const char *to)
-{
-    FILE *in = fopen(from, "rb"), *out = fopen(to, "wb");
-    assert_non_null(in);
-    assert_non_null(out);
-    char buf[4096];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof buf, in)) > 0)
-        assert_int_equal(fwrite(buf, 1, n, out), n);
-    fclose(in);
-    fclose(out);
 }
 
 static void test_cache_key_changes_with_mtime(void **state)

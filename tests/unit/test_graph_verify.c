@@ -23,41 +23,13 @@
 
 #include "bivouac/graph.h"
 #include "graph_internal.h"
+#include "test_files.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #define UNDER_ASAN 1 /* ASan maps terabytes of shadow: an address-space limit cannot apply */
 #else
 #define UNDER_ASAN 0
 #endif
-
-static char *fixture(const char *name)
-{
-    const char *src = getenv("BIVOUAC_SOURCE_DIR");
-    assert_non_null(src); /* ctest sets it */
-    char *path = malloc(strlen(src) + strlen(name) + 32);
-    assert_non_null(path);
-    sprintf(path, "%s/tests/data/graphs/%s", src, name);
-    return path;
-}
-
-static void remove_tree(const char *path)
-{
-    DIR *d = opendir(path);
-    if (d) {
-        struct dirent *e;
-        while ((e = readdir(d))) {
-            if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
-                continue;
-            char child[4096];
-            snprintf(child, sizeof child, "%s/%s", path, e->d_name);
-            remove_tree(child);
-        }
-        closedir(d);
-        rmdir(path);
-    } else {
-        unlink(path);
-    }
-}
 
 /* Loads a fixture that must fail with exactly `want` (prefixed by "<dir>/" when
  * `in_dir`). */
@@ -113,19 +85,6 @@ static void test_sums_that_match_load(void **state)
     assert_int_equal(g->num_undirected_edges, 4);
     bv_graph_free(g);
     free(dir);
-}
-
-static void copy_file(const char *from, const char *to)
-{
-    FILE *in = fopen(from, "rb"), *out = fopen(to, "wb");
-    assert_non_null(in);
-    assert_non_null(out);
-    char buf[4096];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof buf, in)) > 0)
-        assert_int_equal(fwrite(buf, 1, n, out), n);
-    fclose(in);
-    fclose(out);
 }
 
 /* The cache is keyed on each file's size, mtime, ctime and inode, not on its bytes: a file
