@@ -4,7 +4,8 @@
 # plugins.resilience.checkpoint.write_now writes a checkpoint of an epoch that is not due,
 # once (a resumed run's replay does not write it again); kernel_seconds counts; every kind
 # of wrong argument, an effectful export in set-up, an export's own failure and a write
-# to the read-only plugins table fail the run with the exact message and script:line.
+# to the read-only plugins table fail the run with the exact message and script:line;
+# `bivouac plugins --json` lists the exports.
 # Environment (set by ctest): BIVOUAC, BIVOUAC_SOURCE_DIR, BIVOUAC_DATA_DIR.
 set -euo pipefail
 : "${BIVOUAC:?BIVOUAC must name the bivouac binary}"
@@ -116,6 +117,14 @@ check "write_now, resumed: no checkpoint written again by the replay" \
     "ckpt-00000003.bvck ckpt-00000005.bvck ckpt-00000010.bvck "
 check "write_now, resumed: the uninterrupted run's weights" \
     "$(field "$tmp/killed" params_crc32c)" "$(field "$tmp/ckpt" params_crc32c)"
+
+# 9. bivouac plugins --json lists the exports with their signatures
+check "plugins --json: the cpu plugin's exports" \
+    "$("$BIVOUAC" plugins --json | jq -r '.plugins[] | select(.kind == "compute" and .name == "cpu") | .exports[] | "\(.name) \(.signature) \(.effectful)"' | tr '\n' ' ')" \
+    "threads i: false set_threads !v:i true kernel_seconds d:s false "
+check "plugins --json: the checkpoint plugin's export" \
+    "$("$BIVOUAC" plugins --json | jq -r '.plugins[] | select(.name == "checkpoint") | .exports[] | "\(.name) \(.signature) \(.effectful)"')" \
+    "write_now !v: true"
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
