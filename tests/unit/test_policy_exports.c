@@ -17,6 +17,7 @@
 #include <cmocka.h>
 
 #include "bivouac/plugin.h"
+#include "export_sig.h"
 #include "policy.h"
 
 /* ---- The exports under test (plugins.test.t.*) ---- */
@@ -279,12 +280,61 @@ static void test_plugins_table_is_read_only(void **state)
     bv_policy_free(p);
 }
 
+/* The grammar the registry checks descriptors with (runtime/export_sig.c). */
+static void assert_sig_bad(const char *sig, unsigned minor, const char *why)
+{
+    bv_export_sig out;
+    char got[160] = "";
+    assert_false(bv_export_sig_parse(sig, minor, &out, got, sizeof got));
+    assert_string_equal(got, why);
+}
+
+static void test_signature_grammar(void **state)
+{
+    (void)state;
+    bv_export_sig s;
+    char why[160];
+    assert_true(bv_export_sig_parse("s:isdb", 5, &s, why, sizeof why));
+    assert_int_equal(s.ret, 's');
+    assert_int_equal(s.nargs, 4);
+    assert_false(s.effectful);
+    assert_true(bv_export_sig_parse("!v:", 5, &s, why, sizeof why));
+    assert_true(s.effectful);
+    assert_int_equal(s.nargs, 0);
+    assert_true(bv_export_sig_parse("i:ip", 4, &s, why, sizeof why)); /* 1.4 had 'p' */
+    assert_true(s.has_pointer);
+    assert_sig_bad(NULL, 5, "no signature");
+    assert_sig_bad("", 5, "missing return type");
+    assert_sig_bad("x:", 5, "unknown return type 'x' (expected one of vidbs)");
+    assert_sig_bad("i", 5, "expected ':' after the return type");
+    assert_sig_bad("i:ip", 5, "unknown argument type 'p' at position 4 (expected one of idbs)");
+    assert_sig_bad("p:", 5, "unknown return type 'p' (expected one of vidbs)");
+    assert_sig_bad("!i:i", 5, "an effectful ('!') export returns nothing ('v')");
+    assert_sig_bad("!v:", 4, "'!' (effectful) needs plugin ABI 1.5");
+    assert_sig_bad("b:", 4, "unknown return type 'b' (expected one of vidsp)");
+    assert_sig_bad("v:iiiiiiiii", 5, "more than 8 arguments");
+    assert_true(bv_export_name_ok("set_threads"));
+    assert_true(bv_export_name_ok("_x9"));
+    assert_false(bv_export_name_ok(NULL));
+    assert_false(bv_export_name_ok(""));
+    assert_false(bv_export_name_ok("Threads"));
+    assert_false(bv_export_name_ok("9x"));
+    assert_false(bv_export_name_ok("a-b"));
+    char name[65];
+    memset(name, 'a', 64);
+    name[64] = '\0';
+    assert_false(bv_export_name_ok(name));
+    name[63] = '\0';
+    assert_true(bv_export_name_ok(name));
+}
+
 /* The fuzz test: a policy that calls a random export with a random argument list drawn
  * from awkward values, driven by the seed in the metrics. Every call must succeed or fail
  * with a message that starts with the script's path and names an export. */
 static const char fuzz_script[] =
     "local t = plugins.test.t\n"
     "local names = {'add', 'half', 'negate', 'greet', 'length', 'touch', 'fail', 'big', 'mix'}\n"
+    "local arity = {2, 1, 1, 1, 1, 1, 1, 1, 4}\n"
     "local values = {0, 1, -1, 2^53, math.maxinteger, math.mininteger, 1.5, -0.0, 1/0, -1/0,\n"
     "  0/0, 1e300, '', 'abc', 'a\\0b', ('y'):rep(5000), ('z'):rep(4096), true, false, {},\n"
     "  print, math.pi, 'nil'}\n"
@@ -295,8 +345,10 @@ static const char fuzz_script[] =
     "end\n"
     "function on_epoch_end(m)\n"
     "  state = m.epoch\n"
-    "  local f = t[names[rand(#names)]]\n"
+    "  local which = rand(#names)\n"
+    "  local f = t[names[which]]\n"
     "  local args, n = {}, rand(11) - 1\n"
+    "  if rand(2) == 1 then n = arity[which] end -- the right count half of the time\n"
     "  for i = 1, n do\n"
     "    local v = values[rand(#values)]\n"
     "    if v == 'nil' then v = nil end\n"
@@ -342,6 +394,7 @@ static void test_fuzz_random_arguments(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_signature_grammar),
         cmocka_unit_test(test_each_type_goes_in_and_comes_back),
         cmocka_unit_test(test_wrong_arguments_are_lua_errors),
         cmocka_unit_test(test_effectful_refused_in_setup),
