@@ -8,6 +8,7 @@
  * on whatever backend the experiment names. */
 #include <bivouac.h>
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -220,6 +221,38 @@ static const bv_model_ops mlp_ops = {
     .stage_size = sizeof(bv_stage), /* ABI 1.4: lets bv_stage grow */
 };
 
+/* ---- Exports: functions a Lua policy may call (docs/plugins.md, "Exports") ----
+ * A policy calls these as plugins.model.mlp.weights(1433, 7, 64) and
+ * plugins.model.mlp.describe("cora"). They are pure (no '!'), so a policy may call them
+ * in set-up too. */
+
+/* weights(features, classes, hidden): how many weights this model has for those sizes. */
+static int64_t mlp_export_weights(int64_t features, int64_t classes, int64_t hidden)
+{
+    if (features < 1 || classes < 1 || hidden < 1) {
+        bv_export_error("sizes must be at least 1, got %lld, %lld, %lld", (long long)features,
+                        (long long)classes, (long long)hidden);
+        return 0;
+    }
+    return features * hidden + hidden * classes;
+}
+
+/* describe(name): a string back. The core copies it before the next call, so a
+ * thread-local buffer is enough. */
+static const char *mlp_export_describe(const char *name)
+{
+    static _Thread_local char text[128];
+    snprintf(text, sizeof text, "two-layer perceptron on %s", name);
+    return text;
+}
+
+static const bv_export mlp_exports[] = {
+    {"weights", "i:iii", (void (*)(void))mlp_export_weights,
+     "weights of the model for (features, classes, hidden)"},
+    {"describe", "s:s", (void (*)(void))mlp_export_describe, "one line about the model"},
+    {NULL, NULL, NULL, NULL},
+};
+
 static const bv_plugin mlp_plugin = {
     BV_PLUGIN_HEADER(BV_KIND_MODEL, "mlp", "0.1.0",
                      "two-layer perceptron on the features alone (example plugin)"),
@@ -228,6 +261,7 @@ static const bv_plugin mlp_plugin = {
     .ops = &mlp_ops,
     .ops_size = sizeof mlp_ops,
     /* .probe left NULL: plain C on the compute backend runs anywhere. */
+    .exports = mlp_exports, /* optional; ABI 1.5 for '!' and 'b' */
 };
 
 /* The one exported symbol: bv_model_mlp_plugin, found in model_mlp.so. */

@@ -54,6 +54,9 @@ noengine_why="$tp/noengine/model_noengine.so: model plugin declares no engine; s
 expect_plugin_fail newabi "$newabi_why"
 expect_plugin_fail badengine "$badengine_why"
 expect_plugin_fail noengine "$noengine_why"
+# ABI 1.5: an export's signature is checked at load; a pointer never reaches a policy.
+badexport_why="$tp/badexport/model_badexport.so: export 'peek' has a malformed signature 'i:ip': unknown argument type 'p' at position 4 (expected one of idbs)"
+expect_plugin_fail badexport "$badexport_why"
 # No `cloud:` section in experiments yet, so the cloud cases are checked through
 # `bivouac plugins` below.
 nullops_why="$tp/nullops/cloud_nullops.so: descriptor has no ops table"
@@ -89,7 +92,8 @@ stderr_is "cloud minimal 0.0.1 test: the smallest valid cloud
 report $s "$B" plugins
 
 all="$tp/badabi:$tp/noentry:$tp/mismatch:$tp/undefined:$tp/incomplete:$tp/noprobe"
-all="$all:$tp/newabi:$tp/badengine:$tp/noengine:$tp/nullops:$tp/short:$tp/minimal:$plugins"
+all="$all:$tp/newabi:$tp/badengine:$tp/noengine:$tp/badexport:$tp/nullops:$tp/short:$tp/minimal"
+all="$all:$plugins"
 
 t "a file that is not a shared object: dlopen's reason is kept"
 mkdir -p "$tmp/garbage"
@@ -116,6 +120,7 @@ stderr_is "not loaded:
   $newabi_why
   $badengine_why
   $noengine_why
+  $badexport_why
   $nullops_why
   $short_why" || s=1
 report $s "$B" plugins
@@ -135,6 +140,7 @@ model incomplete: $tp/incomplete/model_incomplete.so: ops table is 8 bytes, a mo
 model newabi: $newabi_why
 model badengine: $badengine_why
 model noengine: $noengine_why
+model badexport: $badexport_why
 cloud nullops: $nullops_why
 cloud short: $short_why" || s=1
 report $s "$B" plugins --json

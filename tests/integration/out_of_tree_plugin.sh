@@ -4,7 +4,8 @@
 # kind: model_mlp, compute_naive, transport_queue, resilience_statelog) with
 # find_package(bivouac) and with pkg-config, warnings as errors, then list them and train
 # with each using the installed `bivouac`:
-#   mlp        trains mlp-quickstart.yaml to a test accuracy above 0.5;
+#   mlp        trains mlp-quickstart.yaml to a test accuracy above 0.5, and a policy
+#              calls its exports (a result, and a failure with its exact message);
 #   statelog   writes "epoch E blobs 12 bytes B" for E = 1..100, B the GCN state's size;
 #   queue      gives the zmq run's weights, bit for bit (params_crc32c);
 #   naive      lands within 0.02 of the cpu run's test accuracy (sums in another order);
@@ -161,6 +162,41 @@ if not r["test_accuracy"] > 0.5:
     sys.exit(f"test_accuracy {r['test_accuracy']} is not above 0.5")
 print(f"test_accuracy {r['test_accuracy']:.3f}")
 EOF
+
+step "a policy calls model_mlp.so's exports (plugins.model.mlp.*)"
+grep -Fq 'export plugins.model.mlp.weights  i:iii  weights of the model for (features, classes, hidden)' \
+    "$tmp/plugins.txt" || { cat "$tmp/plugins.txt" >&2; fail "bivouac plugins does not list the mlp's exports"; }
+cat >"$tmp/mlp_policy.lua" <<'LUA'
+local mlp = plugins.model.mlp
+local weights = mlp.weights(100, 4, 32)   -- pure: callable in set-up
+function on_epoch_end(m)
+  if m.epoch == params.bad_at then mlp.weights(0, 4, 32) end
+  if m.epoch == 3 then
+    return {stop = true, reason = "weights " .. weights .. ", " .. mlp.describe("communities")}
+  end
+end
+LUA
+mlp_policy_run() { # NAME ARGS...
+    local name=$1
+    shift
+    "$bivouac" run "$example/mlp-quickstart.yaml" --out "$tmp/$name" --quiet \
+        -s "policy.file=$tmp/mlp_policy.lua" -s policy.on_error=stop "$@" >"$tmp/$name.log" 2>&1 ||
+        { tail -n 40 "$tmp/$name.log" >&2; fail "the mlp run with a policy ($name) failed"; }
+}
+mlp_policy_run mlp_policy -s policy.params.bad_at=0
+reason=$(grep -o '"stop_reason": "[^"]*"' "$tmp/mlp_policy/result.json")
+[[ "$reason" == '"stop_reason": "policy: weights 3328, two-layer perceptron on communities"' ]] ||
+    fail "mlp policy: $reason"
+set +e
+"$bivouac" run "$example/mlp-quickstart.yaml" --out "$tmp/mlp_policy_error" --quiet \
+    -s "policy.file=$tmp/mlp_policy.lua" -s policy.on_error=stop -s policy.params.bad_at=2 \
+    >"$tmp/mlp_policy_error.log" 2>&1
+code=$?
+set -e
+[[ "$code" != 0 ]] || fail "mlp policy, failing export: the run exited 0"
+line=$(grep 'policy error' "$tmp/mlp_policy_error.log")
+[[ "$line" == "bivouac: error: run stopped: policy error: $tmp/mlp_policy.lua:4: model.mlp.weights: sizes must be at least 1, got 0, 4, 32" ]] ||
+    fail "mlp policy, failing export: $line"
 
 # gcn_run NAME ARGS...: gcn-quickstart.yaml (GCN, 100 epochs, cpu, zmq) with ARGS.
 gcn_run() {

@@ -63,6 +63,11 @@ for model in gcn gat; do
         same "$model: the queue transport gives zmq's weights" "$model-queue-true" "$model-zmq"
     fi
 done
+# a policy changes the cpu plugin's thread count after every epoch (each role's instance
+# replaces its pool at its next kernel) and reads the kernel timers the roles update
+run gcn-queue-set-threads "$quick" -s model.plugin=gcn "${graph[@]}" -s transport.plugin=queue \
+    -s "policy.file=$BIVOUAC_SOURCE_DIR/tests/data/transformer/policy_exports.lua" \
+    -s policy.params.case=live -s policy.on_error=stop
 # the sequence engine with the checkpoint plugin's writer thread
 run transformer "$BIVOUAC_SOURCE_DIR/tests/data/transformer/tiny.yaml" -s train.steps=20
 

@@ -437,8 +437,8 @@ static void test_globals_are_read_only_after_setup(void **state)
     /* pairs(_G) iterates the real globals: 17 base functions (assert error getmetatable
      * ipairs next pairs pcall print rawequal rawget rawlen select setmetatable tonumber
      * tostring type xpcall), _G, _VERSION, string, table, math, utf8, log, params,
-     * helper_count and on_epoch_end */
-    assert_true(set_value(&out, "globals") == 27);
+     * plugins, helper_count and on_epoch_end */
+    assert_true(set_value(&out, "globals") == 28);
     assert_true(set_value(&out, "mt_hidden") == 1);
     assert_true(set_value(&out, "string_mt_hidden") == 1);
     assert_true(set_value(&out, "method") == 6);

@@ -20,9 +20,11 @@ extern "C" {
  * refuses a plugin whose minor is newer than its own (docs/plugins.md, "ABI rules").
  *   1.4: bv_plugin.engine and .option_size (in the old reserved space), bv_model_ops
  *        .stage_size, bv_seq_model_ops .layer_size/.param_size, the resilience hooks after
- *        restore, the cloud kind's ops table (cloud.h). */
+ *        restore, the cloud kind's ops table (cloud.h).
+ *   1.5: export signatures: the 'b' (bool) type and the '!' (effectful) prefix, and
+ *        bv_export_error; 'p' is refused from 1.5 on (docs/plugins.md, "Exports"). */
 #define BV_ABI_MAJOR 1
-#define BV_ABI_MINOR 4
+#define BV_ABI_MINOR 5
 
 typedef enum bv_plugin_kind {
     BV_KIND_MODEL = 1,
@@ -32,9 +34,24 @@ typedef enum bv_plugin_kind {
     BV_KIND_CLOUD = 5
 } bv_plugin_kind;
 
-/* An extra function a plugin offers to Lua policies (called through libffi).
- * signature: return type then argument types, each one of "v i d s p" (void, int64,
- * double, string, pointer), e.g. "d:ii" returns a double and takes two int64. */
+/* An extra function a plugin offers to Lua policies, which call it as
+ * plugins.<kind>.<plugin>.<name>(...) through libffi (docs/plugins.md, "Exports").
+ * signature: ["!"] return ":" arguments, e.g. "d:ii" returns a double and takes two int64.
+ *   return:    v (nothing), i (int64_t), d (double), b (bool), s (const char *: a
+ *              NUL-terminated string the core copies, at most BV_EXPORT_STRING_MAX bytes;
+ *              NULL is nil; it must stay valid until the export returns to the core)
+ *   arguments: i, d, b, s (const char *: a copy, valid only during the call); at most
+ *              BV_EXPORT_MAX_ARGS
+ *   "!":       effectful: the export changes training, so a policy may call it only from
+ *              an event handler of a live run (not in set-up, skipped while a resumed run
+ *              replays its history); effectful exports return nothing ('v').
+ * Without "!" an export is pure: it only reads, and may be called at any time. An export
+ * reports a failure by calling bv_export_error() before it returns (its return value is
+ * then ignored): the policy gets a Lua error with that message. 'p' (pointer), listed in
+ * ABI <= 1.4, is never callable from a policy, and refused in a 1.5 descriptor. The core
+ * checks every signature when it loads the plugin: a malformed one fails the load. */
+#define BV_EXPORT_MAX_ARGS 8
+#define BV_EXPORT_STRING_MAX 4096
 typedef struct bv_export {
     const char *name;
     const char *signature;
@@ -102,6 +119,11 @@ typedef const bv_plugin *(*bv_plugin_entry_fn)(void);
     }
 
 const char *bv_plugin_kind_name(bv_plugin_kind kind); /* "model", "compute", ... */
+
+/* Called by an export (only from within the call, on the calling thread) to fail it with
+ * a message (up to 255 bytes are kept): the policy's call raises a Lua error
+ * "<script>:<line>: <kind>.<plugin>.<name>: <message>". ABI 1.5. */
+void bv_export_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 #ifdef __cplusplus
 }

@@ -46,6 +46,10 @@ static void print_text(const bv_registry *r)
                    o->default_value ? o->default_value : "(required)", range,
                    o->doc ? o->doc : "");
         }
+        /* exports, as a policy calls them (docs/policies.md, "Calling plugins") */
+        for (const bv_export *e = p->exports; e && e->name; e++)
+            printf("    export plugins.%s.%s.%s  %s  %s\n", bv_plugin_kind_name(rec->kind),
+                   p->name, e->name, e->signature, e->doc ? e->doc : "");
     }
     int failed = 0;
     for (size_t i = 0; i < r->count; i++) {
@@ -111,6 +115,17 @@ static void print_json(const bv_registry *r)
             }
             printf(", \"doc\": ");
             bv_json_string(stdout, o->doc ? o->doc : "");
+            printf("}");
+        }
+        printf("], \"exports\": [");
+        for (const bv_export *e = p->exports; e && e->name; e++) {
+            printf(e == p->exports ? "{" : ", {");
+            printf("\"name\": ");
+            bv_json_string(stdout, e->name);
+            printf(", \"signature\": ");
+            bv_json_string(stdout, e->signature);
+            printf(", \"effectful\": %s, \"doc\": ", e->signature[0] == '!' ? "true" : "false");
+            bv_json_string(stdout, e->doc ? e->doc : "");
             printf("}");
         }
         printf("]}");

@@ -50,6 +50,7 @@ void bv_experiment_free(bv_experiment *x)
     bv_opts_free(&x->policy);
     bv_policy_free(x->policy_ready);
     free(x->policy_params);
+    free(x->policy_exports);
     bv_node_free(x->root);
     free(x->path);
     free(x->name);
@@ -135,6 +136,40 @@ static void load_policy_params(bv_experiment *x, const bv_node *section, bv_diag
     }
 }
 
+/* The exports of one plugin, appended to x->policy_exports (each plugin once). */
+static void add_plugin_exports(bv_experiment *x, const bv_plugin *p, bv_diag *diag)
+{
+    if (!p || !p->exports)
+        return;
+    for (size_t i = 0; i < x->npolicy_exports; i++)
+        if (x->policy_exports[i].plugin == p->name &&
+            strcmp(x->policy_exports[i].kind, bv_plugin_kind_name((bv_plugin_kind)p->kind)) == 0)
+            return; /* the same plugin twice (two resilience sections) */
+    size_t n = 0;
+    while (p->exports[n].name)
+        n++;
+    bv_policy_export *grown =
+        bv_realloc(x->policy_exports, (x->npolicy_exports + n) * sizeof *grown);
+    if (!grown) {
+        bv_diag_add(diag, NULL, "out of memory while reading the plugins' exports");
+        return;
+    }
+    x->policy_exports = grown;
+    for (size_t i = 0; i < n; i++)
+        x->policy_exports[x->npolicy_exports++] = (bv_policy_export){
+            bv_plugin_kind_name((bv_plugin_kind)p->kind), p->name, p->exports[i].name,
+            p->exports[i].signature, p->exports[i].fn, p->abi_minor};
+}
+
+static void collect_exports(bv_experiment *x, bv_diag *diag)
+{
+    add_plugin_exports(x, x->model.plugin, diag);
+    add_plugin_exports(x, x->compute.plugin, diag);
+    add_plugin_exports(x, x->transport.plugin, diag);
+    for (size_t i = 0; i < x->nresilience; i++)
+        add_plugin_exports(x, x->resilience[i].plugin, diag);
+}
+
 /* Compiles and sets the script up, so a broken policy is found before anything runs: an
  * error when on_error is stop, a warning (and a run without it) otherwise. A good one is
  * kept for the first run, so its set-up runs once (docs/policies.md). */
@@ -144,8 +179,9 @@ static void check_policy_script(bv_experiment *x, bv_diag *diag)
                             (size_t)bv_opts_int(&x->policy, "memory_mb") << 20};
     bv_policy *p = NULL;
     bv_error err = {0};
-    if (bv_policy_load(bv_opts_str(&x->policy, "file"), x->policy_params, x->npolicy_params,
-                       &lim, &p, &err) == BV_OK) {
+    if (bv_policy_load_with(bv_opts_str(&x->policy, "file"), x->policy_params,
+                            x->npolicy_params, x->policy_exports, x->npolicy_exports, &lim, &p,
+                            &err) == BV_OK) {
         x->policy_ready = p;
         return;
     }
@@ -368,8 +404,10 @@ bv_status bv_experiment_load(const char *path, char *const *overrides, size_t no
         }
         if (policy->kind == BV_NODE_MAP)
             load_policy_params(x, policy, diag);
-        if (x->has_policy && diag->count == before)
+        if (x->has_policy && diag->count == before) {
+            collect_exports(x, diag);
             check_policy_script(x, diag);
+        }
     }
     /* out of memory on the way: whatever else was reported, say so, and say it is that */
     if (bv_alloc_failures() != failures_before) {

@@ -42,6 +42,10 @@ typedef struct bv_experiment {
     bool policy_broken; /* it failed to load with on_error: continue; runs go on without it */
     bv_policy_param *policy_params;
     size_t npolicy_params;
+    /* The exports of the experiment's plugins (model, compute, transport, resilience), as
+     * the policy sees them: plain data, so that policy/ stays below plugin/. */
+    bv_policy_export *policy_exports;
+    size_t npolicy_exports;
     /* The policy as validation set it up (its top level has run): the first run takes it
      * (bv_experiment_take_policy), so that set-up runs once per run; NULL once taken. */
     bv_policy *policy_ready;

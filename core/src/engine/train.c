@@ -169,6 +169,7 @@ static bv_status read_records(const bv_blob *b, record_list *l, bv_error *err)
 static void replay_policy(train_run *r, bool *stop, char *reason, size_t reason_len)
 {
     size_t ev = 0;
+    bv_policy_set_replay(r->policy, true); /* effectful exports already had their effect */
     for (size_t i = 0; i < r->units.count; i++) {
         *stop = false;
         policy_record(r, r->ops->unit_record, &r->units.items[i], true, stop, reason,
@@ -177,6 +178,7 @@ static void replay_policy(train_run *r, bool *stop, char *reason, size_t reason_
             policy_record(r, r->ops->eval_record, &r->evals.items[ev], true, stop, reason,
                           reason_len);
     }
+    bv_policy_set_replay(r->policy, false);
 }
 
 static bv_status restore(train_run *r, bool *stop, char *reason, size_t reason_len,
@@ -299,8 +301,10 @@ static bv_status setup(train_run *r, void *data, bv_error *err)
         r->policy_stops_on_error = strcmp(bv_opts_str(&x->policy, "on_error"), "stop") == 0;
         /* the one validation set up, if handed over; else a fresh one (another seed) */
         st = r->policy ? BV_OK
-                       : bv_policy_load(bv_opts_str(&x->policy, "file"), x->policy_params,
-                                        x->npolicy_params, &lim, &r->policy, err);
+                       : bv_policy_load_with(bv_opts_str(&x->policy, "file"),
+                                             x->policy_params, x->npolicy_params,
+                                             x->policy_exports, x->npolicy_exports, &lim,
+                                             &r->policy, err);
         if (st != BV_OK) {
             if (r->policy_stops_on_error)
                 return st;

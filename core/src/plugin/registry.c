@@ -1,5 +1,7 @@
 /* The plugin registry (registry.h). */
 #include "registry.h"
+
+#include "export_sig.h"
 #include "plugin_arrays.h"
 #include "plugin_defaults.h"
 
@@ -263,6 +265,41 @@ static bool check_model_engine(bv_plugin_record *rec, const bv_plugin *d)
     return true;
 }
 
+/* The exports a policy may call (plugin.h, bv_export): a name a policy can write, a
+ * function, a well-formed signature, no name twice. Only the descriptor is read. */
+static bool check_exports(bv_plugin_record *rec, const bv_plugin *d)
+{
+    if (!d->exports)
+        return true;
+    for (size_t i = 0; d->exports[i].name; i++) {
+        const bv_export *e = &d->exports[i];
+        if (!bv_export_name_ok(e->name)) {
+            fail(rec, BV_LOAD_INCOMPLETE, "%s: export '%s' has a bad name (lower-case letters, "
+                 "digits and '_', at most 63 bytes, not starting with a digit)", rec->path,
+                 e->name);
+            return false;
+        }
+        char why[160];
+        bv_export_sig sig;
+        if (!bv_export_sig_parse(e->signature, d->abi_minor, &sig, why, sizeof why)) {
+            fail(rec, BV_LOAD_INCOMPLETE, "%s: export '%s' has a malformed signature '%s': %s",
+                 rec->path, e->name, e->signature ? e->signature : "(null)", why);
+            return false;
+        }
+        if (!e->fn) {
+            fail(rec, BV_LOAD_INCOMPLETE, "%s: export '%s' has no function", rec->path, e->name);
+            return false;
+        }
+        for (size_t j = 0; j < i; j++)
+            if (strcmp(d->exports[j].name, e->name) == 0) {
+                fail(rec, BV_LOAD_INCOMPLETE, "%s: export '%s' is declared twice", rec->path,
+                     e->name);
+                return false;
+            }
+    }
+    return true;
+}
+
 /* dlopen + descriptor checks, in the order that keeps plugin code from running early. */
 static void load_record(bv_plugin_record *rec)
 {
@@ -339,6 +376,8 @@ static void load_record(bv_plugin_record *rec)
             return;
         }
     }
+    if (!check_exports(rec, d))
+        return;
     rec->desc = d;
     rec->outcome = BV_LOAD_OK;
 }

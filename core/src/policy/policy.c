@@ -11,11 +11,13 @@
 #include <string.h>
 #include <errno.h>
 
+#include <ffi.h>
 #include <lauxlib.h>
 #include <lua.h>
 #include <lualib.h>
 
 #include "bivouac/log.h"
+#include "export_sig.h"
 #include "policy_pattern.h"
 
 /* Instructions between two runs of the count hook: small enough that a budget is
@@ -23,6 +25,17 @@
 #define HOOK_STEP 1000
 
 enum limit_hit { LIMIT_NONE, LIMIT_BUDGET, LIMIT_MEMORY };
+
+/* One plugin export as the script sees it: plugins.<kind>.<plugin>.<name>, its parsed
+ * signature and the libffi call interface prepared once at load. */
+typedef struct bridge_export {
+    char *qualified; /* "compute.cpu.threads", which starts every message about it */
+    char *kind, *plugin, *name;
+    bv_export_sig sig;
+    void (*fn)(void);
+    ffi_cif cif;
+    ffi_type *arg_types[BV_EXPORT_MAX_ARGS];
+} bridge_export;
 
 struct bv_policy {
     lua_State *L;
@@ -35,6 +48,9 @@ struct bv_policy {
     bv_pattern_meter meter;       /* charges pattern matching to the budget */
     char **handlers;              /* names of the global on_* functions, fixed at set-up */
     size_t nhandlers;
+    bridge_export *exports;       /* what plugins.* reaches */
+    size_t nexports;
+    bool replay;                  /* effectful exports are skipped (bv_policy_set_replay) */
 
     /* The run in progress (set-up or one handler call). */
     const char *running;          /* "set-up" or the handler's name */
@@ -64,6 +80,7 @@ static bv_policy *policy_from(lua_State *L)
 }
 
 static void policy_hook(lua_State *L, lua_Debug *ar);
+static const char *number_text(double v, char buf[32]);
 
 static void arm_hook(bv_policy *p)
 {
@@ -362,6 +379,265 @@ static void push_proxy(lua_State *L, lua_CFunction newindex, const char *name)
     lua_replace(L, real);
 }
 
+/* ---- Calling plugin exports (plugins.<kind>.<plugin>.<name>) ----
+ * A small, checked surface in the manner of Redis's redis.call: every argument is checked
+ * against the export's signature before anything is called, strings are copied in and
+ * out, and no pointer ever reaches the script. The export runs on this thread with the
+ * instruction budget suspended (the count hook only runs Lua code). */
+
+static ffi_type *ffi_type_of(char t)
+{
+    switch (t) {
+    case 'i': return &ffi_type_sint64;
+    case 'd': return &ffi_type_double;
+    case 'b': return &ffi_type_uint8; /* C's bool: one byte, 0 or 1 */
+    case 's': return &ffi_type_pointer;
+    default: return &ffi_type_void;
+    }
+}
+
+static const char *export_type_name(char t)
+{
+    switch (t) {
+    case 'i': return "an integer";
+    case 'd': return "a number";
+    case 'b': return "a boolean";
+    default: return "a string";
+    }
+}
+
+typedef union export_value {
+    int64_t i;
+    double d;
+    bool b;
+    const char *lua_string; /* checked, not yet copied */
+    char *s;                /* the copy the export gets */
+} export_value;
+
+/* "nil", "a string", ...: what the script passed, for messages. */
+static const char *value_kind(lua_State *L, int k)
+{
+    if (lua_isnil(L, k))
+        return "nil";
+    return lua_pushfstring(L, "a %s", luaL_typename(L, k));
+}
+
+/* Checks argument k (1-based) against type t and stores it in *v (strings: a pointer into
+ * Lua's string, copied later). Raises "<export>: argument k ..." on a mismatch. */
+static void check_argument(lua_State *L, const bridge_export *e, int k, char t, export_value *v)
+{
+    int type = lua_type(L, k);
+    if (t == 'i' || t == 'd') {
+        if (type != LUA_TNUMBER)
+            luaL_error(L, "%s: argument %d is %s, expected %s", e->qualified, k,
+                       value_kind(L, k), export_type_name(t));
+        if (t == 'd') {
+            v->d = lua_tonumber(L, k);
+            return;
+        }
+        int exact = 0;
+        v->i = (int64_t)lua_tointegerx(L, k, &exact);
+        if (!exact) {
+            char text[32];
+            luaL_error(L, "%s: argument %d is %s, expected an integer (a whole number in "
+                       "int64 range)", e->qualified, k, number_text(lua_tonumber(L, k), text));
+        }
+        return;
+    }
+    if (t == 'b') {
+        if (type != LUA_TBOOLEAN)
+            luaL_error(L, "%s: argument %d is %s, expected a boolean", e->qualified, k,
+                       value_kind(L, k));
+        v->b = lua_toboolean(L, k);
+        return;
+    }
+    if (type != LUA_TSTRING)
+        luaL_error(L, "%s: argument %d is %s, expected a string", e->qualified, k,
+                   value_kind(L, k));
+    size_t len;
+    const char *str = lua_tolstring(L, k, &len);
+    if (strlen(str) != len)
+        luaL_error(L, "%s: argument %d has a NUL byte, expected a plain string", e->qualified, k);
+    if (len > BV_EXPORT_STRING_MAX)
+        luaL_error(L, "%s: argument %d is %I bytes long, at most %d", e->qualified, k,
+                   (lua_Integer)len, BV_EXPORT_STRING_MAX); /* no %zu in Lua's format */
+    v->lua_string = str;
+}
+
+static int call_export(lua_State *L)
+{
+    bv_policy *p = policy_from(L);
+    bridge_export *e = lua_touserdata(L, lua_upvalueindex(1));
+    if (e->sig.effectful && !p->sealed)
+        return luaL_error(L, "%s is effectful: call it from an event handler, not in set-up",
+                          e->qualified);
+    int n = lua_gettop(L);
+    if (n != e->sig.nargs)
+        return luaL_error(L, "%s takes %d argument%s, got %d", e->qualified, e->sig.nargs,
+                          e->sig.nargs == 1 ? "" : "s", n);
+    export_value v[BV_EXPORT_MAX_ARGS];
+    for (int k = 0; k < n; k++)
+        check_argument(L, e, k + 1, e->sig.args[k], &v[k]);
+    if (e->sig.effectful && p->replay)
+        return 0; /* its effect happened when the event was first raised */
+
+    /* Copy the strings (no Lua error may be raised while they are held). */
+    void *args[BV_EXPORT_MAX_ARGS];
+    bool nomem = false;
+    for (int k = 0; k < n; k++) {
+        if (e->sig.args[k] == 's' && !(v[k].s = strdup(v[k].lua_string))) {
+            for (int j = 0; j < k; j++)
+                if (e->sig.args[j] == 's')
+                    free(v[j].s);
+            nomem = true;
+            break;
+        }
+        args[k] = &v[k];
+    }
+    if (nomem)
+        return luaL_error(L, "%s: out of memory copying the arguments", e->qualified);
+    union {
+        ffi_arg small; /* libffi widens returns narrower than a register to ffi_arg */
+        int64_t i;
+        double d;
+        const char *s;
+    } ret = {0};
+    bv_export_error_clear();
+    ffi_call(&e->cif, e->fn, &ret, n ? args : NULL);
+    for (int k = 0; k < n; k++)
+        if (e->sig.args[k] == 's')
+            free(v[k].s);
+    const char *failed = bv_export_error_message();
+    if (failed)
+        return luaL_error(L, "%s: %s", e->qualified, failed);
+    switch (e->sig.ret) {
+    case 'i':
+        lua_pushinteger(L, (lua_Integer)ret.i);
+        return 1;
+    case 'd':
+        lua_pushnumber(L, ret.d);
+        return 1;
+    case 'b':
+        lua_pushboolean(L, (uint8_t)ret.small != 0);
+        return 1;
+    case 's': {
+        if (!ret.s) {
+            lua_pushnil(L);
+            return 1;
+        }
+        size_t len = strnlen(ret.s, BV_EXPORT_STRING_MAX + 1);
+        if (len > BV_EXPORT_STRING_MAX)
+            return luaL_error(L, "%s returned a string of more than %d bytes", e->qualified,
+                              BV_EXPORT_STRING_MAX);
+        lua_pushlstring(L, ret.s, len);
+        return 1;
+    }
+    default:
+        return 0;
+    }
+}
+
+/* Replaces every table value of the table on top of the stack by a read-only proxy,
+ * depth levels down, then the table itself; name is its dotted name. */
+static void proxy_tree(lua_State *L, const char *name, int depth)
+{
+    if (depth > 0) {
+        lua_pushnil(L);
+        while (lua_next(L, -2)) {
+            if (lua_type(L, -1) == LUA_TTABLE) {
+                const char *child = lua_pushfstring(L, "%s.%s", name, lua_tostring(L, -2));
+                lua_insert(L, -2);
+                proxy_tree(L, child, depth - 1);
+                lua_remove(L, -2);
+                lua_pushvalue(L, -2);
+                lua_insert(L, -2);
+                lua_rawset(L, -4); /* an existing key: allowed while traversing */
+            } else {
+                lua_pop(L, 1);
+            }
+        }
+    }
+    push_proxy(L, readonly_newindex, name);
+}
+
+/* t[key] on top of the stack, created as a table when missing. */
+static void push_subtable(lua_State *L, const char *key)
+{
+    if (lua_getfield(L, -1, key) != LUA_TTABLE) {
+        lua_pop(L, 1);
+        lua_newtable(L);
+        lua_pushvalue(L, -1);
+        lua_setfield(L, -3, key);
+    }
+}
+
+/* The global `plugins`: plugins.<kind>.<plugin>.<name> for every export, all read-only. */
+static void push_plugins(lua_State *L, bv_policy *p)
+{
+    lua_newtable(L);
+    for (size_t i = 0; i < p->nexports; i++) {
+        bridge_export *e = &p->exports[i];
+        push_subtable(L, e->kind);
+        push_subtable(L, e->plugin);
+        lua_pushlightuserdata(L, e);
+        lua_pushcclosure(L, call_export, 1);
+        lua_setfield(L, -2, e->name);
+        lua_pop(L, 2);
+    }
+    proxy_tree(L, "plugins", 2);
+}
+
+static void free_exports(bv_policy *p)
+{
+    for (size_t i = 0; i < p->nexports; i++) {
+        free(p->exports[i].qualified);
+        free(p->exports[i].kind);
+        free(p->exports[i].plugin);
+        free(p->exports[i].name);
+    }
+    free(p->exports);
+    p->exports = NULL;
+    p->nexports = 0;
+}
+
+/* Parses each export's signature and prepares its libffi call interface. */
+static bv_status prepare_exports(bv_policy *p, const bv_policy_export *exports, size_t n,
+                                 bv_error *err)
+{
+    if (!n)
+        return BV_OK;
+    if (!(p->exports = calloc(n, sizeof *p->exports)))
+        return bv_error_set(err, BV_ERR_NOMEM, "%s: out of memory", p->path);
+    for (size_t i = 0; i < n; i++) {
+        const bv_policy_export *x = &exports[i];
+        bridge_export *e = &p->exports[p->nexports];
+        char why[160];
+        if (!x->kind || !x->plugin || !bv_export_name_ok(x->name) || !x->fn ||
+            !bv_export_sig_parse(x->signature, x->abi_minor, &e->sig, why, sizeof why))
+            return bv_error_set(err, BV_ERR_INVALID, "%s: plugin export %zu is malformed",
+                                p->path, i);
+        if (e->sig.has_pointer)
+            continue; /* pointers never reach a script */
+        e->fn = x->fn;
+        size_t len = strlen(x->kind) + strlen(x->plugin) + strlen(x->name) + 3;
+        e->qualified = malloc(len);
+        e->kind = strdup(x->kind);
+        e->plugin = strdup(x->plugin);
+        e->name = strdup(x->name);
+        p->nexports++;
+        if (!e->qualified || !e->kind || !e->plugin || !e->name)
+            return bv_error_set(err, BV_ERR_NOMEM, "%s: out of memory", p->path);
+        snprintf(e->qualified, len, "%s.%s.%s", x->kind, x->plugin, x->name);
+        for (int k = 0; k < e->sig.nargs; k++)
+            e->arg_types[k] = ffi_type_of(e->sig.args[k]);
+        if (ffi_prep_cif(&e->cif, FFI_DEFAULT_ABI, (unsigned)e->sig.nargs,
+                         ffi_type_of(e->sig.ret), e->arg_types) != FFI_OK)
+            return bv_error_set(err, BV_ERR_INTERNAL, "%s: libffi cannot call %s", p->path,
+                                e->qualified);
+    }
+    return BV_OK;
+}
+
 /* ---- Set-up ---- */
 
 struct setup_args {
@@ -440,6 +716,8 @@ static void build_sandbox(lua_State *L, const bv_policy_param *params, size_t np
 
     push_params(L, params, nparams);
     lua_setglobal(L, "params");
+    push_plugins(L, policy_from(L));
+    lua_setglobal(L, "plugins");
 
     static const char *const libraries[] = {LUA_STRLIBNAME, LUA_TABLIBNAME,
                                             LUA_MATHLIBNAME, LUA_UTF8LIBNAME, NULL};
@@ -803,9 +1081,16 @@ static bv_status read_script(const char *path, char **text, size_t *len, bv_erro
 bv_status bv_policy_load(const char *path, const bv_policy_param *params, size_t nparams,
                          const bv_policy_limits *lim, bv_policy **out, bv_error *err)
 {
+    return bv_policy_load_with(path, params, nparams, NULL, 0, lim, out, err);
+}
+
+bv_status bv_policy_load_with(const char *path, const bv_policy_param *params, size_t nparams,
+                              const bv_policy_export *exports, size_t nexports,
+                              const bv_policy_limits *lim, bv_policy **out, bv_error *err)
+{
     if (out)
         *out = NULL;
-    if (!path || !out || (nparams && !params))
+    if (!path || !out || (nparams && !params) || (nexports && !exports))
         return bv_error_set(err, BV_ERR_INVALID, "bv_policy_load: path and out are required");
     if (lim && lim->instructions < 0)
         return bv_error_set(err, BV_ERR_INVALID, "%s: instruction budget must be positive",
@@ -832,6 +1117,12 @@ bv_status bv_policy_load(const char *path, const bv_policy_param *params, size_t
     p->budget = lim && lim->instructions ? lim->instructions : BV_POLICY_DEFAULT_INSTRUCTIONS;
     p->mem_cap = lim && lim->memory_bytes ? lim->memory_bytes : BV_POLICY_DEFAULT_MEMORY;
     p->meter = (bv_pattern_meter){charge_pattern_steps, p};
+    status = prepare_exports(p, exports, nexports, err);
+    if (status != BV_OK) {
+        free(text);
+        bv_policy_free(p);
+        return status;
+    }
 
     p->L = lua_newstate(policy_alloc, p);
     if (!p->L) {
@@ -902,6 +1193,12 @@ bv_status bv_policy_call(bv_policy *p, const char *event, const bv_metric *metri
     return status;
 }
 
+void bv_policy_set_replay(bv_policy *p, bool replay)
+{
+    if (p)
+        p->replay = replay;
+}
+
 const char *bv_policy_path(const bv_policy *p)
 {
     return p ? p->path : NULL;
@@ -916,6 +1213,7 @@ void bv_policy_free(bv_policy *p)
     for (size_t i = 0; i < p->nhandlers; i++)
         free(p->handlers[i]);
     free(p->handlers);
+    free_exports(p);
     free(p->path);
     free(p);
 }

@@ -56,12 +56,37 @@ typedef struct bv_policy_actions {
     } sets[BV_POLICY_MAX_SETS]; /* generic knobs: {set = {workers = 8}} */
 } bv_policy_actions;
 
+/* A plugin export as the engine hands it to a policy: policy/ sits below plugin/ in the
+ * source tree, so it gets plain data (the strings and function of a bv_export, which the
+ * registry has checked at load) and never a descriptor. The script calls it as
+ * plugins.<kind>.<plugin>.<name>(...) (docs/policies.md, "Calling plugins"). */
+typedef struct bv_policy_export {
+    const char *kind;      /* "compute" */
+    const char *plugin;    /* "cpu" */
+    const char *name;      /* "threads" */
+    const char *signature; /* plugin.h's grammar, e.g. "!v:i" */
+    void (*fn)(void);
+    unsigned abi_minor;    /* of the plugin: how to read the signature */
+} bv_policy_export;
+
 /* Reads the script at path, runs its top level once (set-up) under lim (NULL: defaults)
  * and returns the policy in *out. Errors: BV_ERR_IO (unreadable file), BV_ERR_INVALID
  * (syntax, run-time, budget or memory error in set-up; the message starts with path),
  * BV_ERR_NOMEM. */
 bv_status bv_policy_load(const char *path, const bv_policy_param *params, size_t nparams,
                          const bv_policy_limits *lim, bv_policy **out, bv_error *err);
+
+/* bv_policy_load with the plugin exports the script may call (copied: exports need not
+ * outlive the call, their functions must outlive the policy). An export whose signature
+ * has a pointer ('p') is left out. ffi_prep_cif runs once per export here. */
+bv_status bv_policy_load_with(const char *path, const bv_policy_param *params, size_t nparams,
+                              const bv_policy_export *exports, size_t nexports,
+                              const bv_policy_limits *lim, bv_policy **out, bv_error *err);
+
+/* While replay is on, a handler's calls to effectful exports do nothing and return
+ * nothing: the loop replays the recorded events on resume to rebuild the policy's state,
+ * and their effects already happened in the run that recorded them. */
+void bv_policy_set_replay(bv_policy *p, bool replay);
 
 /* Runs the handler on_<event>(m), m being a fresh table of the metrics, and fills *out
  * with the actions it returned. A missing handler is BV_OK with no actions. Any error

@@ -1,8 +1,10 @@
 /* The CPU compute plugin: its descriptor and options, and the lifecycle of an instance
  * (thread pool plus reduction scratch). The kernels live in kernels_*.c. */
 #include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cblas.h>
@@ -55,6 +57,103 @@ static int detect_isa(void)
     return isa;
 }
 
+/* ---- Exports (plugins.compute.cpu.*) ---- */
+
+atomic_uint cpu_threads_generation;
+static atomic_int threads_requested; /* by the last set_threads; 0: every core */
+static atomic_int threads_current;   /* what the last instance created or applied runs */
+atomic_bool cpu_timing_on;
+_Atomic uint64_t cpu_time_ns[CPU_TIME_KINDS];
+
+uint64_t cpu_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Called by cpu_threads on the instance's own thread, between two pool runs (a pool run
+ * is synchronous), so replacing the pool races with nothing. Tasks already sized for the
+ * old count are clamped by cpu_pool_run, and every kernel splits by the count it gets. */
+void cpu_apply_threads(bv_compute *c, unsigned generation)
+{
+    c->threads_seen = generation;
+    int want = atomic_load(&threads_requested);
+    if (want <= 0)
+        want = available_cores();
+    if (want > CPU_MAX_THREADS)
+        want = CPU_MAX_THREADS;
+    if (want == c->nthreads)
+        return;
+    bv_error err = {0};
+    cpu_pool *pool = cpu_pool_create(want, &err);
+    if (!pool) /* keep running on the old pool; threads() says which count is live */
+        return;
+    cpu_pool_destroy(c->pool);
+    c->pool = pool;
+    c->nthreads = want;
+    atomic_store(&threads_current, want);
+}
+
+/* threads(): the thread count of the last instance created or changed; 0 before any. */
+static int64_t export_threads(void)
+{
+    return atomic_load(&threads_current);
+}
+
+/* set_threads(n): every instance runs with n threads from its next kernel on. */
+static void export_set_threads(int64_t n)
+{
+    if (n < 0 || n > CPU_MAX_THREADS) {
+        bv_export_error("thread count %lld is out of range [0, %d] (0: every core)",
+                        (long long)n, CPU_MAX_THREADS);
+        return;
+    }
+    atomic_store(&threads_requested, (int)n);
+    atomic_fetch_add(&cpu_threads_generation, 1);
+    /* the count a policy reads back right away, before the instances apply it */
+    atomic_store(&threads_current, n > 0 ? (int)n : available_cores());
+}
+
+static const char *const time_kind_names[CPU_TIME_KINDS] = {
+    "gemm", "spmm", "elementwise", "edge", "attention", "loss"};
+
+/* kernel_seconds(kind): seconds spent in that kind of kernel since the first call of this
+ * export (counting starts then, so that nobody pays for it unasked); "all" sums them. */
+static double export_kernel_seconds(const char *kind)
+{
+    bool all = strcmp(kind, "all") == 0;
+    int which = -1;
+    for (int k = 0; k < CPU_TIME_KINDS; k++)
+        if (strcmp(kind, time_kind_names[k]) == 0)
+            which = k;
+    if (!all && which < 0) {
+        bv_export_error("unknown kernel kind '%s' (gemm, spmm, elementwise, edge, attention, "
+                        "loss or all)", kind);
+        return 0.0;
+    }
+    if (!atomic_exchange(&cpu_timing_on, true))
+        return 0.0; /* counting starts now */
+    uint64_t ns = 0;
+    for (int k = 0; k < CPU_TIME_KINDS; k++)
+        if (all || k == which)
+            ns += atomic_load_explicit(&cpu_time_ns[k], memory_order_relaxed);
+    return (double)ns * 1e-9;
+}
+
+#define EXPORT_FN(f) ((void (*)(void))(void *)(f))
+
+static const bv_export cpu_exports[] = {
+    {"threads", "i:", EXPORT_FN(export_threads),
+     "threads the compute instances run with (the last created or changed; 0 before any)"},
+    {"set_threads", "!v:i", EXPORT_FN(export_set_threads),
+     "run kernels on n threads (0: every core) from each instance's next kernel on"},
+    {"kernel_seconds", "d:s", EXPORT_FN(export_kernel_seconds),
+     "seconds in kernels of a kind (gemm, spmm, elementwise, edge, attention, loss, all) "
+     "since the first call"},
+    {NULL, NULL, NULL, NULL},
+};
+
 static bv_compute *cpu_create(const bv_opts *opts, bv_error *err)
 {
     int threads = (int)bv_opts_int(opts, "threads");
@@ -69,6 +168,8 @@ static bv_compute *cpu_create(const bv_opts *opts, bv_error *err)
         return NULL;
     }
     c->nthreads = threads;
+    c->threads_seen = atomic_load(&cpu_threads_generation); /* a new run starts as set */
+    atomic_store(&threads_current, threads);
     c->pool = cpu_pool_create(threads, err);
     if (!c->pool) {
         free(c);
@@ -144,6 +245,7 @@ static const bv_plugin cpu_plugin = {
     .options = cpu_options,
     .ops = &cpu_ops,
     .ops_size = sizeof cpu_ops,
+    .exports = cpu_exports,
 };
 
 BV_PLUGIN_EXPORT const bv_plugin *bv_compute_cpu_plugin(void);

@@ -21,19 +21,64 @@
 
 struct bv_compute {
     cpu_pool *pool;
-    int nthreads;
+    int nthreads;          /* the pool's size: tasks per kernel at most */
+    unsigned threads_seen; /* cpu_threads_generation when nthreads was last applied */
     double partial_sum[CPU_MAX_BLOCKS];
     int64_t partial_count[CPU_MAX_BLOCKS];
     int64_t partial_correct[CPU_MAX_BLOCKS];
 };
 
+/* The thread count a policy set through the compute.cpu.set_threads export: process-wide,
+ * since the export reaches no instance. Each instance applies it at its next kernel
+ * (cpu_threads), on the thread that runs its kernels, between two pool runs; the cost when
+ * nobody sets it is one relaxed atomic load per kernel. */
+extern atomic_uint cpu_threads_generation;
+void cpu_apply_threads(bv_compute *c, unsigned generation);
+
+static inline int cpu_threads(bv_compute *c)
+{
+    unsigned g = atomic_load_explicit(&cpu_threads_generation, memory_order_acquire);
+    if (g != c->threads_seen)
+        cpu_apply_threads(c, g);
+    return c->nthreads;
+}
+
 /* How many tasks to split `work` units into: one per `grain` units, at most nthreads. */
-static inline int cpu_tasks_for(const bv_compute *c, int64_t work, int64_t grain)
+static inline int cpu_tasks_for(bv_compute *c, int64_t work, int64_t grain)
 {
     int64_t t = (work + grain - 1) / grain;
     if (t < 1)
         t = 1;
-    return t > c->nthreads ? c->nthreads : (int)t;
+    int n = cpu_threads(c);
+    return t > n ? n : (int)t;
+}
+
+/* Kernel time by kind, for the compute.cpu.kernel_seconds export. Counting starts the
+ * first time someone reads it, so a run that never asks pays one relaxed load per kernel. */
+enum cpu_time_kind {
+    CPU_TIME_GEMM,
+    CPU_TIME_SPMM,
+    CPU_TIME_ELEMENTWISE,
+    CPU_TIME_EDGE,
+    CPU_TIME_ATTENTION,
+    CPU_TIME_LOSS,
+    CPU_TIME_KINDS
+};
+extern atomic_bool cpu_timing_on;
+extern _Atomic uint64_t cpu_time_ns[CPU_TIME_KINDS];
+uint64_t cpu_now_ns(void);
+
+/* cpu_pool_run, timed by kind once timing is on. */
+static inline void cpu_run(bv_compute *c, enum cpu_time_kind kind, int ntasks, cpu_task_fn fn,
+                           void *ctx)
+{
+    if (!atomic_load_explicit(&cpu_timing_on, memory_order_relaxed)) {
+        cpu_pool_run(c->pool, ntasks, fn, ctx);
+        return;
+    }
+    uint64_t t0 = cpu_now_ns();
+    cpu_pool_run(c->pool, ntasks, fn, ctx);
+    atomic_fetch_add_explicit(&cpu_time_ns[kind], cpu_now_ns() - t0, memory_order_relaxed);
 }
 
 /* Block size for a reduction over n items with at least min_block items per block. */

@@ -80,10 +80,10 @@ void cpu_gemm(bv_compute *c, bool trans_a, bool trans_b, int64_t m, int64_t n, i
                   .beta = beta, .a = a, .b = b, .cm = cm};
     /* bands of at least 16 rows and ~1 MFLOP each, or it is not worth waking the pool */
     int64_t flops = m * n * k;
-    int tasks = c->nthreads;
+    int tasks = cpu_threads(c);
     while (tasks > 1 && (m / tasks < 16 || flops / tasks < (1 << 20)))
         tasks--;
-    cpu_pool_run(c->pool, tasks, gemm_task, &g);
+    cpu_run(c, CPU_TIME_GEMM, tasks, gemm_task, &g);
 }
 
 /* ---- relu ---------------------------------------------------------------------------- */
@@ -109,7 +109,7 @@ static void relu_forward_task(void *arg, int tid, int ntasks)
 void cpu_relu_forward(bv_compute *c, int64_t n, const float *x, float *y)
 {
     relu_ctx r = {.n = n, .y = x, .out = y};
-    cpu_pool_run(c->pool, cpu_tasks_for(c, n, CPU_GRAIN), relu_forward_task, &r);
+    cpu_run(c, CPU_TIME_ELEMENTWISE, cpu_tasks_for(c, n, CPU_GRAIN), relu_forward_task, &r);
 }
 
 static void relu_backward_task(void *arg, int tid, int ntasks)
@@ -128,7 +128,7 @@ static void relu_backward_task(void *arg, int tid, int ntasks)
 void cpu_relu_backward(bv_compute *c, int64_t n, const float *y, const float *dy, float *dx)
 {
     relu_ctx r = {.n = n, .y = y, .dy = dy, .out = dx};
-    cpu_pool_run(c->pool, cpu_tasks_for(c, n, CPU_GRAIN), relu_backward_task, &r);
+    cpu_run(c, CPU_TIME_ELEMENTWISE, cpu_tasks_for(c, n, CPU_GRAIN), relu_backward_task, &r);
 }
 
 /* ---- leaky ReLU and ELU (GAT: Veličković et al. 2018 §2.1 and its ELU hidden layer) ---- */
@@ -173,7 +173,7 @@ static void leaky_relu_forward_task(void *arg, int tid, int ntasks)
 void cpu_leaky_relu_forward(bv_compute *c, int64_t n, float slope, const float *x, float *y)
 {
     act_ctx a = {.n = n, .slope = slope, .x = x, .out = y};
-    cpu_pool_run(c->pool, cpu_tasks_for(c, n, CPU_GRAIN), leaky_relu_forward_task, &a);
+    cpu_run(c, CPU_TIME_ELEMENTWISE, cpu_tasks_for(c, n, CPU_GRAIN), leaky_relu_forward_task, &a);
 }
 
 static void leaky_relu_backward_task(void *arg, int tid, int ntasks)
@@ -188,7 +188,7 @@ void cpu_leaky_relu_backward(bv_compute *c, int64_t n, float slope, const float 
                              const float *dy, float *dx)
 {
     act_ctx a = {.n = n, .slope = slope, .x = x, .dy = dy, .out = dx};
-    cpu_pool_run(c->pool, cpu_tasks_for(c, n, CPU_GRAIN), leaky_relu_backward_task, &a);
+    cpu_run(c, CPU_TIME_ELEMENTWISE, cpu_tasks_for(c, n, CPU_GRAIN), leaky_relu_backward_task, &a);
 }
 
 /* ELU 8 lanes at a time (cpu_vec.h): x > 0 ? x : expm1(x); backward (dy given)
@@ -221,7 +221,7 @@ void cpu_elu_forward(bv_compute *c, int64_t n, const float *x, float *y)
 {
     act_ctx a = {.n = n, .x = x, .out = y};
     /* exp costs more than a compare: split finer than the elementwise grain */
-    cpu_pool_run(c->pool, cpu_tasks_for(c, n, CPU_GRAIN / 4), elu_forward_task, &a);
+    cpu_run(c, CPU_TIME_ELEMENTWISE, cpu_tasks_for(c, n, CPU_GRAIN / 4), elu_forward_task, &a);
 }
 
 static void elu_backward_task(void *arg, int tid, int ntasks)
@@ -235,7 +235,7 @@ static void elu_backward_task(void *arg, int tid, int ntasks)
 void cpu_elu_backward(bv_compute *c, int64_t n, const float *x, const float *dy, float *dx)
 {
     act_ctx a = {.n = n, .x = x, .dy = dy, .out = dx};
-    cpu_pool_run(c->pool, cpu_tasks_for(c, n, CPU_GRAIN / 4), elu_backward_task, &a);
+    cpu_run(c, CPU_TIME_ELEMENTWISE, cpu_tasks_for(c, n, CPU_GRAIN / 4), elu_backward_task, &a);
 }
 
 /* ---- dropout ------------------------------------------------------------------------- */
@@ -331,7 +331,7 @@ static void dropout_apply(bv_compute *c, int64_t n, float p, uint64_t seed, uint
                      .key = cpu_dropout_key(seed, stream), .offset = offset,
                      .in = in, .out = out};
     /* hashing costs more than a copy: split finer than the elementwise grain */
-    cpu_pool_run(c->pool, cpu_tasks_for(c, n, CPU_GRAIN / 4), dropout_task, &d);
+    cpu_run(c, CPU_TIME_ELEMENTWISE, cpu_tasks_for(c, n, CPU_GRAIN / 4), dropout_task, &d);
 }
 
 void cpu_dropout_forward(bv_compute *c, int64_t n, float p, uint64_t seed, uint64_t stream,
@@ -398,7 +398,7 @@ void cpu_adam_step(bv_compute *c, int64_t n, float *param, const float *grad, fl
         .step_size = (float)((double)p->lr / bc1),
         .inv_sqrt_bc2 = (float)(1.0 / sqrt(bc2)),
     };
-    cpu_pool_run(c->pool, cpu_tasks_for(c, n, CPU_GRAIN / 4), adam_task, &a);
+    cpu_run(c, CPU_TIME_ELEMENTWISE, cpu_tasks_for(c, n, CPU_GRAIN / 4), adam_task, &a);
 }
 
 /* ---- bias ---------------------------------------------------------------------------- */
@@ -432,7 +432,7 @@ void cpu_add_bias(bv_compute *c, int64_t rows, int64_t cols, const float *bias, 
     int ntasks = cpu_tasks_for(c, rows * cols, CPU_GRAIN);
     if (ntasks > rows)
         ntasks = (int)rows;
-    cpu_pool_run(c->pool, ntasks, add_bias_task, &bc);
+    cpu_run(c, CPU_TIME_ELEMENTWISE, ntasks, add_bias_task, &bc);
 }
 
 /* bias_backward gives each task whole column chunks and sums every row of a column in row
@@ -477,7 +477,7 @@ void cpu_bias_backward(bv_compute *c, int64_t rows, int64_t cols, const float *d
     int ntasks = cpu_tasks_for(c, rows * cols, CPU_GRAIN);
     if (ntasks > nchunks)
         ntasks = (int)nchunks;
-    cpu_pool_run(c->pool, ntasks, bias_backward_task, &bc);
+    cpu_run(c, CPU_TIME_ELEMENTWISE, ntasks, bias_backward_task, &bc);
 }
 
 /* ---- axpy ---------------------------------------------------------------------------- */
@@ -504,7 +504,7 @@ static void axpy_task(void *arg, int tid, int ntasks)
 void cpu_axpy(bv_compute *c, int64_t n, float alpha, const float *x, float *y)
 {
     axpy_ctx a = {.n = n, .alpha = alpha, .x = x, .y = y};
-    cpu_pool_run(c->pool, cpu_tasks_for(c, n, CPU_GRAIN), axpy_task, &a);
+    cpu_run(c, CPU_TIME_ELEMENTWISE, cpu_tasks_for(c, n, CPU_GRAIN), axpy_task, &a);
 }
 
 /* ---- sum_squares --------------------------------------------------------------------- */
@@ -556,7 +556,7 @@ double cpu_sum_squares(bv_compute *c, int64_t n, const float *x)
     int ntasks = cpu_tasks_for(c, n, CPU_GRAIN);
     if (ntasks > s.nblocks)
         ntasks = (int)s.nblocks;
-    cpu_pool_run(c->pool, ntasks, sumsq_task, &s);
+    cpu_run(c, CPU_TIME_ELEMENTWISE, ntasks, sumsq_task, &s);
     double total = 0.0;
     for (int64_t blk = 0; blk < s.nblocks; blk++)
         total += s.partial[blk];

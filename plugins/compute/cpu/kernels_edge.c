@@ -11,7 +11,7 @@
 #include "cpu_vec.h"
 
 /* How many tasks for a row-parallel kernel over `rows` rows: by work, at most one per row. */
-static int row_tasks(const bv_compute *c, int64_t rows, int64_t work, int64_t grain)
+static int row_tasks(bv_compute *c, int64_t rows, int64_t work, int64_t grain)
 {
     int ntasks = cpu_tasks_for(c, work, grain);
     return ntasks > rows ? (int)rows : ntasks;
@@ -72,7 +72,7 @@ void cpu_edge_scores(bv_compute *c, const bv_csr *a, int64_t row_begin, int64_t 
                     .src_stride = src_stride, .dst = dst, .dst_stride = dst_stride, .out = out};
     int64_t rows = row_end - row_begin;
     int64_t nnz = a->rowptr[row_end] - s.base;
-    cpu_pool_run(c->pool, row_tasks(c, rows, (nnz + rows) * heads, CPU_GRAIN),
+    cpu_run(c, CPU_TIME_EDGE, row_tasks(c, rows, (nnz + rows) * heads, CPU_GRAIN),
                  edge_scores_task, &s);
 }
 
@@ -131,7 +131,7 @@ void cpu_edge_scores_backward(bv_compute *c, const bv_csr *a, int64_t row_begin,
     int ntasks = cpu_tasks_for(c, (nnz + rows) * heads, CPU_GRAIN);
     if (ntasks > a->ncols && a->ncols > 0)
         ntasks = (int)a->ncols;
-    cpu_pool_run(c->pool, ntasks, edge_scores_backward_task, &s);
+    cpu_run(c, CPU_TIME_EDGE, ntasks, edge_scores_backward_task, &s);
 }
 
 /* ---- edge_softmax -------------------------------------------------------------------- */
@@ -223,7 +223,7 @@ void cpu_edge_softmax(bv_compute *c, const bv_csr *a, int64_t row_begin, int64_t
     int64_t rows = row_end - row_begin;
     int64_t nnz = a->rowptr[row_end] - s.base;
     /* an exp per element: finer than the plain elementwise grain */
-    cpu_pool_run(c->pool, row_tasks(c, rows, (nnz + rows) * heads, CPU_GRAIN / 4),
+    cpu_run(c, CPU_TIME_EDGE, row_tasks(c, rows, (nnz + rows) * heads, CPU_GRAIN / 4),
                  edge_softmax_task, &s);
 }
 
@@ -259,7 +259,7 @@ void cpu_edge_softmax_backward(bv_compute *c, const bv_csr *a, int64_t row_begin
                      .dalpha = dalpha, .out = dz};
     int64_t rows = row_end - row_begin;
     int64_t nnz = a->rowptr[row_end] - s.base;
-    cpu_pool_run(c->pool, row_tasks(c, rows, (nnz + rows) * heads, CPU_GRAIN),
+    cpu_run(c, CPU_TIME_EDGE, row_tasks(c, rows, (nnz + rows) * heads, CPU_GRAIN),
                  edge_softmax_backward_task, &s);
 }
 
@@ -362,7 +362,7 @@ void cpu_gather_heads(bv_compute *c, const bv_csr *a, int64_t row_begin, int64_t
                     .w = w, .x = x, .x_stride = x_stride, .out = y};
     int64_t rows = row_end - row_begin;
     int64_t nnz = a->rowptr[row_end] - g.base;
-    cpu_pool_run(c->pool, row_tasks(c, rows, (nnz + rows) * heads * head_dim, CPU_GRAIN),
+    cpu_run(c, CPU_TIME_EDGE, row_tasks(c, rows, (nnz + rows) * heads * head_dim, CPU_GRAIN),
                  gather_heads_task, &g);
 }
 
@@ -411,7 +411,7 @@ void cpu_gather_heads_backward_x(bv_compute *c, const bv_csr *at, const int64_t 
                     .x_stride = x_stride};
     int64_t rows = at->nrows;
     int64_t nnz = at->rowptr[rows] - at->rowptr[0];
-    cpu_pool_run(c->pool, row_tasks(c, rows, (nnz + rows) * heads * head_dim, CPU_GRAIN),
+    cpu_run(c, CPU_TIME_EDGE, row_tasks(c, rows, (nnz + rows) * heads * head_dim, CPU_GRAIN),
                  gather_heads_backward_x_task, &g);
 }
 
@@ -454,6 +454,6 @@ void cpu_gather_heads_backward_w(bv_compute *c, const bv_csr *a, int64_t row_beg
     int64_t rows = row_end - row_begin;
     int64_t nnz = a->rowptr[row_end] - g.base;
     int64_t d = head_dim > 0 ? head_dim : 1;
-    cpu_pool_run(c->pool, row_tasks(c, rows, (nnz + rows) * heads * d, CPU_GRAIN),
+    cpu_run(c, CPU_TIME_EDGE, row_tasks(c, rows, (nnz + rows) * heads * d, CPU_GRAIN),
                  gather_heads_backward_w_task, &g);
 }

@@ -116,7 +116,7 @@ void cpu_spmm(bv_compute *c, const bv_csr *a, int64_t row_begin, int64_t row_end
     int ntasks = cpu_tasks_for(c, (nnz + rows) * f, CPU_GRAIN);
     if (ntasks > rows)
         ntasks = (int)rows;
-    cpu_pool_run(c->pool, ntasks, spmm_task, &s);
+    cpu_run(c, CPU_TIME_SPMM, ntasks, spmm_task, &s);
 }
 
 /* ---- spmm with dropout on the sparse values (a sparse first layer) ------------------ */
@@ -185,7 +185,7 @@ void cpu_spmm_dropout(bv_compute *c, const bv_csr *a, float p, uint64_t seed, ui
     int ntasks = cpu_tasks_for(c, (a->nnz + a->nrows) * f, CPU_GRAIN);
     if (ntasks > a->nrows)
         ntasks = (int)a->nrows;
-    cpu_pool_run(c->pool, ntasks, spmm_dropout_task, &s);
+    cpu_run(c, CPU_TIME_SPMM, ntasks, spmm_dropout_task, &s);
 }
 
 /* The weight gradient scatters into rows of dx named by columns: one pass in edge order on

@@ -16,7 +16,7 @@
 /* Reductions over rows (dgamma, dwte) give each task whole chunks of columns. */
 #define COL_CHUNK 32
 
-static int tasks_for_units(const bv_compute *c, int64_t units, int64_t work_per_unit)
+static int tasks_for_units(bv_compute *c, int64_t units, int64_t work_per_unit)
 {
     int t = cpu_tasks_for(c, units * work_per_unit, CPU_GRAIN);
     return t > units ? (int)(units > 0 ? units : 1) : t;
@@ -70,7 +70,7 @@ void cpu_layernorm_forward(bv_compute *c, int64_t rows, int64_t cols, float eps,
         return;
     ln_ctx l = {.rows = rows, .cols = cols, .eps = eps, .x = x, .gamma = gamma,
                 .beta = beta, .y = y, .mean_out = mean, .rstd_out = rstd};
-    cpu_pool_run(c->pool, tasks_for_units(c, rows, cols * 4), ln_forward_task, &l);
+    cpu_run(c, CPU_TIME_ELEMENTWISE, tasks_for_units(c, rows, cols * 4), ln_forward_task, &l);
 }
 
 /* dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dy * gamma. */
@@ -137,9 +137,9 @@ void cpu_layernorm_backward(bv_compute *c, int64_t rows, int64_t cols, const flo
                 .rstd = rstd, .dy = dy, .dx = dx, .accumulate = accumulate,
                 .dgamma = dgamma, .dbeta = dbeta};
     if (dx)
-        cpu_pool_run(c->pool, tasks_for_units(c, rows, cols * 4), ln_backward_dx_task, &l);
+        cpu_run(c, CPU_TIME_ELEMENTWISE, tasks_for_units(c, rows, cols * 4), ln_backward_dx_task, &l);
     if (dgamma)
-        cpu_pool_run(c->pool, tasks_for_units(c, (cols + COL_CHUNK - 1) / COL_CHUNK,
+        cpu_run(c, CPU_TIME_ELEMENTWISE, tasks_for_units(c, (cols + COL_CHUNK - 1) / COL_CHUNK,
                                               rows * COL_CHUNK * 2),
                      ln_backward_params_task, &l);
 }
@@ -202,7 +202,7 @@ void cpu_gelu_forward(bv_compute *c, int64_t n, const float *x, float *y)
     if (n <= 0)
         return;
     gelu_ctx g = {.n = n, .x = x, .out = y};
-    cpu_pool_run(c->pool, cpu_tasks_for(c, n, CPU_GRAIN / 8), gelu_forward_task, &g);
+    cpu_run(c, CPU_TIME_ELEMENTWISE, cpu_tasks_for(c, n, CPU_GRAIN / 8), gelu_forward_task, &g);
 }
 
 void cpu_gelu_backward(bv_compute *c, int64_t n, const float *x, const float *dy, float *dx)
@@ -210,7 +210,7 @@ void cpu_gelu_backward(bv_compute *c, int64_t n, const float *x, const float *dy
     if (n <= 0)
         return;
     gelu_ctx g = {.n = n, .x = x, .dy = dy, .out = dx};
-    cpu_pool_run(c->pool, cpu_tasks_for(c, n, CPU_GRAIN / 8), gelu_backward_task, &g);
+    cpu_run(c, CPU_TIME_ELEMENTWISE, cpu_tasks_for(c, n, CPU_GRAIN / 8), gelu_backward_task, &g);
 }
 
 /* ---- batched gemm -------------------------------------------------------------------- */
@@ -254,7 +254,7 @@ void cpu_gemm_batched(bv_compute *c, int64_t count, bool trans_a, bool trans_b, 
                    .ldb = small_int(ldb), .ldc = small_int(ldc), .sa = stride_a,
                    .sb = stride_b, .sc = stride_c, .alpha = alpha, .beta = beta, .a = a,
                    .b = b, .cm = cm};
-    cpu_pool_run(c->pool, tasks_for_units(c, count, m * n * (k > 0 ? k : 1) / 64 + 1),
+    cpu_run(c, CPU_TIME_GEMM, tasks_for_units(c, count, m * n * (k > 0 ? k : 1) / 64 + 1),
                  bgemm_task, &g);
 }
 
@@ -313,7 +313,7 @@ void cpu_attention_forward(bv_compute *c, int64_t batch, int64_t seq, int heads,
     attn_ctx a = {.batch = batch, .seq = seq, .head_dim = head_dim, .heads = heads,
                   .scale = 1.0f / sqrtf((float)head_dim), .qkv = qkv, .att = att,
                   .out = out};
-    cpu_pool_run(c->pool, tasks_for_units(c, batch * heads, seq * seq * head_dim / 8 + 1),
+    cpu_run(c, CPU_TIME_ATTENTION, tasks_for_units(c, batch * heads, seq * seq * head_dim / 8 + 1),
                  attn_forward_task, &a);
 }
 
@@ -365,7 +365,7 @@ void cpu_attention_backward(bv_compute *c, int64_t batch, int64_t seq, int heads
     attn_ctx a = {.batch = batch, .seq = seq, .head_dim = head_dim, .heads = heads,
                   .scale = 1.0f / sqrtf((float)head_dim), .qkv = qkv, .att_in = att,
                   .dout = dout, .scratch = scratch, .dqkv = dqkv};
-    cpu_pool_run(c->pool, tasks_for_units(c, batch * heads, seq * seq * head_dim / 4 + 1),
+    cpu_run(c, CPU_TIME_ATTENTION, tasks_for_units(c, batch * heads, seq * seq * head_dim / 4 + 1),
                  attn_backward_task, &a);
 }
 
@@ -404,7 +404,7 @@ void cpu_embedding_forward(bv_compute *c, int64_t batch, int64_t seq, int64_t di
         return;
     emb_ctx m = {.batch = batch, .seq = seq, .dim = dim, .tokens = tokens, .wte = wte,
                  .wpe = wpe, .out = out};
-    cpu_pool_run(c->pool, tasks_for_units(c, batch * seq, dim), emb_forward_task, &m);
+    cpu_run(c, CPU_TIME_ELEMENTWISE, tasks_for_units(c, batch * seq, dim), emb_forward_task, &m);
 }
 
 /* Each task owns a chunk of columns of both tables and walks every token in order. */
@@ -446,7 +446,7 @@ void cpu_embedding_backward(bv_compute *c, int64_t batch, int64_t seq, int64_t d
     emb_ctx m = {.batch = batch, .seq = seq, .dim = dim, .tokens = tokens, .dout = dout,
                  .dwte = dwte, .dwpe = dwpe};
     int64_t nchunks = (dim + COL_CHUNK - 1) / COL_CHUNK;
-    cpu_pool_run(c->pool, tasks_for_units(c, nchunks, batch * seq * COL_CHUNK * 2),
+    cpu_run(c, CPU_TIME_ELEMENTWISE, tasks_for_units(c, nchunks, batch * seq * COL_CHUNK * 2),
                  emb_backward_task, &m);
 }
 
@@ -472,5 +472,5 @@ void cpu_scale(bv_compute *c, int64_t n, float alpha, float *x)
     if (n <= 0)
         return;
     scale_ctx s = {.n = n, .alpha = alpha, .x = x};
-    cpu_pool_run(c->pool, cpu_tasks_for(c, n, CPU_GRAIN), scale_task, &s);
+    cpu_run(c, CPU_TIME_ELEMENTWISE, cpu_tasks_for(c, n, CPU_GRAIN), scale_task, &s);
 }

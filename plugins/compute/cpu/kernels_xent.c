@@ -127,7 +127,7 @@ void cpu_softmax_xent(bv_compute *c, int64_t n, int64_t k, const float *logits,
     int ntasks = cpu_tasks_for(c, n * k, CPU_GRAIN / 8);
     if (ntasks > x.nblocks)
         ntasks = (int)x.nblocks;
-    cpu_pool_run(c->pool, ntasks, xent_task, &x);
+    cpu_run(c, CPU_TIME_LOSS, ntasks, xent_task, &x);
     for (int64_t blk = 0; blk < x.nblocks; blk++) {
         out->loss_sum += x.loss[blk];
         out->count += x.count[blk];

@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +29,7 @@ struct bv_resilience {
     size_t image_size;
     size_t image_cap;
     int64_t image_epoch;
+    unsigned requests_seen; /* write_requests when this instance last wrote on request */
 
     /* Epochs this instance wrote and fsync'ed, newest first (writer thread only): they
      * count as good when pruning without being read back. */
@@ -190,6 +192,16 @@ static void remove_stale_temporaries(const char *dir)
     closedir(d);
 }
 
+/* Bumped by the write_now export (plugins.resilience.checkpoint.write_now): each instance
+ * writes the next state it is offered when this differs from what it last saw, whether or
+ * not that epoch is due. Process-wide, as an export reaches no instance. */
+static atomic_uint write_requests;
+
+static void export_write_now(void)
+{
+    atomic_fetch_add(&write_requests, 1);
+}
+
 static bv_resilience *checkpoint_create(const bv_opts *opts, const bv_run_info *info,
                                         bv_error *err)
 {
@@ -199,6 +211,7 @@ static bv_resilience *checkpoint_create(const bv_opts *opts, const bv_run_info *
         return NULL;
     }
     r->every = bv_opts_int(opts, "every");
+    r->requests_seen = atomic_load(&write_requests); /* a new run owes nothing */
     r->keep = bv_opts_int(opts, "keep");
     const char *dir = bv_opts_str(opts, "dir");
     if (dir && dir[0]) {
@@ -270,7 +283,9 @@ static void checkpoint_destroy(bv_resilience *r)
  * writer's news. */
 static bv_status checkpoint_epoch_end(bv_resilience *r, const bv_state *state, bv_error *err)
 {
-    bool due = state->epoch % r->every == 0;
+    unsigned requests = atomic_load(&write_requests);
+    bool due = state->epoch % r->every == 0 || requests != r->requests_seen;
+    r->requests_seen = requests;
     size_t size = 0;
     bv_error invalid = {0};
     bv_status valid = due ? checkpoint_image_size(state, &size, &invalid) : BV_OK;
@@ -344,6 +359,13 @@ static void *checkpoint_get_proc_address(const char *name)
     return NULL;
 }
 
+static const bv_export checkpoint_exports[] = {
+    {"write_now", "!v:", (void (*)(void))export_write_now,
+     "write a checkpoint of the next state the loop offers (this epoch for graph models, "
+     "the next evaluation for sequence models), due or not"},
+    {NULL, NULL, NULL, NULL},
+};
+
 static const bv_plugin checkpoint_plugin = {
     BV_PLUGIN_HEADER(BV_KIND_RESILIENCE, "checkpoint", "0.1.0",
                      "periodic atomic checkpoints written in the background; resume from "
@@ -352,6 +374,7 @@ static const bv_plugin checkpoint_plugin = {
     .ops = &checkpoint_ops,
     .ops_size = sizeof checkpoint_ops,
     .get_proc_address = checkpoint_get_proc_address,
+    .exports = checkpoint_exports,
 };
 
 BV_PLUGIN_ENTRY(resilience, checkpoint, checkpoint_plugin)
