@@ -63,8 +63,10 @@ run_one() {
   seeds "$t" "$seed"
   local start end
   start=$(date +%s)
+  local dict=()
+  [ -f "$root/tests/fuzz/$t.dict" ] && dict=(-dict="$root/tests/fuzz/$t.dict")
   (cd "$out" && "./$t" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
-      -print_final_stats=1 -artifact_prefix="$crashes/" "$corpus" "$seed" \
+      -print_final_stats=1 -artifact_prefix="$crashes/" "${dict[@]}" "$corpus" "$seed" \
       > "$out/$t.log" 2>&1)
   end=$(date +%s)
   echo "$((end - start))" > "$out/$t.seconds"
