@@ -641,6 +641,18 @@ static bv_status override_value(const char *text, size_t offset, bv_node **out,
     return *out ? BV_OK : BV_ERR_NOMEM;
 }
 
+/* Levels of nesting below n (0 for a scalar); n itself is at most MAX_DEPTH deep. */
+static int node_depth(const bv_node *n)
+{
+    int d = 0;
+    for (size_t i = 0; n->kind != BV_NODE_SCALAR && i < n->count; i++) {
+        int below = 1 + node_depth(n->items[i]);
+        if (below > d)
+            d = below;
+    }
+    return d;
+}
+
 static bv_status override_apply(bv_node *root, const char *assignment, bv_diag *diag)
 {
     const char *eq = strchr(assignment, '=');
@@ -669,6 +681,19 @@ static bv_status override_apply(bv_node *root, const char *assignment, bv_diag *
     bv_status st = override_value(eq + 1, path_len + 1, &value, diag);
     if (st != BV_OK)
         return st;
+    /* The value lands one level down per step: keep the tree within what the loader
+     * reads, so the resolved experiment a run saves (bv_node_to_yaml) loads back
+     * (found by tests/fuzz/fuzz_config). */
+    int steps = 1;
+    for (const char *p = assignment; p < eq; p++)
+        steps += *p == '.';
+    if (steps + node_depth(value) > MAX_DEPTH) {
+        bv_pos p = cmdline_pos(0);
+        bv_diag_add(diag, &p, "override '%.*s' nests the experiment deeper than %d levels",
+                    (int)path_len, assignment, MAX_DEPTH);
+        bv_node_free(value);
+        return BV_ERR_INVALID;
+    }
 
     /* Walk down. The topmost mapping this creates (created_top, with its parent and key)
      * is attached only once the walk has succeeded, so an error leaves the tree as it

@@ -284,11 +284,15 @@ bv_status bv_graph_cache_open(const char *path, uint64_t key, bv_graph_dataset *
                                  (unsigned long long)at);
         at = h.sections[i].offset + h.sections[i].bytes;
     }
-    const char *name = (const char *)base + h.sections[BVG_NAME].offset;
+    /* Pointers into the mapping only once check_header has put the sections inside it:
+     * a damaged header's offset can reach past the mapping, and forming that pointer is
+     * already undefined (found by tests/fuzz/fuzz_graph_cache). */
+    const char *name = s == BV_OK ? (const char *)base + h.sections[BVG_NAME].offset : NULL;
     if (s == BV_OK && (h.sections[BVG_NAME].bytes == 0 ||
                        name[h.sections[BVG_NAME].bytes - 1] != '\0'))
         s = bv_error_set(err, BV_ERR_CORRUPT, "%s: unterminated name", path);
-    const int64_t *rowptr = (const int64_t *)(base + h.sections[BVG_ROWPTR].offset);
+    const int64_t *rowptr =
+        s == BV_OK ? (const int64_t *)(base + h.sections[BVG_ROWPTR].offset) : NULL;
     if (s == BV_OK && (rowptr[0] != 0 || rowptr[h.num_nodes] != h.nnz))
         s = bv_error_set(err, BV_ERR_CORRUPT, "%s: row pointers do not add up", path);
     bv_graph_dataset *g = NULL;
