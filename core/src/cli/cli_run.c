@@ -2,7 +2,6 @@
  * DIR/metrics.jsonl, DIR/result.json, and print a one-line summary. */
 #include <errno.h>
 #include <limits.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -202,18 +201,14 @@ static void headline_text(const bv_run_result *runs, long long n, char *buf, siz
         snprintf(buf, len, "%lld seeds done", n);
         return;
     }
-    size_t k = (size_t)(h - runs[0].fields);
-    double mean = 0, sq = 0;
-    for (long long i = 0; i < n; i++)
-        mean += runs[i].fields[k].value / (double)n;
-    for (long long i = 0; i < n; i++)
-        sq += (runs[i].fields[k].value - mean) * (runs[i].fields[k].value - mean);
+    double mean, std;
+    bv_result_mean_std(runs, (size_t)n, (size_t)(h - runs[0].fields), &mean, &std);
     char name[64];
     snprintf(name, sizeof name, "%s", h->name);
     for (char *p = name; *p; p++)
         if (*p == '_')
             *p = ' ';
-    snprintf(buf, len, "%s %.4f +- %.4f", name, mean, sqrt(sq / (double)n));
+    snprintf(buf, len, "%s %.4f +- %.4f", name, mean, std);
 }
 
 /* Trains seeds seed0 .. seed0+repeat-1 (into DIR/seed-N/ when more than one) and writes
@@ -282,13 +277,11 @@ static int train_all(bv_experiment *x, void *data, const char *out, const run_ar
                 printf("%s on %s: %s -> %s/result.json\n", x->model.plugin->name,
                        x->dataset_label, runs[0].summary, out);
             } else {
-                double wall = 0;
-                for (long long i = 0; i < n; i++)
-                    wall += runs[i].wall_seconds;
                 char head[128];
                 headline_text(runs, n, head, sizeof head);
                 printf("%s on %s: %s over %lld seeds in %.2f s -> %s/result.json\n",
-                       x->model.plugin->name, x->dataset_label, head, n, wall, out);
+                       x->model.plugin->name, x->dataset_label, head, n,
+                       bv_result_wall_total(runs, (size_t)n), out);
             }
         }
     }

@@ -24,6 +24,26 @@ static void write_run_fields(FILE *f, const bv_run_result *r, uint64_t seed)
     bv_json_string(f, r->stop_reason);
 }
 
+void bv_result_mean_std(const bv_run_result *runs, size_t n, size_t k, double *mean,
+                        double *std)
+{
+    double sum = 0, sq = 0;
+    for (size_t i = 0; i < n; i++)
+        sum += runs[i].fields[k].value;
+    *mean = sum / (double)n;
+    for (size_t i = 0; i < n; i++)
+        sq += (runs[i].fields[k].value - *mean) * (runs[i].fields[k].value - *mean);
+    *std = sqrt(sq / (double)n);
+}
+
+double bv_result_wall_total(const bv_run_result *runs, size_t n)
+{
+    double wall = 0;
+    for (size_t i = 0; i < n; i++)
+        wall += runs[i].wall_seconds;
+    return wall;
+}
+
 /* The summary over seeds: the mean of every BV_RESULT_MEAN field (the fields are the same
  * for every seed of one engine), the headline's standard deviation after it, and the
  * summed wall time. */
@@ -33,24 +53,16 @@ static void write_summary_fields(FILE *f, const bv_run_result *runs, size_t n)
         const bv_result_field *fl = &runs[0].fields[k];
         if (!(fl->flags & BV_RESULT_MEAN))
             continue;
-        double mean = 0;
-        for (size_t i = 0; i < n; i++)
-            mean += runs[i].fields[k].value;
-        mean /= (double)n;
+        double mean, std;
+        bv_result_mean_std(runs, n, k, &mean, &std);
         bv_json_field(f, fl->name, mean);
         if (fl->flags & BV_RESULT_HEADLINE) {
-            double sq = 0;
-            for (size_t i = 0; i < n; i++)
-                sq += (runs[i].fields[k].value - mean) * (runs[i].fields[k].value - mean);
             char name[80];
             snprintf(name, sizeof name, "%s_std", fl->name);
-            bv_json_field(f, name, sqrt(sq / (double)n));
+            bv_json_field(f, name, std);
         }
     }
-    double wall = 0;
-    for (size_t i = 0; i < n; i++)
-        wall += runs[i].wall_seconds;
-    bv_json_field(f, "wall_seconds", wall);
+    bv_json_field(f, "wall_seconds", bv_result_wall_total(runs, n));
 }
 
 int bv_result_write(const char *dir, const bv_experiment *x, const bv_run_result *runs,

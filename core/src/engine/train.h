@@ -31,5 +31,10 @@ bv_status bv_train(const bv_experiment *x, void *data, const bv_train_options *o
  * deviation, the summed wall time and every seed's fields under "runs". 0 on success. */
 int bv_result_write(const char *dir, const bv_experiment *x, const bv_run_result *runs,
                     const uint64_t *seeds, size_t n);
+/* Over n seeds' results: field k's mean and (population) standard deviation, as the
+ * summary in result.json has them; and the summed wall time. */
+void bv_result_mean_std(const bv_run_result *runs, size_t n, size_t k, double *mean,
+                        double *std);
+double bv_result_wall_total(const bv_run_result *runs, size_t n);
 
 #endif
