@@ -16,6 +16,7 @@
 #include "bivouac/log.h"
 #include "bivouac/wire.h"
 #include "clock.h"
+#include "grow.h"
 #include "json_out.h"
 
 /* Records of one kind, in the order they were made. */
@@ -47,14 +48,8 @@ typedef struct train_run {
 
 static bv_status record_push(record_list *l, const bv_record *rec, bv_error *err)
 {
-    if (l->count == l->cap) {
-        size_t cap = l->cap ? l->cap * 2 : 256;
-        bv_record *items = realloc(l->items, cap * sizeof *items);
-        if (!items)
-            return bv_error_set(err, BV_ERR_NOMEM, "out of memory");
-        l->items = items;
-        l->cap = cap;
-    }
+    if (!bv_grow((void **)&l->items, &l->cap, l->count, sizeof *l->items, 256))
+        return bv_error_set(err, BV_ERR_NOMEM, "out of memory");
     l->items[l->count++] = *rec;
     return BV_OK;
 }

@@ -19,6 +19,7 @@
 #include "bivouac/resilience.h"
 #include "bivouac/seqmodel.h"
 #include "bivouac/transport.h"
+#include "grow.h"
 
 static const bv_plugin_kind all_kinds[] = {BV_KIND_MODEL, BV_KIND_COMPUTE, BV_KIND_TRANSPORT,
                                            BV_KIND_RESILIENCE, BV_KIND_CLOUD};
@@ -186,14 +187,8 @@ static bv_plugin_record *find_record(bv_registry *r, bv_plugin_kind kind, const 
 static bv_plugin_record *new_record(bv_registry *r, const char *path, bv_plugin_kind kind,
                                     const char *name)
 {
-    if (r->count == r->cap) {
-        size_t cap = r->cap ? r->cap * 2 : 16;
-        bv_plugin_record *rec = realloc(r->records, cap * sizeof *rec);
-        if (!rec)
-            return NULL;
-        r->records = rec;
-        r->cap = cap;
-    }
+    if (!bv_grow((void **)&r->records, &r->cap, r->count, sizeof *r->records, 16))
+        return NULL;
     bv_plugin_record *rec = &r->records[r->count++];
     memset(rec, 0, sizeof *rec);
     rec->path = strdup(path);

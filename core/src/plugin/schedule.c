@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "bivouac/schedule.h"
+#include "grow.h"
 
 void bv_schedule_init(bv_schedule *s)
 {
@@ -21,14 +22,8 @@ void bv_schedule_free(bv_schedule *s)
 bv_status bv_schedule_append(bv_schedule *s, const bv_instruction *ins, size_t ins_size,
                              bv_error *err)
 {
-    if (s->count == s->cap) {
-        size_t cap = s->cap ? s->cap * 2 : 16;
-        void *items = realloc(s->items, cap * s->instruction_size);
-        if (!items)
-            return bv_error_set(err, BV_ERR_NOMEM, "out of memory growing a schedule");
-        s->items = items;
-        s->cap = cap;
-    }
+    if (!bv_grow(&s->items, &s->cap, s->count, s->instruction_size, 16))
+        return bv_error_set(err, BV_ERR_NOMEM, "out of memory growing a schedule");
     char *dst = (char *)s->items + s->count * s->instruction_size;
     size_t n = ins_size < s->instruction_size ? ins_size : s->instruction_size;
     memcpy(dst, ins, n);

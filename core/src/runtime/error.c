@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "grow.h"
+
 bv_status bv_error_set(bv_error *err, bv_status status, const char *fmt, ...)
 {
     if (err) {
@@ -42,14 +44,8 @@ void bv_diag_free(bv_diag *d)
 
 void bv_diag_vadd(bv_diag *d, const bv_pos *pos, const char *fmt, va_list ap)
 {
-    if (d->count == d->cap) {
-        size_t cap = d->cap ? d->cap * 2 : 8;
-        bv_diag_entry *e = realloc(d->entries, cap * sizeof *e);
-        if (!e)
-            return; /* out of memory: the diagnostic is dropped, the count stays honest */
-        d->entries = e;
-        d->cap = cap;
-    }
+    if (!bv_grow((void **)&d->entries, &d->cap, d->count, sizeof *d->entries, 8))
+        return; /* out of memory: the diagnostic is dropped, the count stays honest */
     char buf[BV_ERROR_MSG_MAX];
     vsnprintf(buf, sizeof buf, fmt, ap);
     bv_diag_entry *e = &d->entries[d->count++];

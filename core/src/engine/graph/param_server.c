@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "engine_graph_internal.h"
+#include "grow.h"
 #include "role_loop.h"
 
 typedef struct pending_grad {
@@ -52,14 +53,8 @@ static bv_status ps_keep_grad(param_server *ps, bv_role_msg *m, bv_error *err)
     if (m->hdr.na != ps->e->param_floats * sizeof(float))
         return bv_error_set(err, BV_ERR_CORRUPT, "gradient message has %llu bytes, expected %zu",
                             (unsigned long long)m->hdr.na, ps->e->param_floats * sizeof(float));
-    if (ps->npending == ps->cap) {
-        size_t cap = ps->cap ? ps->cap * 2 : 16;
-        pending_grad *p = realloc(ps->pending, cap * sizeof *p);
-        if (!p)
-            return bv_error_set(err, BV_ERR_NOMEM, "out of memory for gradients");
-        ps->pending = p;
-        ps->cap = cap;
-    }
+    if (!bv_grow((void **)&ps->pending, &ps->cap, ps->npending, sizeof *ps->pending, 16))
+        return bv_error_set(err, BV_ERR_NOMEM, "out of memory for gradients");
     pending_grad *p = &ps->pending[ps->npending++];
     p->stage = m->hdr.stage;
     p->interval = m->hdr.interval;
