@@ -17,20 +17,10 @@ script="$BIVOUAC_SOURCE_DIR/tests/data/transformer/policy_exports.lua"
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/bivouac-exports.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 export BIVOUAC_CACHE_DIR="$tmp/cache"
-passed=0
-failed=0
-
-check() { # check "what" actual expected
-    if [ "$2" = "$3" ]; then
-        echo "ok: $1"
-        passed=$((passed + 1))
-    else
-        echo "FAIL: $1: got '$2', want '$3'" >&2
-        failed=$((failed + 1))
-    fi
-}
+# check, field, finish and the counters
+# shellcheck source=tests/integration/check_lib.bash
+source "$(dirname "${BASH_SOURCE[0]}")/check_lib.bash"
 files() { find "$1" -type f -printf '%f\n' | sort | tr '\n' ' '; }
-field() { grep -o "\"$2\": [^,}]*" "$1/result.json" | head -1; }
 reason() { grep -o '"stop_reason": "[^"]*"' "$1/result.json"; }
 # tf CASE [ARGS...]: the transformer (cpu, threads: 2) with policy_exports.lua
 tf() {
@@ -127,5 +117,4 @@ check "plugins --json: the checkpoint plugin's export" \
     "$("$BIVOUAC" plugins --json | jq -r '.plugins[] | select(.name == "checkpoint") | .exports[] | "\(.name) \(.signature) \(.effectful)"')" \
     "write_now !v: true"
 
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+finish

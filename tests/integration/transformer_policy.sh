@@ -16,19 +16,9 @@ plain="$BIVOUAC_SOURCE_DIR/tests/data/transformer/tiny.yaml"
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/bivouac-tf-policy.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 export BIVOUAC_CACHE_DIR="$tmp/cache"
-passed=0
-failed=0
-
-check() { # check "what" actual expected
-    if [ "$2" = "$3" ]; then
-        echo "ok: $1"
-        passed=$((passed + 1))
-    else
-        echo "FAIL: $1: got '$2', want '$3'" >&2
-        failed=$((failed + 1))
-    fi
-}
-field() { grep -o "\"$2\": [^,}]*" "$1/result.json" | head -1; }
+# check, field, finish and the counters
+# shellcheck source=tests/integration/check_lib.bash
+source "$(dirname "${BASH_SOURCE[0]}")/check_lib.bash"
 steps_of() { grep -c '"train_loss"' "$1/metrics.jsonl"; }
 curve() { sed -e 's/, "seconds": [^}]*//' "$1/metrics.jsonl"; }
 # lr of the step lines from FIRST to LAST, one per line
@@ -80,5 +70,4 @@ check "lr policy, resumed: loss curve" "$(curve "$tmp/killed" | md5sum)" "$(curv
 check "lr policy, resumed: weights" "$(field "$tmp/killed" params_crc32c)" \
     "$(field "$tmp/lr" params_crc32c)"
 
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+finish
