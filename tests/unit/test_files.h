@@ -1,14 +1,18 @@
-/* File helpers the dataset tests share (test_graph.c, test_graph_verify.c): the path of a
- * hand-written fixture, a temporary directory, removing a tree, copying a file. Header-only,
+/* Helpers the dataset tests share (test_graph.c, test_graph_verify.c): the path of a
+ * hand-written fixture, a load that must fail with an exact message, a temporary
+ * directory, removing a tree, copying a file. Header-only,
  * like test_support.h; include after <cmocka.h>. */
 #ifndef BIVOUAC_TEST_FILES_H
 #define BIVOUAC_TEST_FILES_H
 
 #include <dirent.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#include "bivouac/graph.h"
 
 /* tests/data/graphs/<name> in the source tree (malloc'd). */
 static inline char *fixture(const char *name)
@@ -47,6 +51,25 @@ static inline void remove_tree(const char *path)
     } else {
         unlink(path);
     }
+}
+
+/* Loads fixture `name`, which must fail with status and exactly the message want (after
+ * "<fixture dir>/" when in_dir), leaving no dataset. */
+static inline void expect_dataset_error(const char *name, bool in_dir, bv_status status,
+                                        const char *want)
+{
+    char *dir = fixture(name);
+    char full[2048];
+    snprintf(full, sizeof full, "%s%s%s", in_dir ? dir : "", in_dir ? "/" : "", want);
+    bv_graph_dataset *g = (bv_graph_dataset *)&g; /* must be reset to NULL */
+    bv_error err;
+    bv_error_clear(&err);
+    bv_status s = bv_graph_load_dir(dir, NULL, &g, &err);
+    assert_null(g);
+    assert_string_equal(err.msg, full);
+    assert_int_equal(s, status);
+    assert_int_equal(err.status, status);
+    free(dir);
 }
 
 static inline void copy_file(const char *from, const char *to)

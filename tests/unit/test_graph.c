@@ -262,52 +262,37 @@ static void test_load_citeseer(void **state)
 
 /* --- one test per error message ----------------------------------------------------- */
 
-static void expect_load_error(const char *name, bv_status status, const char *rest)
-{
-    char *dir = fixture(name);
-    char want[2048];
-    snprintf(want, sizeof want, "%s/%s", dir, rest);
-    bv_graph_dataset *g = (bv_graph_dataset *)&g; /* must be reset to NULL */
-    bv_error err;
-    bv_error_clear(&err);
-    bv_status s = bv_graph_load_dir(dir, NULL, &g, &err);
-    assert_null(g);
-    assert_string_equal(err.msg, want);
-    assert_int_equal(s, status);
-    assert_int_equal(err.status, status);
-    free(dir);
-}
-
 static void test_error_missing_file(void **state)
 {
     (void)state;
-    expect_load_error("missing_edges", BV_ERR_IO, "edges.tsv: No such file or directory");
+    expect_dataset_error("missing_edges", true, BV_ERR_IO, "edges.tsv: No such file or directory");
 }
 
 static void test_error_truncated_features_size(void **state)
 {
     (void)state;
-    expect_load_error("truncated_features", BV_ERR_INVALID,
+    expect_dataset_error("truncated_features", true, BV_ERR_INVALID,
                       "features.svm: 28 bytes, but meta.yaml says 47 (truncated or modified?)");
 }
 
 static void test_error_edge_out_of_range(void **state)
 {
     (void)state;
-    expect_load_error("edge_out_of_range", BV_ERR_INVALID,
+    expect_dataset_error("edge_out_of_range", true, BV_ERR_INVALID,
                       "edges.tsv:3: node 5 out of range (5 nodes)");
 }
 
 static void test_error_malformed_edge_line(void **state)
 {
     (void)state;
-    expect_load_error("bad_edge_line", BV_ERR_INVALID, "edges.tsv:2: expected 'src<TAB>dst'");
+    expect_dataset_error("bad_edge_line", true, BV_ERR_INVALID,
+                         "edges.tsv:2: expected 'src<TAB>dst'");
 }
 
 static void test_error_edge_count_differs_from_meta(void **state)
 {
     (void)state;
-    expect_load_error("edge_count", BV_ERR_INVALID,
+    expect_dataset_error("edge_count", true, BV_ERR_INVALID,
                       "edges.tsv: 3 lines, but meta.yaml says undirected_edges: 4 (one line per "
                       "edge)");
 }
@@ -315,54 +300,56 @@ static void test_error_edge_count_differs_from_meta(void **state)
 static void test_error_too_few_feature_lines(void **state)
 {
     (void)state;
-    expect_load_error("short_features", BV_ERR_INVALID,
+    expect_dataset_error("short_features", true, BV_ERR_INVALID,
                       "features.svm: 3 lines, but meta.yaml says nodes: 5 (one line per node)");
 }
 
 static void test_error_malformed_feature(void **state)
 {
     (void)state;
-    expect_load_error("bad_feature", BV_ERR_INVALID, "features.svm:4: malformed feature '3:'");
+    expect_dataset_error("bad_feature", true, BV_ERR_INVALID,
+                         "features.svm:4: malformed feature '3:'");
 }
 
 static void test_error_feature_index_out_of_range(void **state)
 {
     (void)state;
-    expect_load_error("feature_index_range", BV_ERR_INVALID,
+    expect_dataset_error("feature_index_range", true, BV_ERR_INVALID,
                       "features.svm:2: feature index 3 out of range (3 features)");
 }
 
 static void test_error_label_out_of_range(void **state)
 {
     (void)state;
-    expect_load_error("label_range", BV_ERR_INVALID,
+    expect_dataset_error("label_range", true, BV_ERR_INVALID,
                       "features.svm:5: label 2 out of range (2 classes)");
 }
 
 static void test_error_unknown_split(void **state)
 {
     (void)state;
-    expect_load_error("bad_split", BV_ERR_INVALID,
+    expect_dataset_error("bad_split", true, BV_ERR_INVALID,
                       "split.tsv:3: unknown split 'tran' (expected train, val, test or none)");
 }
 
 static void test_error_too_few_split_lines(void **state)
 {
     (void)state;
-    expect_load_error("short_split", BV_ERR_INVALID,
+    expect_dataset_error("short_split", true, BV_ERR_INVALID,
                       "split.tsv: 4 lines, but meta.yaml says nodes: 5 (one line per node)");
 }
 
 static void test_error_meta_missing_key(void **state)
 {
     (void)state;
-    expect_load_error("meta_missing_nodes", BV_ERR_INVALID, "meta.yaml: missing 'nodes'");
+    expect_dataset_error("meta_missing_nodes", true, BV_ERR_INVALID, "meta.yaml: missing 'nodes'");
 }
 
 static void test_error_missing_directory(void **state)
 {
     (void)state;
-    expect_load_error("no_such_dataset", BV_ERR_IO, "meta.yaml: No such file or directory");
+    expect_dataset_error("no_such_dataset", true, BV_ERR_IO,
+                         "meta.yaml: No such file or directory");
 }
 
 static void write_text(const char *dir, const char *file, const char *text)

@@ -31,23 +31,6 @@
 #define UNDER_ASAN 0
 #endif
 
-/* Loads a fixture that must fail with exactly `want` (prefixed by "<dir>/" when
- * `in_dir`). */
-static void expect_error(const char *name, bool in_dir, const char *want)
-{
-    char *dir = fixture(name);
-    char full[2048];
-    snprintf(full, sizeof full, "%s%s%s", in_dir ? dir : "", in_dir ? "/" : "", want);
-    bv_graph_dataset *g = (bv_graph_dataset *)&g; /* must be reset to NULL */
-    bv_error err;
-    bv_error_clear(&err);
-    bv_status s = bv_graph_load_dir(dir, NULL, &g, &err);
-    assert_null(g);
-    assert_string_equal(err.msg, full);
-    assert_int_equal(s, BV_ERR_INVALID);
-    free(dir);
-}
-
 /* --- sha256 ------------------------------------------------------------------------- */
 
 /* features.svm of the fixture differs from ok's in one byte ("1 1:2" became "1 1:3"): the
@@ -55,7 +38,7 @@ static void expect_error(const char *name, bool in_dir, const char *want)
 static void test_sha256_mismatch_is_refused(void **state)
 {
     (void)state;
-    expect_error("sha256_mismatch", true,
+    expect_dataset_error("sha256_mismatch", true, BV_ERR_INVALID,
                  "features.svm: sha256 mismatch: meta.yaml says "
                  "a22a0b7cfd4fd11429891aa9f2f1490ae0c2bef3477f01220faff697aff44bd7, the file "
                  "has f99ffad3cb35fbfcd88150fe080b1f6f2ffba1db11237597425f730373b380e5 (the "
@@ -66,7 +49,7 @@ static void test_sha256_mismatch_is_refused(void **state)
 static void test_sha256_not_hex_is_refused(void **state)
 {
     (void)state;
-    expect_error("bad_sha256", true,
+    expect_dataset_error("bad_sha256", true, BV_ERR_INVALID,
                  "meta.yaml:11: the sha256 of features.svm must be 64 hex digits, not "
                  "'a22a0b7c'");
 }
@@ -256,14 +239,14 @@ static void test_features_beyond_memory_refused_before_allocating(void **state)
 static void test_no_training_vertices_is_refused(void **state)
 {
     (void)state;
-    expect_error("no_train", false,
+    expect_dataset_error("no_train", false, BV_ERR_INVALID,
                  "dataset tiny has no training vertices (split.tsv marks none 'train')");
 }
 
 static void test_only_unlabelled_training_vertices_is_refused(void **state)
 {
     (void)state;
-    expect_error("unlabelled_train", false,
+    expect_dataset_error("unlabelled_train", false, BV_ERR_INVALID,
                  "dataset tiny has no labelled training vertices (all 2 marked 'train' have "
                  "label -1)");
 }
