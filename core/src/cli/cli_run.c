@@ -326,8 +326,8 @@ int bv_cli_run(int argc, char **argv)
         code = st == BV_ERR_NOMEM ? BV_EXIT_FAILED : BV_EXIT_USAGE;
     }
     bv_diag_free(&d);
-    void *data = NULL;
-    if (code == BV_EXIT_OK) {
+    void *data = code == BV_EXIT_OK ? bv_experiment_take_data(x) : NULL;
+    if (code == BV_EXIT_OK && !data) { /* the check read none: read it now */
         bv_error err = {0};
         if (x->engine_ops->load_data(x, &data, &err) != BV_OK)
             code = bv_cli_fail(err.status == BV_ERR_NOMEM ? BV_EXIT_FAILED : BV_EXIT_USAGE, "%s",

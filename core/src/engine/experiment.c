@@ -49,6 +49,8 @@ void bv_experiment_free(bv_experiment *x)
     bv_opts_free(&x->engine);
     bv_opts_free(&x->policy);
     bv_policy_free(x->policy_ready);
+    if (x->data_ready && x->engine_ops && x->engine_ops->free_data)
+        x->engine_ops->free_data(x->data_ready);
     free(x->policy_params);
     free(x->policy_exports);
     bv_node_free(x->root);
@@ -192,6 +194,14 @@ static void check_policy_script(bv_experiment *x, bv_diag *diag)
         bv_log(BV_LOG_WARN, "%s; the run goes on without the policy", err.msg);
         x->policy_broken = true;
     }
+}
+
+void *bv_experiment_take_data(bv_experiment *x)
+{
+    void *d = x ? x->data_ready : NULL;
+    if (x)
+        x->data_ready = NULL;
+    return d;
 }
 
 bv_policy *bv_experiment_take_policy(bv_experiment *x)

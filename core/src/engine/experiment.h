@@ -49,6 +49,9 @@ typedef struct bv_experiment {
     /* The policy as validation set it up (its top level has run): the first run takes it
      * (bv_experiment_take_policy), so that set-up runs once per run; NULL once taken. */
     bv_policy *policy_ready;
+    /* The data the engine's check already read (the sequence engine's corpus), for the
+     * run to take (bv_experiment_take_data) instead of reading it again; NULL if none. */
+    void *data_ready;
     char *dataset_dir; /* resolved directory; NULL for a synthetic dataset */
     char *dataset_label; /* what result.json calls the dataset */
 } bv_experiment;
@@ -63,6 +66,10 @@ void bv_experiment_free(bv_experiment *x);
  * there is none, it is broken, or it was taken already. A further run (another seed of
  * --repeat) loads its own, fresh one. */
 bv_policy *bv_experiment_take_policy(bv_experiment *x);
+
+/* The data the engine's check read, for the run to own (the engine's free_data frees
+ * it); NULL when the check read none or it was taken: then call the engine's load_data. */
+void *bv_experiment_take_data(bv_experiment *x);
 
 /* The value's position when the user set it, else fallback's (may be NULL). */
 const bv_pos *bv_experiment_value_pos(const bv_opts *o, const char *name,

@@ -96,6 +96,8 @@ static void check_resilience_every(const bv_experiment *x, bv_diag *diag)
     }
 }
 
+static void free_data(void *data);
+
 static void check(bv_experiment *x, const bv_node *dataset, bool dataset_valid, bool clean,
                   bv_diag *diag)
 {
@@ -140,21 +142,26 @@ static void check(bv_experiment *x, const bv_node *dataset, bool dataset_valid, 
                               bv_opts_int(&x->train, "batch")};
         mops.validate(&x->model.opts, &shape, diag);
     }
-    bv_text_corpus c;
+    /* read once: a run takes the corpus from here (bv_experiment_take_data) */
+    bv_text_corpus *c = calloc(1, sizeof *c);
     bv_error err = {0};
-    if (bv_text_corpus_load(path, bv_opts_float(&x->dataset, "val_fraction"), &c, &err) !=
-        BV_OK) {
-        bv_diag_add(diag, dpos, "%s", err.msg);
+    if (!c || bv_text_corpus_load(path, bv_opts_float(&x->dataset, "val_fraction"), c,
+                                  &err) != BV_OK) {
+        bv_diag_add(diag, dpos, "%s", c ? err.msg : "out of memory");
+        free(c);
         return;
     }
     int64_t block = bv_opts_int(&x->train, "block");
-    int64_t val = c.n - c.n_train;
-    if (block >= c.n_train || block >= val)
+    int64_t val = c->n - c->n_train;
+    if (block >= c->n_train || block >= val) {
         bv_diag_add(diag, bv_experiment_value_pos(&x->train, "block", NULL),
                     "'block' (%lld) must be smaller than both splits of %s: %lld training "
                     "and %lld validation characters", (long long)block, path,
-                    (long long)c.n_train, (long long)val);
-    bv_text_corpus_free(&c);
+                    (long long)c->n_train, (long long)val);
+        free_data(c);
+        return;
+    }
+    x->data_ready = c;
 }
 
 static bv_status load_data(const bv_experiment *x, void **data, bv_error *err)
