@@ -26,6 +26,11 @@ typedef struct bv_node_request {
     const char *node_type; /* the cloud's own name ("c5.xlarge", "lambda"); NULL: default */
     bool spot;             /* preemptible capacity, if the cloud has it */
     const char *const *argv; /* the command the node runs (NULL-terminated) */
+    /* ABI 1.6 (read only when size covers them): */
+    const char *label; /* what the node's output lines are prefixed with ("tensor worker 2");
+                          NULL: role */
+    const char *host;  /* where to run it, in the cloud's own terms (`local`: a network
+                          namespace name); NULL: the cloud chooses */
 } bv_node_request;
 
 typedef enum bv_cloud_event_kind {
@@ -39,6 +44,9 @@ typedef struct bv_cloud_event {
     uint32_t kind; /* bv_cloud_event_kind */
     int64_t node;  /* the id launch returned */
     double time;   /* seconds since create (the simulated clock for `sim`) */
+    /* ABI 1.6: BV_CLOUD_EXITED: how the node ended, as waitpid(2) reports it (WIFEXITED,
+     * WTERMSIG...); -1 when the cloud cannot tell. */
+    int32_t wait_status;
 } bv_cloud_event;
 
 typedef struct bv_cloud_ops {

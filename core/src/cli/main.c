@@ -33,6 +33,8 @@ static const char usage[] =
     "      --top-k K                  sample among the K likeliest tokens, K in\n"
     "                                 [0, 1000000]; 0: all (default 200)\n"
     "      --seed N                   sampling seed in [0, 2^53] (default 1337)\n"
+    "  role ...                  one role of a cluster run (docs/cluster.md); the run's\n"
+    "                            coordinator starts these itself\n"
     "\n"
     "  --help                    this text\n"
     "  --version                 print the version\n"
@@ -121,6 +123,8 @@ int main(int argc, char **argv)
         return bv_cli_plugins(argc - 1, argv + 1);
     if (!strcmp(cmd, "sample"))
         return bv_cli_sample(argc - 1, argv + 1);
+    if (!strcmp(cmd, "role"))
+        return bv_cli_role(argc - 1, argv + 1);
     fprintf(stderr, "bivouac: error: unknown command '%s'\n\n%s", cmd, usage);
     return BV_EXIT_USAGE;
 }

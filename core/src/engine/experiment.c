@@ -13,7 +13,7 @@
 
 static const char *const top_level_keys[] = {"name",      "model",  "dataset",    "train",
                                              "compute",   "engine", "transport",  "resilience",
-                                             "policy"};
+                                             "policy",    "cluster", "cloud"};
 #define N_TOP_LEVEL (sizeof top_level_keys / sizeof top_level_keys[0])
 
 static const bv_option engine_schema[] = {
@@ -21,7 +21,22 @@ static const bv_option engine_schema[] = {
                      "vertex intervals per stage (tasks); 0: one per 65,536 vertices"),
     BV_OPT_INT_RANGE("tensor_workers", "1", 1, 64, "tensor worker threads"),
     BV_OPT_BOOLEAN("share_arrays", "true",
-                   "roles pass vertex arrays by reference, not by copying them into messages"),
+                   "roles pass vertex arrays by reference, not by copying them into messages "
+                   "(roles in one process only)"),
+    BV_OPT_FLOAT_RANGE("peer_timeout", "5", 0.1, 3600,
+                       "seconds a role process may take to answer a stop, or an unreachable "
+                       "peer to be noticed, before the run fails naming it"),
+    BV_OPT_FLOAT_RANGE("start_timeout", "60", 0.1, 3600,
+                       "seconds the role processes have to load the experiment and report "
+                       "ready"),
+    BV_OPT_END,
+};
+
+/* `cluster:` the roles of a run on a cloud (`cloud:`), each its own process. */
+static const bv_option cluster_schema[] = {
+    BV_OPT_INT_RANGE("graph_servers", "1", 1, 1, "graph server processes (G)"),
+    BV_OPT_INT_RANGE("param_servers", "1", 1, 1, "parameter server processes (P)"),
+    BV_OPT_INT_RANGE("tensor_workers", "1", 1, 64, "tensor worker processes (T)"),
     BV_OPT_END,
 };
 
@@ -47,6 +62,8 @@ void bv_experiment_free(bv_experiment *x)
     bv_opts_free(&x->dataset);
     bv_opts_free(&x->train);
     bv_opts_free(&x->engine);
+    bv_opts_free(&x->cluster);
+    bv_opts_free(&x->cloud.opts);
     bv_opts_free(&x->policy);
     bv_policy_free(x->policy_ready);
     if (x->data_ready && x->engine_ops && x->engine_ops->free_data)
@@ -322,6 +339,23 @@ void bv_experiment_dir(const bv_experiment *x, char *buf, size_t len)
         snprintf(buf, len, ".");
 }
 
+/* `cluster:` and `cloud:` come together: a cluster's roles are processes that a cloud
+ * starts; without both, the run is the one-process embedded default. */
+static void load_cluster(bv_experiment *x, bv_registry *reg, bv_diag *diag)
+{
+    const bv_node *cluster = bv_node_get(x->root, "cluster");
+    const bv_node *cloud = bv_node_get(x->root, "cloud");
+    bv_config_validate(cluster, "cluster", cluster_schema, NULL, &x->cluster, diag);
+    if (cloud)
+        load_plugin_section(x, reg, cloud, "cloud", BV_KIND_CLOUD, NULL, &x->cloud, diag);
+    if (cluster && !cloud)
+        bv_diag_add(diag, &cluster->pos, "section 'cluster' needs a cloud to start its roles "
+                    "(e.g. cloud: {plugin: local})");
+    if ((cluster || cloud) && x->engine_ops && strcmp(x->engine_ops->name, "graph") != 0)
+        bv_diag_add(diag, &(cluster ? cluster : cloud)->pos, "the %s engine runs in one "
+                    "process; only graph models run on a cluster", x->engine_ops->name);
+}
+
 bv_status bv_experiment_load(const char *path, char *const *overrides, size_t noverrides,
                              bv_registry *reg, bv_experiment **out, bv_diag *diag)
 {
@@ -398,6 +432,7 @@ bv_status bv_experiment_load(const char *path, char *const *overrides, size_t no
     x->engine_ops = engine;
     bv_config_validate(bv_node_get(root, "engine"), "engine", engine_schema, NULL, &x->engine,
                        diag);
+    load_cluster(x, reg, diag);
     const bv_node *policy = bv_node_get(root, "policy");
     if (policy) {
         static const char *const ignore[] = {"params", NULL};
@@ -441,6 +476,8 @@ bv_status bv_experiment_load(const char *path, char *const *overrides, size_t no
     }
     bv_ops_copy(&x->compute_ops, sizeof x->compute_ops, x->compute.plugin);
     bv_ops_copy(&x->transport_ops, sizeof x->transport_ops, x->transport.plugin);
+    if (x->cloud.plugin)
+        bv_ops_copy(&x->cloud_ops, sizeof x->cloud_ops, x->cloud.plugin);
     for (size_t i = 0; i < x->nresilience; i++)
         bv_ops_copy(&x->resilience_ops[i], sizeof x->resilience_ops[i],
                     x->resilience[i].plugin);

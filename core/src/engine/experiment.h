@@ -6,6 +6,7 @@
 
 #include <stdbool.h>
 
+#include "bivouac/cloud.h"
 #include "bivouac/compute.h"
 #include "bivouac/error.h"
 #include "bivouac/options.h"
@@ -29,6 +30,10 @@ typedef struct bv_experiment {
     char *name; /* `name:` or the file's base name without .yaml */
     bv_node *root;
     bv_section model, compute, transport;
+    /* `cloud:` (optional): where the roles of a `cluster:` run as processes; its plugin is
+     * NULL when the experiment has none (the one-process embedded run). */
+    bv_section cloud;
+    bv_cloud_ops cloud_ops;
     const bv_engine_ops *engine_ops; /* the engine the model plugin's descriptor names */
     /* the plugins' ops at this build's size (bv_ops_copy: newer slots NULL or defaulted);
      * the model's is the engine's business (its table depends on the engine) */
@@ -38,6 +43,7 @@ typedef struct bv_experiment {
     bv_resilience_ops resilience_ops[BV_MAX_RESILIENCE];
     size_t nresilience;
     bv_opts dataset, train, engine, policy;
+    bv_opts cluster; /* `cluster:` how many roles of each kind (defaults without a cloud) */
     bool has_policy;
     bool policy_broken; /* it failed to load with on_error: continue; runs go on without it */
     bv_policy_param *policy_params;

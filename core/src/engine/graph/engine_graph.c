@@ -41,9 +41,12 @@ size_t bv_graph_engine_param_floats(const bv_graph_engine *e)
     return e->param_floats;
 }
 
-/* Waits for a message of `type` on the coordinator's inbox; an ERROR fails. */
+/* Waits for a message of `type` on the coordinator's inbox; an ERROR fails, and so does
+ * a role process that ends (role_launch.c). */
 static bv_status coord_wait(bv_graph_engine *e, uint16_t type, bv_role_msg *m, bv_error *err)
 {
+    if (e->procs)
+        return bv_engine_coord_wait(e, type, 0, m, err);
     return bv_role_wait(e->cfg.transport_ops, e->coord_in, "coordinator", type, m, err);
 }
 
@@ -259,8 +262,11 @@ const void *bv_engine_task_array(const bv_graph_engine *e, const bv_role_msg *m,
     return p[which];
 }
 
-bv_status bv_graph_engine_start(const bv_graph_engine_cfg *cfg, bv_graph_engine **out,
-                                bv_error *err)
+/* What every process of the engine derives from cfg alone, the same bits everywhere:
+ * the parameter and stage layout, the intervals; with graph_arrays, also the graph
+ * server's adjacency arrays; then the transport. */
+static bv_status engine_prepare(const bv_graph_engine_cfg *cfg, bool graph_arrays,
+                                bv_graph_engine **out, bv_error *err)
 {
     *out = NULL;
     if (cfg->intervals < 0 || cfg->tensor_workers < 1 ||
@@ -269,29 +275,24 @@ bv_status bv_graph_engine_start(const bv_graph_engine_cfg *cfg, bv_graph_engine 
     bv_graph_engine *e = calloc(1, sizeof *e);
     if (!e)
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory");
+    *out = e;
     e->cfg = *cfg;
+    if (cfg->cloud_ops) /* roles in other processes cannot read each other's arrays */
+        e->cfg.share_arrays = false;
     if (e->cfg.intervals == 0)
         e->cfg.intervals = bv_graph_auto_intervals(e->cfg.data->num_nodes);
     if (e->cfg.intervals > e->cfg.data->num_nodes)
         e->cfg.intervals = (int)(e->cfg.data->num_nodes > 0 ? e->cfg.data->num_nodes : 1);
-    int id = atomic_fetch_add(&engine_counter, 1);
-    snprintf(e->addr_coord, BV_ADDR_LEN, "inproc://bv%d-coord", id);
-    snprintf(e->addr_gs, BV_ADDR_LEN, "inproc://bv%d-gs", id);
-    snprintf(e->addr_ps, BV_ADDR_LEN, "inproc://bv%d-ps", id);
-    for (int i = 0; i < cfg->tensor_workers; i++) {
-        snprintf(e->addr_tw[i], BV_ADDR_LEN, "inproc://bv%d-tw%d", id, i);
-        snprintf(e->addr_tw_weights[i], BV_ADDR_LEN, "inproc://bv%d-tw%d-weights", id, i);
-    }
     bv_status st = engine_layout(e, err);
     if (st == BV_OK)
         st = engine_share(e, err);
-    if (st == BV_OK && e->has_norm_gathers) {
+    if (st == BV_OK && graph_arrays && e->has_norm_gathers) {
         e->adj_norm = bv_graph_gcn_norm_adj(cfg->data);
         e->adj_norm_t = e->adj_norm ? bv_csr_transpose(e->adj_norm) : NULL;
         if (!e->adj_norm_t)
             st = bv_error_set(err, BV_ERR_NOMEM, "out of memory for the normalised adjacency");
     }
-    if (st == BV_OK && e->has_edge_stages) {
+    if (st == BV_OK && graph_arrays && e->has_edge_stages) {
         /* A + I, unweighted (GAT attends over in-edges and self) */
         e->adj_loops = csr_with_self_loops(&cfg->data->adj);
         e->adj_loops_t =
@@ -304,14 +305,69 @@ bv_status bv_graph_engine_start(const bv_graph_engine_cfg *cfg, bv_graph_engine 
         if (!e->transport)
             st = err->status ? err->status : BV_ERR_PLUGIN;
     }
-    if (st == BV_OK)
+    return st;
+}
+
+bv_status bv_graph_engine_start(const bv_graph_engine_cfg *cfg, bv_graph_engine **out,
+                                bv_error *err)
+{
+    *out = NULL;
+    bv_graph_engine *e;
+    /* with roles as processes, the graph server's arrays live in its own process */
+    bv_status st = engine_prepare(cfg, !cfg->cloud_ops, &e, err);
+    if (st == BV_OK && cfg->cloud_ops) {
+        st = bv_engine_launch(e, err);
+    } else if (st == BV_OK) {
+        int id = atomic_fetch_add(&engine_counter, 1);
+        snprintf(e->addr_coord, BV_ADDR_LEN, "inproc://bv%d-coord", id);
+        snprintf(e->addr_gs, BV_ADDR_LEN, "inproc://bv%d-gs", id);
+        snprintf(e->addr_ps, BV_ADDR_LEN, "inproc://bv%d-ps", id);
+        for (int i = 0; i < cfg->tensor_workers; i++) {
+            snprintf(e->addr_tw[i], BV_ADDR_LEN, "inproc://bv%d-tw%d", id, i);
+            snprintf(e->addr_tw_weights[i], BV_ADDR_LEN, "inproc://bv%d-tw%d-weights", id, i);
+        }
         st = engine_spawn(e, err);
+    }
     if (st != BV_OK) {
         bv_graph_engine_stop(e);
         return st;
     }
     *out = e;
     return BV_OK;
+}
+
+bv_status bv_graph_engine_serve(const bv_graph_engine_cfg *cfg, bv_graph_role_kind kind,
+                                int index, const char *book, bv_error *err)
+{
+    bv_graph_engine *e;
+    bv_status st = engine_prepare(cfg, kind == BV_GRAPH_ROLE_GRAPH, &e, err);
+    if (st == BV_OK) {
+        e->cfg.share_arrays = false; /* the other roles are other processes */
+        st = bv_engine_read_book(e, book, err);
+    }
+    if (st == BV_OK)
+        bv_engine_role_cleanup_on_term(e, book);
+    if (st == BV_OK && kind == BV_GRAPH_ROLE_TENSOR && (index < 0 || index >= cfg->tensor_workers))
+        st = bv_error_set(err, BV_ERR_INVALID, "there is no tensor worker %d in a run of %d",
+                          index, cfg->tensor_workers);
+    if (st == BV_OK) {
+        /* the role runs on this thread; it ends at SHUTDOWN (or when the coordinator
+         * ends it: it dies with its parent, local cloud) */
+        if (kind == BV_GRAPH_ROLE_GRAPH) {
+            bv_graph_server_main(e);
+        } else if (kind == BV_GRAPH_ROLE_PARAM) {
+            bv_param_server_main(e);
+        } else {
+            bv_tw_arg arg = {e, index};
+            bv_tensor_worker_main(&arg);
+        }
+        if (atomic_load(&e->role_failed))
+            st = bv_error_set(err, BV_ERR_INTERNAL, "the role failed (its error went to the "
+                              "coordinator)");
+    }
+    e->cfg.cloud_ops = NULL; /* this process started nothing */
+    bv_graph_engine_stop(e);
+    return st;
 }
 
 /* SHUTDOWN to one role and join its thread. A role that started but never got an outbox
@@ -342,6 +398,12 @@ void bv_graph_engine_stop(bv_graph_engine *e)
     if (!e)
         return;
     const bv_transport_ops *t = e->cfg.transport_ops;
+    if (e->node) { /* roles as processes: end them, then the outboxes to them */
+        bv_engine_land(e);
+        bv_engine_close_all(e, &e->to_gs, 1);
+        bv_engine_close_all(e, &e->to_ps, 1);
+        bv_engine_close_all(e, e->to_tw, (size_t)e->cfg.tensor_workers);
+    }
     if (e->gs_started)
         stop_role(e, e->gs_thread, &e->gs_life, e->to_gs, e->addr_gs);
     if (e->ps_started)

@@ -10,6 +10,7 @@
 
 #include <stdint.h>
 
+#include "bivouac/cloud.h"
 #include "bivouac/compute.h"
 #include "bivouac/graph.h"
 #include "bivouac/model.h"
@@ -29,6 +30,15 @@ typedef struct bv_graph_engine_cfg {
     int tensor_workers; /* tensor worker threads */
     bool share_arrays;  /* vertex tasks pass arrays by reference, not by copy */
     float beta1, beta2, eps, weight_decay;
+    /* Roles as processes (`cluster:` on a `cloud:`, docs/cluster.md); cloud_ops NULL: the
+     * roles are threads of this process (the embedded default). */
+    const bv_cloud_ops *cloud_ops;
+    const bv_opts *cloud_opts;
+    bv_run_info run_info;
+    const char *experiment_file; /* what each role process loads: the run's own copy */
+    const char *role_exe;        /* the program that serves a role (`bivouac role`); NULL:
+                                    this process's own executable */
+    double peer_timeout, start_timeout; /* seconds (engine.peer_timeout, start_timeout) */
 } bv_graph_engine_cfg;
 
 /* Per-split results of one pass: index 0 train, 1 val, 2 test. */
@@ -54,8 +64,22 @@ static inline int bv_graph_auto_intervals(int64_t nodes)
 
 bv_status bv_graph_engine_start(const bv_graph_engine_cfg *cfg, bv_graph_engine **out,
                                 bv_error *err);
-/* Joins every role thread and frees everything. */
+/* Joins every role thread (or ends every role process) and frees everything. */
 void bv_graph_engine_stop(bv_graph_engine *e);
+
+/* The roles a process of a cluster run may serve (`bivouac role --role NAME`). */
+typedef enum bv_graph_role_kind {
+    BV_GRAPH_ROLE_GRAPH = 0,
+    BV_GRAPH_ROLE_PARAM = 1,
+    BV_GRAPH_ROLE_TENSOR = 2
+} bv_graph_role_kind;
+
+/* A role process's whole life: lays the engine out from cfg as the coordinator did, reads
+ * the run's address book, serves role `kind` number `index` until the coordinator's
+ * SHUTDOWN. BV_OK when it ended by SHUTDOWN; else err says why (the coordinator was told
+ * too, when it could be reached). */
+bv_status bv_graph_engine_serve(const bv_graph_engine_cfg *cfg, bv_graph_role_kind kind,
+                                int index, const char *book, bv_error *err);
 
 /* Initial weights (Glorot uniform from the seed), zero Adam moments, step 0. */
 bv_status bv_graph_engine_init_weights(bv_graph_engine *e, bv_error *err);

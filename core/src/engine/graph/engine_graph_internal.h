@@ -57,6 +57,14 @@ struct bv_graph_engine {
      * (role_msg.h, bv_array_ref): the dataset's, then each stage's output and gradient.
      * The graph server sets an entry before it sends a task naming it. */
     bv_shared_array *shared; /* bv_shared_count(e) */
+    /* ---- roles as processes (cfg.cloud_ops; role_launch.c) ---- */
+    bool procs;          /* the roles are processes the cloud started */
+    bv_cloud *cloud;
+    char dir[64];        /* private directory: ipc sockets and the address book */
+    int64_t *node;       /* per role (bv_role_slot): the cloud's node id, -1 none */
+    bool failed;         /* a role failed or died: stop ends the rest without asking */
+    double next_watch;   /* when the coordinator next looks at the processes */
+    _Atomic int role_failed; /* in a role process: its set-up failed (role_loop.c) */
     int64_t version;    /* weights version the PS last reported */
     double decay_now;   /* sum of squares of the decayed weights, as of that version */
 };
@@ -83,6 +91,35 @@ void *bv_engine_shared_window(const bv_graph_engine *e, const bv_array_ref *ref,
  * the shared window it names (BV_TASK_REF_*); else NULL and err says why. */
 const void *bv_engine_task_array(const bv_graph_engine *e, const bv_role_msg *m, int which,
                                  size_t bytes, bv_error *err);
+
+/* Roles in a fixed order, for per-role tables: graph server, parameter server, tensor
+ * workers. */
+enum { BV_SLOT_GS = 0, BV_SLOT_PS = 1, BV_SLOT_TW = 2 };
+static inline int bv_role_slots(const bv_graph_engine *e)
+{
+    return BV_SLOT_TW + e->cfg.tensor_workers;
+}
+/* "graph server", "parameter server", "tensor worker 3". */
+void bv_role_slot_name(int slot, char *buf, size_t len);
+
+/* ---- role_launch.c: the coordinator's side of roles as processes ---- */
+/* Makes the private directory and the ipc addresses, writes the address book, starts a
+ * process per role on the cloud. */
+bv_status bv_engine_launch(bv_graph_engine *e, bv_error *err);
+/* Receives on the coordinator's inbox until a message of `type` arrives, while watching
+ * the role processes: one that dies fails the wait with its name, as does Ctrl-C, and
+ * (deadline > 0, CLOCK_MONOTONIC seconds) the deadline passing. */
+bv_status bv_engine_coord_wait(bv_graph_engine *e, uint16_t type, double deadline,
+                               bv_role_msg *m, bv_error *err);
+/* Ends every role process (SHUTDOWN, then the cloud's terminate for those that do not
+ * exit within peer_timeout; at once after a failure), removes the private directory. */
+void bv_engine_land(bv_graph_engine *e);
+/* Reads the address book `path` into e's addresses (a role process). */
+bv_status bv_engine_read_book(bv_graph_engine *e, const char *path, bv_error *err);
+double bv_engine_now(void); /* CLOCK_MONOTONIC seconds */
+/* In a role process: SIGTERM removes the run's socket files, the book and its directory,
+ * then exits 128 + SIGTERM. */
+void bv_engine_role_cleanup_on_term(const bv_graph_engine *e, const char *book);
 
 void *bv_graph_server_main(void *engine);
 void *bv_param_server_main(void *engine);

@@ -27,6 +27,8 @@ struct bv_engine {
     bv_model *model;
     bv_graph_engine *engine;
     double reported_wd; /* weight decay added to the reported losses (decay_in_loss) */
+    char experiment_file[4200]; /* the run's copy, for role processes */
+    char config_dir[4096];
 };
 
 static bv_status load_data(const bv_experiment *x, void **data, bv_error *err)
@@ -74,24 +76,24 @@ static bv_status check_kernels(const bv_engine *g, bv_error *err)
     return BV_OK;
 }
 
-static bv_status create(const bv_experiment *x, void *data, const bv_engine_run *run,
-                        bv_engine **out, bv_error *err)
+/* The model instance for this process and the engine's configuration, as every process
+ * of a run derives them from the experiment: the coordinator and each role process. */
+static bv_status make_model(bv_engine *g, const bv_experiment *x, const bv_graph_dataset *d,
+                            bv_error *err)
 {
-    const bv_graph_dataset *d = data;
-    bv_engine *g = calloc(1, sizeof *g);
-    if (!(*out = g))
-        return bv_error_set(err, BV_ERR_NOMEM, "out of memory");
     g->x = x;
     bv_ops_copy(&g->model_ops, sizeof g->model_ops, x->model.plugin);
-    double wd = bv_opts_float(&x->train, "weight_decay");
-    g->reported_wd = bv_opts_bool(&x->train, "decay_in_loss") ? wd : 0.0;
     bv_graph_shape shape = {d->num_nodes, d->num_features, d->num_classes};
     g->model = g->model_ops.create(&x->model.opts, &shape, err);
     if (!g->model)
         return err->status ? err->status : BV_ERR_PLUGIN;
-    bv_status st = check_kernels(g, err);
-    if (st != BV_OK)
-        return st;
+    return check_kernels(g, err);
+}
+
+static bv_graph_engine_cfg engine_cfg(bv_engine *g, const bv_graph_dataset *d, uint64_t seed,
+                                      const char *out_dir)
+{
+    const bv_experiment *x = g->x;
     bv_graph_engine_cfg cfg = {
         .model_ops = &g->model_ops,
         .model = g->model,
@@ -100,16 +102,70 @@ static bv_status create(const bv_experiment *x, void *data, const bv_engine_run 
         .transport_ops = &x->transport_ops,
         .transport_opts = &x->transport.opts,
         .data = d,
-        .seed = run->seed,
+        .seed = seed,
         .intervals = (int)bv_opts_int(&x->engine, "intervals"),
         .tensor_workers = (int)bv_opts_int(&x->engine, "tensor_workers"),
         .share_arrays = bv_opts_bool(&x->engine, "share_arrays"),
         .beta1 = (float)bv_opts_float(&x->train, "beta1"),
         .beta2 = (float)bv_opts_float(&x->train, "beta2"),
         .eps = (float)bv_opts_float(&x->train, "eps"),
-        .weight_decay = (float)wd,
+        .weight_decay = (float)bv_opts_float(&x->train, "weight_decay"),
+        .peer_timeout = bv_opts_float(&x->engine, "peer_timeout"),
+        .start_timeout = bv_opts_float(&x->engine, "start_timeout"),
     };
+    if (x->cloud.plugin) { /* a cluster: its roles are processes */
+        bv_experiment_dir(x, g->config_dir, sizeof g->config_dir);
+        snprintf(g->experiment_file, sizeof g->experiment_file, "%s/experiment.yaml",
+                 out_dir ? out_dir : ".");
+        cfg.tensor_workers = (int)bv_opts_int(&x->cluster, "tensor_workers");
+        cfg.cloud_ops = &x->cloud_ops;
+        cfg.cloud_opts = &x->cloud.opts;
+        cfg.run_info = (bv_run_info){out_dir, g->config_dir, seed};
+        cfg.experiment_file = g->experiment_file;
+    }
+    return cfg;
+}
+
+static bv_status create(const bv_experiment *x, void *data, const bv_engine_run *run,
+                        bv_engine **out, bv_error *err)
+{
+    const bv_graph_dataset *d = data;
+    bv_engine *g = calloc(1, sizeof *g);
+    if (!(*out = g))
+        return bv_error_set(err, BV_ERR_NOMEM, "out of memory");
+    double wd = bv_opts_float(&x->train, "weight_decay");
+    g->reported_wd = bv_opts_bool(&x->train, "decay_in_loss") ? wd : 0.0;
+    bv_status st = make_model(g, x, d, err);
+    if (st != BV_OK)
+        return st;
+    bv_graph_engine_cfg cfg = engine_cfg(g, d, run->seed, run->out_dir);
     return bv_graph_engine_start(&cfg, &g->engine, err);
+}
+
+bv_status bv_graph_serve_role(const bv_experiment *x, void *data, const char *role, int index,
+                              uint64_t seed, const char *book, bv_error *err)
+{
+    static const char *const kinds[] = {"graph", "param", "tensor"};
+    int kind = -1;
+    for (int k = 0; k < 3; k++)
+        if (strcmp(role, kinds[k]) == 0)
+            kind = k;
+    if (kind < 0)
+        return bv_error_set(err, BV_ERR_INVALID, "unknown role '%s' (graph, param or tensor)",
+                            role);
+    if (!x->cloud.plugin)
+        return bv_error_set(err, BV_ERR_INVALID, "%s has no cluster on a cloud to serve a "
+                            "role of", x->path);
+    bv_engine g = {0};
+    bv_status st = make_model(&g, x, data, err);
+    if (st == BV_OK) {
+        bv_graph_engine_cfg cfg = engine_cfg(&g, data, seed, NULL);
+        cfg.cloud_ops = NULL; /* a role starts no processes */
+        st = bv_graph_engine_serve(&cfg, (bv_graph_role_kind)kind, index, book, err);
+    }
+    if (g.model)
+        g.model_ops.destroy(g.model);
+    return st;
 }
 
 static bv_status init(bv_engine *g, bv_error *err)

@@ -58,6 +58,8 @@ void bv_role_run(const bv_role *r)
     if (st == BV_OK)
         st = injected_setup_fault(r, &err);
     *r->to_coord = bv_engine_connect(r->e, r->e->addr_coord, &err);
+    if (st != BV_OK || !*r->to_coord)
+        atomic_store(&r->e->role_failed, 1);
     if (!*r->to_coord) { /* nobody to tell */
         bv_log(BV_LOG_ERROR, "%s: %s", r->name, err.msg);
         r->teardown(r->self);

@@ -1,0 +1,65 @@
+/* `bivouac role`: one role of a cluster run, as a process the coordinator started on a
+ * cloud (docs/cluster.md). Not for users to run by hand: the coordinator gives it the run's
+ * own copy of the experiment, the seed and the address book of the run's endpoints. */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "experiment.h"
+#include "graph_ops.h"
+
+int bv_cli_role(int argc, char **argv)
+{
+    const char *experiment = NULL, *role = NULL, *book = NULL;
+    long long index = 0, seed = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *flag = argv[i];
+        if (i + 1 >= argc)
+            return bv_cli_fail(BV_EXIT_USAGE, "role: %s needs a value", flag);
+        const char *value = argv[++i];
+        int rc = 0;
+        if (!strcmp(flag, "--experiment"))
+            experiment = value;
+        else if (!strcmp(flag, "--role"))
+            role = value;
+        else if (!strcmp(flag, "--book"))
+            book = value;
+        else if (!strcmp(flag, "--index"))
+            rc = bv_cli_int_arg(flag, value, 0, 1 << 20, &index);
+        else if (!strcmp(flag, "--seed"))
+            rc = bv_cli_int_arg(flag, value, 0, 1LL << 53, &seed);
+        else
+            return bv_cli_fail(BV_EXIT_USAGE, "role: unknown option '%s'", flag);
+        if (rc)
+            return rc;
+    }
+    if (!experiment || !role || !book)
+        return bv_cli_fail(BV_EXIT_USAGE, "role needs --experiment, --role and --book (the "
+                           "coordinator of a cluster run starts it)");
+    /* Ctrl-C reaches the whole process group: the coordinator ends the roles itself */
+    signal(SIGINT, SIG_IGN);
+    bv_registry *reg = bv_registry_new();
+    bv_diag d;
+    bv_diag_init(&d);
+    bv_experiment *x = NULL;
+    int code = BV_EXIT_OK;
+    if (bv_experiment_load(experiment, NULL, 0, reg, &x, &d) != BV_OK) {
+        bv_cli_print_diag(&d);
+        code = BV_EXIT_FAILED;
+    }
+    bv_diag_free(&d);
+    void *data = code == BV_EXIT_OK ? bv_experiment_take_data(x) : NULL;
+    bv_error err = {0};
+    if (code == BV_EXIT_OK && !data && x->engine_ops->load_data(x, &data, &err) != BV_OK)
+        code = bv_cli_fail(BV_EXIT_FAILED, "%s", err.msg);
+    if (code == BV_EXIT_OK &&
+        bv_graph_serve_role(x, data, role, (int)index, (uint64_t)seed, book, &err) != BV_OK)
+        code = bv_cli_fail(BV_EXIT_FAILED, "%s", err.msg);
+    if (x && x->engine_ops->free_data)
+        x->engine_ops->free_data(data);
+    bv_experiment_free(x);
+    bv_registry_free(reg);
+    return code;
+}

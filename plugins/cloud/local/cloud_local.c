@@ -1,0 +1,337 @@
+/* The `local` cloud: every node is a process on this machine (or, with a host, in the
+ * network namespace of that name, through `ip netns exec`), a child of the coordinator in
+ * its process group. Each node's stdout and stderr come back through a pipe and reach the
+ * user line by line, prefixed with the node's label ("[tensor worker 2] ..."). A node
+ * gets SIGTERM when the coordinator dies (PR_SET_PDEATHSIG), so a coordinator killed
+ * outright leaves no orphan; terminate and destroy send SIGTERM, then SIGKILL after
+ * `grace_seconds`.
+ *
+ * Threads: one reader per node, joined when the node is reaped; the ops themselves are
+ * called from the coordinator's thread only. */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "bivouac/cloud.h"
+#include "bivouac/plugin.h"
+
+#define LABEL_MAX 64
+#define MAX_EVENTS 256
+
+typedef struct node {
+    int64_t id;
+    pid_t pid;
+    bool alive;     /* not reaped yet */
+    bool reader_on; /* `reader` was started and not joined */
+    int out_fd;     /* read end of the node's stdout/stderr pipe */
+    pthread_t reader;
+    char label[LABEL_MAX];
+} node;
+
+struct bv_cloud {
+    double grace_seconds;
+    struct timespec t0;
+    node *nodes;
+    size_t count, cap;
+    bv_cloud_event events[MAX_EVENTS];
+    int nevents;
+    char ip_path[256]; /* the `ip` program, for nodes placed in a namespace */
+};
+
+static const bv_option local_options[] = {
+    BV_OPT_FLOAT_RANGE("grace_seconds", "2", 0, 600,
+                       "how long a terminated node has between SIGTERM and SIGKILL"),
+    BV_OPT_END,
+};
+
+static double since_start(const bv_cloud *c)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)(t.tv_sec - c->t0.tv_sec) + 1e-9 * (double)(t.tv_nsec - c->t0.tv_nsec);
+}
+
+static void push_event(bv_cloud *c, uint32_t kind, int64_t id, int32_t status)
+{
+    if (c->nevents == MAX_EVENTS) /* the oldest is dropped; poll is called far more often */
+        memmove(c->events, c->events + 1, (MAX_EVENTS - 1) * sizeof *c->events);
+    else
+        c->nevents++;
+    c->events[c->nevents - 1] = (bv_cloud_event){
+        .size = sizeof(bv_cloud_event), .kind = kind, .node = id, .time = since_start(c),
+        .wait_status = status};
+}
+
+/* Copies the node's output to stderr a line at a time, each line one write(2) so lines of
+ * different nodes do not interleave. */
+static void *reader_main(void *arg)
+{
+    node *n = arg;
+    char buf[4096], line[4096 + LABEL_MAX + 8];
+    size_t have = 0;
+    for (;;) {
+        ssize_t got = read(n->out_fd, buf + have, sizeof buf - have);
+        if (got < 0 && errno == EINTR)
+            continue;
+        bool eof = got <= 0;
+        if (!eof)
+            have += (size_t)got;
+        size_t start = 0;
+        for (size_t i = 0; i < have; i++) {
+            bool full = i + 1 == have && have == sizeof buf;
+            if (buf[i] != '\n' && !full && !(eof && i + 1 == have))
+                continue;
+            size_t len = i + 1 - start - (buf[i] == '\n');
+            int k = snprintf(line, sizeof line, "[%s] %.*s\n", n->label, (int)len, buf + start);
+            if (k > 0 && write(STDERR_FILENO, line, (size_t)k) < 0) {
+                /* nothing to do: stderr is gone */
+            }
+            start = i + 1;
+        }
+        memmove(buf, buf + start, have - start);
+        have -= start;
+        if (eof)
+            break;
+    }
+    close(n->out_fd);
+    free(n); /* the reader's own copy (local_launch) */
+    return NULL;
+}
+
+static bv_cloud *local_create(const bv_opts *opts, const bv_run_info *info, bv_error *err)
+{
+    (void)info;
+    bv_cloud *c = calloc(1, sizeof *c);
+    if (!c) {
+        bv_error_set(err, BV_ERR_NOMEM, "out of memory");
+        return NULL;
+    }
+    c->grace_seconds = bv_opts_float(opts, "grace_seconds");
+    clock_gettime(CLOCK_MONOTONIC, &c->t0);
+    return c;
+}
+
+static node *find(bv_cloud *c, int64_t id)
+{
+    for (size_t i = 0; i < c->count; i++)
+        if (c->nodes[i].id == id)
+            return &c->nodes[i];
+    return NULL;
+}
+
+static void join_reader(node *n)
+{
+    if (n->reader_on)
+        pthread_join(n->reader, NULL);
+    n->reader_on = false;
+}
+
+/* The `ip` program, found once on PATH (resolved before fork: only async-signal-safe
+ * calls are allowed between fork and exec in a process with threads). */
+static bool find_ip(bv_cloud *c)
+{
+    if (c->ip_path[0])
+        return true;
+    const char *path = getenv("PATH");
+    char dirs[4096];
+    snprintf(dirs, sizeof dirs, "%s:/usr/sbin:/sbin", path ? path : "/usr/bin:/bin");
+    for (char *save = NULL, *d = strtok_r(dirs, ":", &save); d; d = strtok_r(NULL, ":", &save)) {
+        snprintf(c->ip_path, sizeof c->ip_path, "%s/ip", d);
+        if (access(c->ip_path, X_OK) == 0)
+            return true;
+    }
+    c->ip_path[0] = '\0';
+    return false;
+}
+
+static int64_t local_launch(bv_cloud *c, const bv_node_request *req, char *address,
+                            size_t address_len, bv_error *err)
+{
+    if (address_len)
+        address[0] = '\0'; /* the node reports where it listens itself */
+    if (!req->argv || !req->argv[0]) {
+        bv_error_set(err, BV_ERR_INVALID, "local cloud: no command to run");
+        return -1;
+    }
+    const char *label = req->size > offsetof(bv_node_request, label) && req->label
+                            ? req->label
+                            : req->role;
+    const char *host = req->size > offsetof(bv_node_request, host) ? req->host : NULL;
+    bool in_ns = host && host[0] && strcmp(host, "localhost") != 0;
+    if (in_ns && !find_ip(c)) {
+        bv_error_set(err, BV_ERR_INVALID, "local cloud: host '%s' is a network namespace, "
+                     "but there is no `ip` program", host);
+        return -1;
+    }
+    size_t argc = 0;
+    while (req->argv[argc])
+        argc++;
+    const char **argv = calloc(argc + 5, sizeof *argv);
+    if (c->count == c->cap) {
+        size_t cap = c->cap ? 2 * c->cap : 16;
+        node *grown = realloc(c->nodes, cap * sizeof *grown);
+        if (grown) {
+            c->nodes = grown;
+            c->cap = cap;
+        }
+    }
+    if (!argv || c->count == c->cap) {
+        free(argv);
+        bv_error_set(err, BV_ERR_NOMEM, "out of memory");
+        return -1;
+    }
+    size_t k = 0;
+    if (in_ns) {
+        argv[k++] = c->ip_path;
+        argv[k++] = "netns";
+        argv[k++] = "exec";
+        argv[k++] = host;
+    }
+    for (size_t i = 0; i < argc; i++)
+        argv[k++] = req->argv[i];
+    int fds[2];
+    if (pipe2(fds, O_CLOEXEC) != 0) {
+        free(argv);
+        bv_error_set(err, BV_ERR_IO, "local cloud: pipe: %s", strerror(errno));
+        return -1;
+    }
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    if (pid == 0) {
+        /* the child: async-signal-safe calls only until exec */
+        prctl(PR_SET_PDEATHSIG, SIGTERM); /* a node cleans up after itself, then ends */
+        if (getppid() != parent)
+            _exit(127); /* the coordinator is gone already */
+        dup2(fds[1], STDOUT_FILENO);
+        dup2(fds[1], STDERR_FILENO);
+        close_range(3, ~0u, 0);
+        execv(argv[0], (char *const *)argv);
+        static const char msg[] = "cannot start the node's command\n";
+        if (write(STDERR_FILENO, msg, sizeof msg - 1) < 0) {
+            /* nothing more to say */
+        }
+        _exit(127);
+    }
+    free(argv);
+    close(fds[1]);
+    if (pid < 0) {
+        close(fds[0]);
+        bv_error_set(err, BV_ERR_IO, "local cloud: fork: %s", strerror(errno));
+        return -1;
+    }
+    node *n = &c->nodes[c->count];
+    *n = (node){.id = (int64_t)c->count, .pid = pid, .alive = true, .out_fd = fds[0]};
+    snprintf(n->label, sizeof n->label, "%s", label ? label : "node");
+    c->count++;
+    /* the table may move when it grows: the reader gets its own copy of fd and label */
+    node *copy = malloc(sizeof *copy);
+    if (copy) {
+        *copy = *n;
+        n->reader_on = pthread_create(&n->reader, NULL, reader_main, copy) == 0;
+    }
+    if (!n->reader_on) {
+        free(copy);
+        close(fds[0]); /* the node's output is lost, the node is not */
+    }
+    push_event(c, BV_CLOUD_JOINED, n->id, -1);
+    return n->id;
+}
+
+/* Reaps n if it has ended; waits up to `seconds` for that (0: just looks). */
+static bool reap(node *n, double seconds, int *status)
+{
+    struct timespec step = {0, 10 * 1000 * 1000};
+    for (double waited = 0;; waited += 0.01) {
+        pid_t r = waitpid(n->pid, status, WNOHANG);
+        if (r == n->pid || (r < 0 && errno == ECHILD)) {
+            n->alive = false;
+            join_reader(n);
+            return true;
+        }
+        if (waited >= seconds)
+            return false;
+        nanosleep(&step, NULL);
+    }
+}
+
+/* SIGTERM, then SIGKILL after the grace period; reaps the node. */
+static void stop_node(bv_cloud *c, node *n)
+{
+    int status;
+    if (!n->alive)
+        return;
+    kill(n->pid, SIGTERM);
+    if (!reap(n, c->grace_seconds, &status)) {
+        kill(n->pid, SIGKILL);
+        waitpid(n->pid, &status, 0);
+        n->alive = false;
+        join_reader(n);
+    }
+}
+
+static bv_status local_terminate(bv_cloud *c, int64_t id, bv_error *err)
+{
+    node *n = find(c, id);
+    if (!n)
+        return bv_error_set(err, BV_ERR_INVALID, "local cloud: no node %lld", (long long)id);
+    stop_node(c, n);
+    return BV_OK;
+}
+
+static int local_poll(bv_cloud *c, bv_cloud_event *events, int max, bv_error *err)
+{
+    (void)err;
+    for (size_t i = 0; i < c->count; i++) {
+        int status = -1;
+        if (c->nodes[i].alive && reap(&c->nodes[i], 0, &status))
+            push_event(c, BV_CLOUD_EXITED, c->nodes[i].id, status);
+    }
+    int n = c->nevents < max ? c->nevents : max;
+    for (int i = 0; i < n; i++) {
+        size_t size = events[i].size < sizeof events[i] ? events[i].size : sizeof events[i];
+        memcpy(&events[i], &c->events[i], size);
+        events[i].size = size;
+    }
+    memmove(c->events, c->events + n, (size_t)(c->nevents - n) * sizeof *c->events);
+    c->nevents -= n;
+    return n;
+}
+
+static void local_destroy(bv_cloud *c)
+{
+    if (!c)
+        return;
+    for (size_t i = 0; i < c->count; i++) /* SIGTERM to all first, then wait for each */
+        if (c->nodes[i].alive)
+            kill(c->nodes[i].pid, SIGTERM);
+    for (size_t i = 0; i < c->count; i++)
+        stop_node(c, &c->nodes[i]);
+    free(c->nodes);
+    free(c);
+}
+
+static const bv_cloud_ops local_ops = {
+    .create = local_create,
+    .destroy = local_destroy,
+    .launch = local_launch,
+    .terminate = local_terminate,
+    .poll = local_poll,
+};
+
+static const bv_plugin local_plugin = {
+    BV_PLUGIN_HEADER(BV_KIND_CLOUD, "local", "0.1.0",
+                     "roles as processes on this machine, or in its network namespaces"),
+    .options = local_options,
+    .ops = &local_ops,
+    .ops_size = sizeof local_ops,
+};
+
+BV_PLUGIN_ENTRY(cloud, local, local_plugin)

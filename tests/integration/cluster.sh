@@ -1,0 +1,172 @@
+#!/usr/bin/env bash
+# Roles as processes (`cluster:` on `cloud: {plugin: local}`, docs/cluster.md):
+#  - GCN and GAT on Cora end with bit-identical weights and the same accuracies as the
+#    one-process run (the same seed);
+#  - SIGKILL of any role at a seeded random point of the run (3 points per role kind): exit
+#    status 1 within a bound, the lost role named, no process of the run left (its process
+#    group), no socket file or directory left; then --resume from the checkpoint ends with
+#    the weights of the uninterrupted run;
+#  - SIGKILL of the coordinator: the roles end too and clean up after themselves;
+#  - Ctrl-C (SIGINT to the process group): exit 1, "interrupted", nothing left;
+#  - a role whose set-up fails: its error reaches the user, and its own output arrives
+#    prefixed with its name.
+# Environment (set by ctest): BIVOUAC, BIVOUAC_DATA_DIR; BIVOUAC_CACHE_DIR is honoured.
+set -euo pipefail
+
+: "${BIVOUAC:?BIVOUAC must name the bivouac binary}"
+: "${BIVOUAC_DATA_DIR:?BIVOUAC_DATA_DIR must name the data directory (with cora/)}"
+source "$(dirname "$0")/check_lib.bash"
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/bivouac-cluster.XXXXXX")
+groups=() # process groups this test started: killed at the end, whatever happens
+cleanup() {
+    for g in "${groups[@]}"; do kill -KILL -- "-$g" 2>/dev/null || true; done
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+export BIVOUAC_CACHE_DIR=${BIVOUAC_CACHE_DIR:-$tmp/cache}
+# the runs' socket directories go here, so that the test can see none is left
+export TMPDIR="$tmp/sockets"
+mkdir -p "$TMPDIR"
+
+cat >"$tmp/gcn.yaml" <<'EOF'
+name: gcn-cluster
+model: {plugin: gcn, hidden: 16, layers: 2, dropout: 0.5}
+dataset: {name: cora, normalize_features: true}
+train: {epochs: 40, lr: 0.01, weight_decay: 5e-4, seed: 3}
+compute: {plugin: cpu, threads: 1}
+EOF
+cat >"$tmp/gat.yaml" <<'EOF'
+name: gat-cluster
+model: {plugin: gat, layers: 2, heads: 8, hidden: 64, out_heads: 1, dropout: 0.6, attn_dropout: 0.6}
+dataset: {name: cora, normalize_features: true}
+train: {epochs: 4, lr: 0.005, weight_decay: 5e-4, seed: 3}
+compute: {plugin: cpu, threads: 1}
+engine: {intervals: 3}
+EOF
+procs=(-s 'cloud={plugin: local}' -s 'cluster={tensor_workers: 2}')
+
+# run LOG ARGS...: bivouac in its own process group; sets rc and pgid.
+run() {
+    local log=$1
+    shift
+    rc=0
+    setsid bash -c 'echo $$ >"$0.pgid"; exec "$@"' "$log" "$BIVOUAC" "$@" \
+        >"$log.out" 2>"$log.err" </dev/null || rc=$?
+    pgid=$(cat "$log.pgid")
+}
+
+leftovers() { # PGID: processes of the group still alive, and socket directories
+    local left
+    left=$(pgrep -g "$1" 2>/dev/null | wc -l || true)
+    echo "processes $left, socket dirs $(find "$TMPDIR" -mindepth 1 | wc -l)"
+}
+
+# ---- same weights and accuracies as the one-process run ----
+for m in gcn gat; do
+    run "$tmp/$m-one" run "$tmp/$m.yaml" --out "$tmp/$m-one" --quiet
+    check "$m: one-process run exits 0" "$rc" 0
+    run "$tmp/$m-procs" run "$tmp/$m.yaml" --out "$tmp/$m-procs" --quiet "${procs[@]}"
+    check "$m: run on 4 processes exits 0" "$rc" 0
+    [ "$rc" = 0 ] || cat "$tmp/$m-procs.err" >&2
+    for f in params_crc32c test_accuracy val_accuracy train_loss; do
+        check "$m: $f as in one process" "$(field "$tmp/$m-procs" $f)" "$(field "$tmp/$m-one" $f)"
+    done
+    check "$m: nothing left" "$(leftovers "$pgid")" "processes 0, socket dirs 0"
+done
+
+# ---- SIGKILL of a role at a seeded random point ----
+cat >"$tmp/long.yaml" <<'EOF'
+name: gcn-cluster-long
+model: {plugin: gcn, hidden: 16, layers: 2, dropout: 0.5}
+dataset: {name: cora, normalize_features: true}
+train: {epochs: 60, lr: 0.01, weight_decay: 5e-4, seed: 7}
+compute: {plugin: cpu, threads: 1}
+engine: {intervals: 4}
+resilience: [{plugin: checkpoint, every: 5, keep: 2}]
+cluster: {tensor_workers: 2}
+cloud: {plugin: local}
+EOF
+run "$tmp/ref" run "$tmp/long.yaml" --out "$tmp/ref" --quiet
+check "uninterrupted cluster run exits 0" "$rc" 0
+ref_crc=$(field "$tmp/ref" params_crc32c)
+grep -v '^cluster:\|^cloud:' "$tmp/long.yaml" >"$tmp/long-one.yaml"
+run "$tmp/ref-one" run "$tmp/long-one.yaml" --out "$tmp/ref-one" --quiet
+check "4 intervals on 2 tensor worker processes: the one-process weights" \
+    "$ref_crc" "$(field "$tmp/ref-one" params_crc32c)"
+
+RANDOM=11 # seeded: the same kill points every time
+declare -A names=([graph]="graph server" [param]="parameter server" [tensor]="tensor worker 1")
+declare -A pattern=([graph]="--role graph " [param]="--role param " [tensor]="--role tensor --index 1 ")
+for role in graph param tensor; do
+    for point in 1 2 3; do
+        label="kill $role #$point"
+        out="$tmp/k-$role-$point"
+        after=$((5 + RANDOM % 40)) # epochs done before the kill
+        delay_ms=$((RANDOM % 4))   # and then into the next epoch
+        (run "$out" run "$tmp/long.yaml" --out "$out" --quiet; echo "$rc" >"$out.rc") &
+        waiter=$!
+        until [ -s "$out.pgid" ]; do sleep 0.01; done
+        g=$(cat "$out.pgid")
+        groups+=("$g")
+        for _ in $(seq 3000); do # up to 30 s for the run to get there
+            lines=0
+            [ -f "$out/metrics.jsonl" ] && lines=$(wc -l <"$out/metrics.jsonl")
+            [ "$lines" -ge "$after" ] && break
+            sleep 0.01
+        done
+        sleep "0.00$delay_ms"
+        pkill -KILL -g "$g" -f -- "${pattern[$role]}" || true
+        t0=$(date +%s%N)
+        wait "$waiter" || true
+        took_ms=$((($(date +%s%N) - t0) / 1000000))
+        check "$label (after epoch $after): exit status" "$(cat "$out.rc")" 1
+        check "$label: names the lost role" \
+            "$(grep -c "^bivouac: error: lost the ${names[$role]} (node [0-9]* on localhost): it was killed by signal 9" "$out.err")" 1
+        check "$label: ends within 5 s" "$([ "$took_ms" -lt 5000 ] && echo yes || echo "no ($took_ms ms)")" yes
+        check "$label: nothing left" "$(leftovers "$g")" "processes 0, socket dirs 0"
+        if [ "$point" = 1 ]; then
+            run "$out.resume" run --resume "$out" --quiet
+            check "$label: --resume exits 0" "$rc" 0
+            check "$label: --resume ends with the uninterrupted weights" \
+                "$(field "$out" params_crc32c)" "$ref_crc"
+        fi
+    done
+done
+
+# ---- SIGKILL of the coordinator: the roles end and clean up ----
+out="$tmp/kcoord"
+(run "$out" run "$tmp/long.yaml" --out "$out" --quiet) 2>/dev/null & # no "Killed" notice
+waiter=$!
+until [ -s "$out/metrics.jsonl" ]; do sleep 0.01; done
+g=$(cat "$out.pgid")
+groups+=("$g")
+kill -KILL "$g" # the coordinator is the group's leader
+wait "$waiter" || true
+for _ in $(seq 500); do [ "$(pgrep -g "$g" | wc -l)" = 0 ] && break; sleep 0.01; done
+check "coordinator killed: nothing left" "$(leftovers "$g")" "processes 0, socket dirs 0"
+
+# ---- Ctrl-C ----
+out="$tmp/int"
+(run "$out" run "$tmp/long.yaml" --out "$out" --quiet -s train.epochs=100000; echo "$rc" >"$out.rc") &
+waiter=$!
+until [ -s "$out/metrics.jsonl" ]; do sleep 0.01; done
+g=$(cat "$out.pgid")
+groups+=("$g")
+kill -INT -- "-$g" # what a terminal sends to its foreground group
+wait "$waiter" || true
+check "Ctrl-C: exit status" "$(cat "$out.rc")" 1
+check "Ctrl-C: says so" "$(grep -c '^bivouac: error: interrupted (Interrupt): stopping the roles' "$out.err")" 1
+check "Ctrl-C: nothing left" "$(leftovers "$g")" "processes 0, socket dirs 0"
+
+# ---- a role's set-up fails: its words reach the user, prefixed with its name ----
+BIVOUAC_FAULT_ROLE_SETUP="tensor worker 1" run "$tmp/setup" run "$tmp/gcn.yaml" \
+    --out "$tmp/setup" --quiet "${procs[@]}"
+check "set-up failure: exit status" "$rc" 1
+check "set-up failure: the coordinator reports it" \
+    "$(grep -c '^bivouac: error: tensor worker 1: set-up failed (injected fault)$' "$tmp/setup.err")" 1
+check "set-up failure: the role's own output, prefixed" \
+    "$(grep -c '^\[tensor worker 1\] bivouac: error: the role failed' "$tmp/setup.err")" 1
+check "set-up failure: nothing left" "$(leftovers "$pgid")" "processes 0, socket dirs 0"
+
+finish
