@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bivouac/log.h"
 #include "engine_graph_internal.h"
 #include "role_loop.h"
 #include "plugin_arrays.h"
@@ -47,7 +48,8 @@ static bv_status coord_wait(bv_graph_engine *e, uint16_t type, bv_role_msg *m, b
 {
     if (e->procs)
         return bv_engine_coord_wait(e, type, 0, m, err);
-    return bv_role_wait(e->cfg.transport_ops, e->coord_in, "coordinator", type, m, err);
+    return bv_role_wait(e->cfg.transport_ops, e->coord_in, "coordinator", type,
+                        &e->frames_dropped, m, err);
 }
 
 /* Sends a request without arrays to one role and waits for its reply. */
@@ -343,6 +345,7 @@ bv_status bv_graph_engine_serve(const bv_graph_engine_cfg *cfg, bv_graph_role_ki
     bv_status st = engine_prepare(cfg, kind == BV_GRAPH_ROLE_GRAPH, &e, err);
     if (st == BV_OK) {
         e->cfg.share_arrays = false; /* the other roles are other processes */
+        e->serving = true;
         st = bv_engine_read_book(e, book, err);
     }
     if (st == BV_OK)
@@ -411,6 +414,11 @@ void bv_graph_engine_stop(bv_graph_engine *e)
     for (int i = 0; i < e->cfg.tensor_workers; i++)
         if (e->tw_started[i])
             stop_role(e, e->tw_thread[i], &e->tw_life[i], e->to_tw[i], e->addr_tw[i]);
+    uint64_t dropped = atomic_load(&e->frames_dropped);
+    if (!e->serving && dropped)
+        bv_log(BV_LOG_WARN, "the coordinator%s dropped %llu message%s that failed their checks",
+               e->gs_started ? " and the role threads" : "", (unsigned long long)dropped,
+               dropped == 1 ? "" : "s");
     if (e->coord_in)
         t->close(e->coord_in);
     if (e->transport)

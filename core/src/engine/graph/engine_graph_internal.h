@@ -65,6 +65,10 @@ struct bv_graph_engine {
     bool failed;         /* a role failed or died: stop ends the rest without asking */
     double next_watch;   /* when the coordinator next looks at the processes */
     _Atomic int role_failed; /* in a role process: its set-up failed (role_loop.c) */
+    /* Messages this process's roles dropped because they failed their checks (malformed,
+     * truncated, oversized, not of this protocol): never trusted, only counted. */
+    _Atomic uint64_t frames_dropped;
+    bool serving; /* this process serves one role of a cluster (bv_graph_engine_serve) */
     int64_t version;    /* weights version the PS last reported */
     double decay_now;   /* sum of squares of the decayed weights, as of that version */
 };

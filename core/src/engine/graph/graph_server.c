@@ -163,7 +163,8 @@ static bv_status gs_run_tasks(graph_server *gs, size_t s, const bv_task_hdr *epo
         rc = kind->send(gs, s, epoch, sent++, ctx, err);
     for (int done = 0; rc == BV_OK && done < n; done++) {
         bv_role_msg m;
-        rc = bv_role_wait(gs->t, gs->inbox, "graph server", kind->result_type, &m, err);
+        rc = bv_role_wait(gs->t, gs->inbox, "graph server", kind->result_type,
+                          &gs->e->frames_dropped, &m, err);
         if (rc == BV_OK)
             rc = kind->take(gs, s, &m, ctx, err);
         if (rc == BV_OK && sent < n)

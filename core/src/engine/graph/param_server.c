@@ -79,7 +79,8 @@ static bv_status ps_step(param_server *ps, const bv_task_hdr *cmd, bv_error *err
     bv_graph_engine *e = ps->e;
     while ((int64_t)ps->npending < cmd->step) {
         bv_role_msg m;
-        bv_status st = bv_role_recv(ps->t, ps->inbox, &m, BV_TIMEOUT_FOREVER, err);
+        bv_status st = bv_role_recv_valid(ps->t, ps->inbox, &m, BV_TIMEOUT_FOREVER,
+                                          &e->frames_dropped, err);
         if (st != BV_OK)
             return st;
         if (m.wire.type == BV_MSG_GRADS)

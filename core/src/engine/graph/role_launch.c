@@ -381,12 +381,9 @@ bv_status bv_engine_coord_wait(bv_graph_engine *e, uint16_t type, double deadlin
                 return st;
             }
         }
-        bv_status st = bv_role_recv(t, e->coord_in, m, WATCH_SLICE_MS, err);
-        if (st != BV_OK) {
-            if (strncmp(err->msg, "timeout", 7) != 0) /* failed its checks: dropped */
-                bv_log(BV_LOG_WARN, "coordinator: dropped a message: %s", err->msg);
-            continue;
-        }
+        if (bv_role_recv_valid(t, e->coord_in, m, WATCH_SLICE_MS, &e->frames_dropped, err) !=
+            BV_OK)
+            continue; /* a timeout (or a transport failure, which the watch will explain) */
         if (m->wire.type == type)
             return BV_OK;
         if (m->wire.type == BV_MSG_ERROR) {

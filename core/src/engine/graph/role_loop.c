@@ -76,7 +76,8 @@ void bv_role_run(const bv_role *r)
                      &err);
         for (;;) {
             bv_role_msg m;
-            if (bv_role_recv(t, *r->inbox, &m, BV_TIMEOUT_FOREVER, &err) != BV_OK) {
+            if (bv_role_recv_valid(t, *r->inbox, &m, BV_TIMEOUT_FOREVER, &r->e->frames_dropped,
+                                   &err) != BV_OK) {
                 bv_role_send_error(t, *r->report_to, r->id, &err);
                 continue;
             }
@@ -90,6 +91,10 @@ void bv_role_run(const bv_role *r)
                 bv_role_send_error(t, *r->report_to, r->id, &op_err);
         }
     }
+    uint64_t dropped = atomic_load(&r->e->frames_dropped);
+    if (r->e->serving && dropped)
+        bv_log(BV_LOG_WARN, "%s: dropped %llu message%s that failed their checks", r->name,
+               (unsigned long long)dropped, dropped == 1 ? "" : "s");
     r->teardown(r->self);
     role_close(r);
 }

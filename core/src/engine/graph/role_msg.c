@@ -3,8 +3,16 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "bivouac/log.h"
+
+static double role_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return 1e3 * (double)ts.tv_sec + 1e-6 * (double)ts.tv_nsec;
+}
 
 bv_status bv_role_send(const bv_transport_ops *t, bv_endpoint *ep, uint16_t type,
                        uint32_t sender, const bv_task_hdr *hdr, const void *a, size_t na,
@@ -77,11 +85,31 @@ void bv_role_release(const bv_transport_ops *t, bv_role_msg *m)
     memset(m, 0, sizeof *m);
 }
 
+bv_status bv_role_recv_valid(const bv_transport_ops *t, bv_endpoint *ep, bv_role_msg *m,
+                             int timeout_ms, _Atomic uint64_t *dropped, bv_error *err)
+{
+    double until = timeout_ms >= 0 ? role_now_ms() + timeout_ms : 0;
+    for (;;) {
+        int left = timeout_ms;
+        if (timeout_ms >= 0) {
+            double now = role_now_ms();
+            left = now >= until ? 0 : (int)(until - now);
+        }
+        bv_status st = bv_role_recv(t, ep, m, left, err);
+        if (st != BV_ERR_CORRUPT)
+            return st;
+        /* failed its checks: never trusted, counted, and the wait goes on */
+        if (atomic_fetch_add(dropped, 1) == 0)
+            bv_log(BV_LOG_WARN, "dropped a message that failed its checks (%s); further ones "
+                   "are counted", err->msg);
+    }
+}
+
 bv_status bv_role_wait(const bv_transport_ops *t, bv_endpoint *inbox, const char *who,
-                       uint16_t type, bv_role_msg *m, bv_error *err)
+                       uint16_t type, _Atomic uint64_t *dropped, bv_role_msg *m, bv_error *err)
 {
     for (;;) {
-        bv_status st = bv_role_recv(t, inbox, m, BV_TIMEOUT_FOREVER, err);
+        bv_status st = bv_role_recv_valid(t, inbox, m, BV_TIMEOUT_FOREVER, dropped, err);
         if (st != BV_OK)
             return st;
         if (m->wire.type == type)

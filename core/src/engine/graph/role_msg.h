@@ -5,6 +5,7 @@
 #ifndef BIVOUAC_ROLE_MSG_H
 #define BIVOUAC_ROLE_MSG_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -100,11 +101,19 @@ bv_status bv_role_send(const bv_transport_ops *t, bv_endpoint *ep, uint16_t type
 bv_status bv_role_recv(const bv_transport_ops *t, bv_endpoint *ep, bv_role_msg *m,
                        int timeout_ms, bv_error *err);
 void bv_role_release(const bv_transport_ops *t, bv_role_msg *m);
+/* bv_role_recv, but a message that fails its checks (BV_ERR_CORRUPT: a malformed,
+ * truncated or oversized frame, or one not of this protocol) is dropped and counted in
+ * *dropped, and the receive goes on until a valid message, a timeout or a transport
+ * failure. */
+bv_status bv_role_recv_valid(const bv_transport_ops *t, bv_endpoint *ep, bv_role_msg *m,
+                             int timeout_ms, _Atomic uint64_t *dropped, bv_error *err);
 /* Receives on `inbox` until a message of `type` arrives (the caller releases it). An ERROR
- * fails with its text; any other message is logged as `who`'s and dropped. The
- * coordinator and the graph server wait for their replies this way. */
+ * fails with its text; invalid messages are dropped and counted (bv_role_recv_valid); any
+ * other message is logged as `who`'s and dropped. The graph server waits for its
+ * results this way, the coordinator of threads for its replies. */
 bv_status bv_role_wait(const bv_transport_ops *t, bv_endpoint *inbox, const char *who,
-                       uint16_t type, bv_role_msg *m, bv_error *err);
+                       uint16_t type, _Atomic uint64_t *dropped, bv_role_msg *m,
+                       bv_error *err);
 /* Sends BV_MSG_ERROR carrying err->msg. */
 void bv_role_send_error(const bv_transport_ops *t, bv_endpoint *ep, uint32_t sender,
                         const bv_error *failure);

@@ -180,7 +180,8 @@ static bv_status tw_ensure_weights(tensor_worker *w, int64_t version, bv_error *
     if (st != BV_OK)
         return st;
     bv_role_msg m;
-    st = bv_role_recv(w->t, w->weights_in, &m, BV_TIMEOUT_FOREVER, err);
+    st = bv_role_recv_valid(w->t, w->weights_in, &m, BV_TIMEOUT_FOREVER, &w->e->frames_dropped,
+                           err);
     if (st != BV_OK)
         return st;
     if (m.wire.type != BV_MSG_WEIGHTS || m.hdr.na != w->e->param_floats * sizeof(float)) {
