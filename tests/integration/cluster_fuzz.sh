@@ -18,7 +18,7 @@ source "$(dirname "$0")/check_lib.bash"
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/bivouac-cluster-fuzz.XXXXXX")
 group=
 cleanup() {
-    [ -n "$group" ] && kill -KILL -- "-$group" 2>/dev/null
+    [ -z "$group" ] || kill -KILL -- "-$group" 2>/dev/null || true
     rm -rf "$tmp"
 }
 trap cleanup EXIT
