@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Roles as processes (`cluster:` on `cloud: {plugin: local}`, docs/cluster.md):
-#  - GCN and GAT on Cora end with bit-identical weights and the same accuracies as the
-#    one-process run (the same seed);
+#  - GCN and GAT on Cora, with 2 tensor workers and 2 parameter servers, end with
+#    bit-identical weights and the same accuracies as the one-process run (the same seed);
 #  - SIGKILL of any role at a seeded random point of the run (3 points per role kind): exit
 #    status 1 within a bound, the lost role named, no process of the run left (its process
 #    group), no socket file or directory left; then --resume from the checkpoint ends with
@@ -44,7 +44,7 @@ train: {epochs: 4, lr: 0.005, weight_decay: 5e-4, seed: 3}
 compute: {plugin: cpu, threads: 1}
 engine: {intervals: 3}
 EOF
-procs=(-s 'cloud={plugin: local}' -s 'cluster={tensor_workers: 2}')
+procs=(-s 'cloud={plugin: local}' -s 'cluster={tensor_workers: 2, param_servers: 2}')
 
 # run LOG ARGS...: bivouac in its own process group; sets rc and pgid.
 run() {
@@ -67,7 +67,7 @@ for m in gcn gat; do
     run "$tmp/$m-one" run "$tmp/$m.yaml" --out "$tmp/$m-one" --quiet
     check "$m: one-process run exits 0" "$rc" 0
     run "$tmp/$m-procs" run "$tmp/$m.yaml" --out "$tmp/$m-procs" --quiet "${procs[@]}"
-    check "$m: run on 4 processes exits 0" "$rc" 0
+    check "$m: run on 5 processes exits 0" "$rc" 0
     [ "$rc" = 0 ] || cat "$tmp/$m-procs.err" >&2
     for f in params_crc32c test_accuracy val_accuracy train_loss; do
         check "$m: $f as in one process" "$(field "$tmp/$m-procs" $f)" "$(field "$tmp/$m-one" $f)"
@@ -84,7 +84,7 @@ train: {epochs: 60, lr: 0.01, weight_decay: 5e-4, seed: 7}
 compute: {plugin: cpu, threads: 1}
 engine: {intervals: 4}
 resilience: [{plugin: checkpoint, every: 5, keep: 2}]
-cluster: {tensor_workers: 2}
+cluster: {tensor_workers: 2, param_servers: 2}
 cloud: {plugin: local}
 EOF
 run "$tmp/ref" run "$tmp/long.yaml" --out "$tmp/ref" --quiet
@@ -92,12 +92,13 @@ check "uninterrupted cluster run exits 0" "$rc" 0
 ref_crc=$(field "$tmp/ref" params_crc32c)
 grep -v '^cluster:\|^cloud:' "$tmp/long.yaml" >"$tmp/long-one.yaml"
 run "$tmp/ref-one" run "$tmp/long-one.yaml" --out "$tmp/ref-one" --quiet
-check "4 intervals on 2 tensor worker processes: the one-process weights" \
+check "4 intervals on 2 tensor workers and 2 parameter servers: the one-process weights" \
     "$ref_crc" "$(field "$tmp/ref-one" params_crc32c)"
 
 RANDOM=11 # seeded: the same kill points every time
-declare -A names=([graph]="graph server" [param]="parameter server" [tensor]="tensor worker 1")
-declare -A pattern=([graph]="--role graph " [param]="--role param " [tensor]="--role tensor --index 1 ")
+declare -A names=([graph]="graph server" [param]="parameter server 1" [tensor]="tensor worker 1")
+declare -A pattern=([graph]="--role graph " [param]="--role param --index 1 "
+    [tensor]="--role tensor --index 1 ")
 for role in graph param tensor; do
     for point in 1 2 3; do
         label="kill $role #$point"

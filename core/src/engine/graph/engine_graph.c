@@ -30,6 +30,14 @@ bv_status bv_engine_connect_workers(bv_graph_engine *e, char (*addrs)[BV_ADDR_LE
     return BV_OK;
 }
 
+bv_status bv_engine_connect_servers(bv_graph_engine *e, bv_endpoint **out, bv_error *err)
+{
+    for (int i = 0; i < e->nps; i++)
+        if (!(out[i] = bv_engine_connect(e, e->addr_ps[i], err)))
+            return err->status;
+    return BV_OK;
+}
+
 void bv_engine_close_all(const bv_graph_engine *e, bv_endpoint *const *eps, size_t n)
 {
     for (size_t i = 0; i < n; i++)
@@ -178,22 +186,29 @@ static bv_status engine_spawn(bv_graph_engine *e, bv_error *err)
     if (pthread_create(&e->gs_thread, NULL, bv_graph_server_main, e) != 0)
         return bv_error_set(err, BV_ERR_INTERNAL, "cannot start the graph server thread");
     e->gs_started = true;
-    if (pthread_create(&e->ps_thread, NULL, bv_param_server_main, e) != 0)
-        return bv_error_set(err, BV_ERR_INTERNAL, "cannot start the parameter server thread");
-    e->ps_started = true;
+    e->ps_args = calloc((size_t)e->nps, sizeof *e->ps_args);
+    if (!e->ps_args)
+        return bv_error_set(err, BV_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < e->nps; i++) {
+        e->ps_args[i] = (bv_tw_arg){e, i};
+        if (pthread_create(&e->ps_thread[i], NULL, bv_param_server_main, &e->ps_args[i]) != 0)
+            return bv_error_set(err, BV_ERR_INTERNAL, "cannot start parameter server %d", i);
+        e->ps_started[i] = true;
+    }
     for (int i = 0; i < e->cfg.tensor_workers; i++) {
         e->tw_args[i] = (bv_tw_arg){e, i};
         if (pthread_create(&e->tw_thread[i], NULL, bv_tensor_worker_main, &e->tw_args[i]) != 0)
             return bv_error_set(err, BV_ERR_INTERNAL, "cannot start tensor worker %d", i);
         e->tw_started[i] = true;
     }
-    if (!(e->to_gs = bv_engine_connect(e, e->addr_gs, err)) ||
-        !(e->to_ps = bv_engine_connect(e, e->addr_ps, err)))
+    if (!(e->to_gs = bv_engine_connect(e, e->addr_gs, err)))
         return err->status;
-    bv_status st = bv_engine_connect_workers(e, e->addr_tw, e->to_tw, err);
+    bv_status st = bv_engine_connect_servers(e, e->to_ps, err);
+    if (st == BV_OK)
+        st = bv_engine_connect_workers(e, e->addr_tw, e->to_tw, err);
     if (st != BV_OK)
         return st;
-    for (int ready = 0; ready < 2 + e->cfg.tensor_workers; ready++) {
+    for (int ready = 0; ready < bv_role_slots(e); ready++) {
         bv_role_msg m;
         st = coord_wait(e, BV_MSG_READY, &m, err);
         if (st != BV_OK)
@@ -272,13 +287,15 @@ static bv_status engine_prepare(const bv_graph_engine_cfg *cfg, bool graph_array
 {
     *out = NULL;
     if (cfg->intervals < 0 || cfg->tensor_workers < 1 ||
-        cfg->tensor_workers > BV_MAX_TENSOR_WORKERS)
+        cfg->tensor_workers > BV_MAX_TENSOR_WORKERS || cfg->param_servers < 0 ||
+        cfg->param_servers > BV_MAX_PARAM_SERVERS)
         return bv_error_set(err, BV_ERR_INVALID, "bad engine configuration");
     bv_graph_engine *e = calloc(1, sizeof *e);
     if (!e)
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory");
     *out = e;
     e->cfg = *cfg;
+    e->nps = cfg->param_servers > 0 ? cfg->param_servers : 1;
     if (cfg->cloud_ops) /* roles in other processes cannot read each other's arrays */
         e->cfg.share_arrays = false;
     if (e->cfg.intervals == 0)
@@ -323,7 +340,8 @@ bv_status bv_graph_engine_start(const bv_graph_engine_cfg *cfg, bv_graph_engine 
         int id = atomic_fetch_add(&engine_counter, 1);
         snprintf(e->addr_coord, BV_ADDR_LEN, "inproc://bv%d-coord", id);
         snprintf(e->addr_gs, BV_ADDR_LEN, "inproc://bv%d-gs", id);
-        snprintf(e->addr_ps, BV_ADDR_LEN, "inproc://bv%d-ps", id);
+        for (int i = 0; i < e->nps; i++)
+            snprintf(e->addr_ps[i], BV_ADDR_LEN, "inproc://bv%d-ps%d", id, i);
         for (int i = 0; i < cfg->tensor_workers; i++) {
             snprintf(e->addr_tw[i], BV_ADDR_LEN, "inproc://bv%d-tw%d", id, i);
             snprintf(e->addr_tw_weights[i], BV_ADDR_LEN, "inproc://bv%d-tw%d-weights", id, i);
@@ -350,16 +368,23 @@ bv_status bv_graph_engine_serve(const bv_graph_engine_cfg *cfg, bv_graph_role_ki
     }
     if (st == BV_OK)
         bv_engine_role_cleanup_on_term(e, book);
-    if (st == BV_OK && kind == BV_GRAPH_ROLE_TENSOR && (index < 0 || index >= cfg->tensor_workers))
-        st = bv_error_set(err, BV_ERR_INVALID, "there is no tensor worker %d in a run of %d",
-                          index, cfg->tensor_workers);
+    int roles = kind == BV_GRAPH_ROLE_TENSOR ? cfg->tensor_workers
+                : kind == BV_GRAPH_ROLE_PARAM  ? (e ? e->nps : 1)
+                                               : 1;
+    if (st == BV_OK && (index < 0 || index >= roles))
+        st = bv_error_set(err, BV_ERR_INVALID, "there is no %s %d in this run (it has %d)",
+                          kind == BV_GRAPH_ROLE_TENSOR ? "tensor worker"
+                          : kind == BV_GRAPH_ROLE_PARAM ? "parameter server"
+                                                        : "graph server",
+                          index, roles);
     if (st == BV_OK) {
         /* the role runs on this thread; it ends at SHUTDOWN (or when the coordinator
          * ends it: it dies with its parent, local cloud) */
         if (kind == BV_GRAPH_ROLE_GRAPH) {
             bv_graph_server_main(e);
         } else if (kind == BV_GRAPH_ROLE_PARAM) {
-            bv_param_server_main(e);
+            bv_tw_arg arg = {e, index};
+            bv_param_server_main(&arg);
         } else {
             bv_tw_arg arg = {e, index};
             bv_tensor_worker_main(&arg);
@@ -404,13 +429,14 @@ void bv_graph_engine_stop(bv_graph_engine *e)
     if (e->node) { /* roles as processes: end them, then the outboxes to them */
         bv_engine_land(e);
         bv_engine_close_all(e, &e->to_gs, 1);
-        bv_engine_close_all(e, &e->to_ps, 1);
+        bv_engine_close_all(e, e->to_ps, (size_t)e->nps);
         bv_engine_close_all(e, e->to_tw, (size_t)e->cfg.tensor_workers);
     }
     if (e->gs_started)
         stop_role(e, e->gs_thread, &e->gs_life, e->to_gs, e->addr_gs);
-    if (e->ps_started)
-        stop_role(e, e->ps_thread, &e->ps_life, e->to_ps, e->addr_ps);
+    for (int i = 0; i < e->nps; i++)
+        if (e->ps_started[i])
+            stop_role(e, e->ps_thread[i], &e->ps_life[i], e->to_ps[i], e->addr_ps[i]);
     for (int i = 0; i < e->cfg.tensor_workers; i++)
         if (e->tw_started[i])
             stop_role(e, e->tw_thread[i], &e->tw_life[i], e->to_tw[i], e->addr_tw[i]);
@@ -432,6 +458,7 @@ void bv_graph_engine_stop(bv_graph_engine *e)
     free(e->vin);
     free(e->vin_width);
     free(e->tw_args);
+    free(e->ps_args);
     free(e->params);
     free(e->param_off);
     free(e->stages);
@@ -440,21 +467,47 @@ void bv_graph_engine_stop(bv_graph_engine *e)
     free(e);
 }
 
+/* Sends the same request to every parameter server and waits for each one's STEPPED.
+ * They hold the same weights and apply the same updates (param_server.c), so their
+ * replies (version, step, the sums of squares) must agree to the bit; *out is the first. */
+static bv_status ask_servers(bv_graph_engine *e, uint16_t type, const bv_task_hdr *h,
+                             const void *a, const void *b, const void *c, size_t bytes,
+                             bv_task_hdr *out, bv_error *err)
+{
+    for (int i = 0; i < e->nps; i++) {
+        bv_status st = bv_role_send(e->cfg.transport_ops, e->to_ps[i], type, BV_ROLE_COORD, h,
+                                    a, a ? bytes : 0, b, b ? bytes : 0, c, c ? bytes : 0, err);
+        if (st != BV_OK)
+            return st;
+    }
+    for (int i = 0; i < e->nps; i++) {
+        bv_role_msg reply;
+        bv_status st = coord_wait(e, BV_MSG_STEPPED, &reply, err);
+        if (st != BV_OK)
+            return st;
+        bool same = i == 0 || (reply.hdr.version == out->version &&
+                               reply.hdr.step == out->step &&
+                               memcmp(reply.hdr.stats, out->stats, 2 * sizeof(double)) == 0);
+        if (i == 0)
+            *out = reply.hdr;
+        bv_role_release(e->cfg.transport_ops, &reply);
+        if (!same)
+            return bv_error_set(err, BV_ERR_INTERNAL, "the parameter servers disagree after "
+                                "an update (version %lld, step %lld)",
+                                (long long)out->version, (long long)out->step);
+    }
+    return BV_OK;
+}
+
 static bv_status send_state(bv_graph_engine *e, const float *w, const float *m, const float *v,
                             int64_t step, bv_error *err)
 {
-    size_t bytes = e->param_floats * sizeof(float);
-    bv_task_hdr h = {.step = step};
-    bv_status st = bv_role_send(e->cfg.transport_ops, e->to_ps, BV_MSG_SET_STATE, BV_ROLE_COORD,
-                                &h, w, bytes, m, bytes, v, bytes, err);
-    if (st != BV_OK)
-        return st;
-    bv_role_msg reply;
-    st = coord_wait(e, BV_MSG_STEPPED, &reply, err);
+    bv_task_hdr h = {.step = step}, reply;
+    bv_status st = ask_servers(e, BV_MSG_SET_STATE, &h, w, m, v,
+                               e->param_floats * sizeof(float), &reply, err);
     if (st == BV_OK) {
-        e->version = reply.hdr.version;
-        e->decay_now = reply.hdr.stats[0];
-        bv_role_release(e->cfg.transport_ops, &reply);
+        e->version = reply.version;
+        e->decay_now = reply.stats[0];
     }
     return st;
 }
@@ -498,7 +551,7 @@ bv_status bv_graph_engine_get_state(bv_graph_engine *e, bv_state *out, bv_error 
 {
     memset(out, 0, sizeof *out);
     bv_role_msg m;
-    bv_status st = coord_ask(e, e->to_ps, BV_MSG_GET_STATE, NULL, BV_MSG_STATE, &m, err);
+    bv_status st = coord_ask(e, e->to_ps[0], BV_MSG_GET_STATE, NULL, BV_MSG_STATE, &m, err);
     if (st != BV_OK)
         return st;
     const uint8_t *arrays[3] = {m.a, m.b, m.c};
@@ -584,15 +637,13 @@ bv_status bv_graph_engine_train_epoch(bv_graph_engine *e, int64_t epoch, float l
     bv_status st = run_pass(e, epoch, true, &done, err);
     if (st != BV_OK)
         return st;
-    bv_task_hdr step = {.epoch = epoch, .lr = lr, .step = done.step};
-    bv_role_msg m;
-    st = coord_ask(e, e->to_ps, BV_MSG_STEP, &step, BV_MSG_STEPPED, &m, err);
+    bv_task_hdr step = {.epoch = epoch, .lr = lr, .step = done.step}, reply;
+    st = ask_servers(e, BV_MSG_STEP, &step, NULL, NULL, NULL, 0, &reply, err);
     if (st != BV_OK)
         return st;
-    e->version = m.hdr.version;
-    e->decay_now = m.hdr.stats[1];
-    fill_stats(done.stats, m.hdr.stats[0], stats); /* decay of the weights the pass used */
-    bv_role_release(e->cfg.transport_ops, &m);
+    e->version = reply.version;
+    e->decay_now = reply.stats[1];
+    fill_stats(done.stats, reply.stats[0], stats); /* decay of the weights the pass used */
     return BV_OK;
 }
 

@@ -11,6 +11,7 @@
 #include "role_msg.h"
 
 #define BV_MAX_TENSOR_WORKERS 64
+#define BV_MAX_PARAM_SERVERS 16
 #define BV_ADDR_LEN 96
 
 typedef struct bv_shared_array {
@@ -41,18 +42,20 @@ struct bv_graph_engine {
     bv_csr *adj_loops_t;
     int64_t *loops_perm; /* edge of adj_loops_t -> edge of adj_loops */
     /* addresses */
-    char addr_coord[BV_ADDR_LEN], addr_gs[BV_ADDR_LEN], addr_ps[BV_ADDR_LEN];
+    int nps; /* parameter servers: each holds all the weights (param_server.c) */
+    char addr_coord[BV_ADDR_LEN], addr_gs[BV_ADDR_LEN], addr_ps[BV_MAX_PARAM_SERVERS][BV_ADDR_LEN];
     char addr_tw[BV_MAX_TENSOR_WORKERS][BV_ADDR_LEN];
     char addr_tw_weights[BV_MAX_TENSOR_WORKERS][BV_ADDR_LEN];
     /* coordinator's endpoints (used by the calling thread only) */
-    bv_endpoint *coord_in, *to_gs, *to_ps, *to_tw[BV_MAX_TENSOR_WORKERS];
+    bv_endpoint *coord_in, *to_gs, *to_ps[BV_MAX_PARAM_SERVERS], *to_tw[BV_MAX_TENSOR_WORKERS];
     /* threads */
-    pthread_t gs_thread, ps_thread, tw_thread[BV_MAX_TENSOR_WORKERS];
+    pthread_t gs_thread, ps_thread[BV_MAX_PARAM_SERVERS], tw_thread[BV_MAX_TENSOR_WORKERS];
+    struct bv_tw_arg *ps_args; /* one per parameter server */
     struct bv_tw_arg *tw_args; /* one per tensor worker */
-    bool gs_started, ps_started, tw_started[BV_MAX_TENSOR_WORKERS];
+    bool gs_started, ps_started[BV_MAX_PARAM_SERVERS], tw_started[BV_MAX_TENSOR_WORKERS];
     /* Whether each role will take a SHUTDOWN (role_loop.h, bv_role_life): stopping must
      * not send one to a role that never listens, or wait for one that never stops. */
-    _Atomic int gs_life, ps_life, tw_life[BV_MAX_TENSOR_WORKERS];
+    _Atomic int gs_life, ps_life[BV_MAX_PARAM_SERVERS], tw_life[BV_MAX_TENSOR_WORKERS];
     /* Arrays the graph server shares with the tensor workers when cfg.share_arrays is on
      * (role_msg.h, bv_array_ref): the dataset's, then each stage's output and gradient.
      * The graph server sets an entry before it sends a task naming it. */
@@ -96,15 +99,20 @@ void *bv_engine_shared_window(const bv_graph_engine *e, const bv_array_ref *ref,
 const void *bv_engine_task_array(const bv_graph_engine *e, const bv_role_msg *m, int which,
                                  size_t bytes, bv_error *err);
 
-/* Roles in a fixed order, for per-role tables: graph server, parameter server, tensor
- * workers. */
-enum { BV_SLOT_GS = 0, BV_SLOT_PS = 1, BV_SLOT_TW = 2 };
+/* Roles in a fixed order, for per-role tables: the graph server, the parameter servers,
+ * the tensor workers. */
+enum { BV_SLOT_GS = 0, BV_SLOT_PS = 1 };
+static inline int bv_slot_tw(const bv_graph_engine *e, int i)
+{
+    return BV_SLOT_PS + e->nps + i;
+}
 static inline int bv_role_slots(const bv_graph_engine *e)
 {
-    return BV_SLOT_TW + e->cfg.tensor_workers;
+    return bv_slot_tw(e, e->cfg.tensor_workers);
 }
-/* "graph server", "parameter server", "tensor worker 3". */
-void bv_role_slot_name(int slot, char *buf, size_t len);
+/* "graph server", "parameter server" ("parameter server 1" when there are several),
+ * "tensor worker 3". */
+void bv_role_slot_name(const bv_graph_engine *e, int slot, char *buf, size_t len);
 
 /* ---- role_launch.c: the coordinator's side of roles as processes ---- */
 /* Makes the private directory and the ipc addresses, writes the address book, starts a
@@ -126,10 +134,10 @@ double bv_engine_now(void); /* CLOCK_MONOTONIC seconds */
 void bv_engine_role_cleanup_on_term(const bv_graph_engine *e, const char *book);
 
 void *bv_graph_server_main(void *engine);
-void *bv_param_server_main(void *engine);
+void *bv_param_server_main(void *ps_arg); /* a bv_tw_arg */
 void *bv_tensor_worker_main(void *tw_arg); /* a bv_tw_arg */
 
-/* Tensor workers get their engine through this (set before threads start). */
+/* Parameter servers and tensor workers get their engine and index through this. */
 typedef struct bv_tw_arg {
     bv_graph_engine *engine;
     int index;
@@ -141,6 +149,8 @@ bv_endpoint *bv_engine_connect(bv_graph_engine *e, const char *addr, bv_error *e
  * e->addr_tw_weights: weights), for every worker. */
 bv_status bv_engine_connect_workers(bv_graph_engine *e, char (*addrs)[BV_ADDR_LEN],
                                     bv_endpoint **out, bv_error *err);
+/* Opens out[i], an outbox to parameter server i, for every one. */
+bv_status bv_engine_connect_servers(bv_graph_engine *e, bv_endpoint **out, bv_error *err);
 /* Closes the endpoints of eps[0, n) that are open. */
 void bv_engine_close_all(const bv_graph_engine *e, bv_endpoint *const *eps, size_t n);
 

@@ -1,7 +1,13 @@
 /* Parameter server role: owns the weights and the Adam moments; serves weights to tensor
  * workers (PULL), collects their gradients (GRADS), and on STEP sums them in a fixed
  * (stage, interval) order and applies Adam (WeightUpdate), so the result does not depend
- * on the order in which gradients arrived. */
+ * on the order in which gradients arrived.
+ *
+ * With several parameter servers, each holds all the weights: a tensor worker sends an
+ * interval's gradients to one of them (tensor_worker.c), which forwards a copy to every
+ * other; so each server sums the same gradients in the same order and applies the same
+ * update, and all end every step with the same bits (the coordinator checks their
+ * replies agree), as a single server would. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,6 +23,8 @@ typedef struct pending_grad {
 
 typedef struct param_server {
     bv_graph_engine *e;
+    int index;
+    bv_endpoint *to_peer[BV_MAX_PARAM_SERVERS]; /* the other servers (NULL for this one) */
     const bv_transport_ops *t;
     bv_endpoint *inbox, *to_coord;
     bv_endpoint *to_tw[BV_MAX_TENSOR_WORKERS];
@@ -53,6 +61,18 @@ static bv_status ps_keep_grad(param_server *ps, bv_role_msg *m, bv_error *err)
     if (m->hdr.na != ps->e->param_floats * sizeof(float))
         return bv_error_set(err, BV_ERR_CORRUPT, "gradient message has %llu bytes, expected %zu",
                             (unsigned long long)m->hdr.na, ps->e->param_floats * sizeof(float));
+    if (!(m->hdr.flags & BV_TASK_FORWARDED)) { /* from a tensor worker: the others need it */
+        bv_task_hdr h = m->hdr;
+        h.flags |= BV_TASK_FORWARDED;
+        for (int i = 0; i < ps->e->nps; i++) {
+            bv_status st = ps->to_peer[i]
+                               ? bv_role_send(ps->t, ps->to_peer[i], BV_MSG_GRADS, BV_ROLE_PS,
+                                              &h, m->a, m->hdr.na, NULL, 0, NULL, 0, err)
+                               : BV_OK;
+            if (st != BV_OK)
+                return st;
+        }
+    }
     if (!bv_grow((void **)&ps->pending, &ps->cap, ps->npending, sizeof *ps->pending, 16))
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory for gradients");
     pending_grad *p = &ps->pending[ps->npending++];
@@ -163,12 +183,16 @@ static bv_status ps_setup(void *self, bv_error *err)
     ps->g = calloc(n, sizeof(float));
     if (!ps->w || !ps->m || !ps->v || !ps->g)
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory in the parameter server");
+    for (int i = 0; i < e->nps; i++)
+        if (i != ps->index && !(ps->to_peer[i] = bv_engine_connect(e, e->addr_ps[i], err)))
+            return err->status;
     return BV_OK;
 }
 
 static void ps_teardown(void *self)
 {
     param_server *ps = self;
+    bv_engine_close_all(ps->e, ps->to_peer, BV_MAX_PARAM_SERVERS);
     for (size_t i = 0; i < ps->npending; i++)
         bv_role_release(ps->t, &ps->pending[i].msg);
     free(ps->pending);
@@ -191,13 +215,17 @@ static bv_status ps_handle(void *self, bv_role_msg *m, bv_error *err)
     }
 }
 
-void *bv_param_server_main(void *engine)
+void *bv_param_server_main(void *arg)
 {
-    param_server ps = {.e = engine};
+    const bv_tw_arg *a = arg;
+    param_server ps = {.e = a->engine, .index = a->index};
+    char name[48];
+    bv_role_slot_name(ps.e, BV_SLOT_PS + ps.index, name, sizeof name);
     bv_role role = {
-        .name = "parameter server", .id = BV_ROLE_PS, .e = ps.e, .self = &ps,
+        .name = name, .id = BV_ROLE_PS, .e = ps.e, .self = &ps,
         .setup = ps_setup, .handle = ps_handle, .teardown = ps_teardown,
-        .life = &ps.e->ps_life, .inbox_addr = ps.e->addr_ps, .inbox = &ps.inbox, .compute = &ps.compute,
+        .life = &ps.e->ps_life[ps.index], .inbox_addr = ps.e->addr_ps[ps.index],
+        .inbox = &ps.inbox, .compute = &ps.compute,
         .worker_addrs = ps.e->addr_tw_weights, .to_workers = ps.to_tw, /* WEIGHTS go there */
         .to_coord = &ps.to_coord, .report_to = &ps.to_coord,
     };

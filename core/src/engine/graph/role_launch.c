@@ -28,14 +28,16 @@ double bv_engine_now(void)
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-void bv_role_slot_name(int slot, char *buf, size_t len)
+void bv_role_slot_name(const bv_graph_engine *e, int slot, char *buf, size_t len)
 {
     if (slot == BV_SLOT_GS)
         snprintf(buf, len, "graph server");
-    else if (slot == BV_SLOT_PS)
+    else if (slot < bv_slot_tw(e, 0) && e->nps == 1)
         snprintf(buf, len, "parameter server");
+    else if (slot < bv_slot_tw(e, 0))
+        snprintf(buf, len, "parameter server %d", slot - BV_SLOT_PS);
     else
-        snprintf(buf, len, "tensor worker %d", slot - BV_SLOT_TW);
+        snprintf(buf, len, "tensor worker %d", slot - bv_slot_tw(e, 0));
 }
 
 /* ---- Ctrl-C: the coordinator ends the roles itself (they ignore SIGINT) ---- */
@@ -75,8 +77,9 @@ static bv_status write_book(const bv_graph_engine *e, const char *path, bv_error
     FILE *f = fopen(path, "w");
     if (!f)
         return bv_error_set(err, BV_ERR_IO, "cannot write %s: %s", path, strerror(errno));
-    fprintf(f, "%s\ncoord %s\ngs %s\nps %s\n", BOOK_MAGIC, e->addr_coord, e->addr_gs,
-            e->addr_ps);
+    fprintf(f, "%s\ncoord %s\ngs %s\n", BOOK_MAGIC, e->addr_coord, e->addr_gs);
+    for (int i = 0; i < e->nps; i++)
+        fprintf(f, "ps %d %s\n", i, e->addr_ps[i]);
     for (int i = 0; i < e->cfg.tensor_workers; i++)
         fprintf(f, "tw %d %s\ntww %d %s\n", i, e->addr_tw[i], i, e->addr_tw_weights[i]);
     if (fclose(f) != 0)
@@ -104,7 +107,7 @@ bv_status bv_engine_read_book(bv_graph_engine *e, const char *path, bv_error *er
         return bv_error_set(err, BV_ERR_IO, "cannot read the address book %s: %s", path,
                             strerror(errno));
     char line[512], key[8], addr[BV_ADDR_LEN * 2];
-    int lineno = 0, tw_seen = 0, tww_seen = 0;
+    int lineno = 0, tw_seen = 0, tww_seen = 0, ps_seen = 0;
     bool ok = fgets(line, sizeof line, f) && strncmp(line, BOOK_MAGIC, strlen(BOOK_MAGIC)) == 0;
     for (lineno = 2; ok && fgets(line, sizeof line, f); lineno++) {
         int i = -1;
@@ -114,10 +117,12 @@ bv_status bv_engine_read_book(bv_graph_engine *e, const char *path, bv_error *er
             ok = i >= 0 && i < e->cfg.tensor_workers &&
                  set_addr(weights ? e->addr_tw_weights[i] : e->addr_tw[i], addr);
             *(weights ? &tww_seen : &tw_seen) += ok;
+        } else if (sscanf(line, "%7s %d %190s", key, &i, addr) == 3 && strcmp(key, "ps") == 0) {
+            ok = i >= 0 && i < e->nps && set_addr(e->addr_ps[i], addr);
+            ps_seen += ok;
         } else if (sscanf(line, "%7s %190s", key, addr) == 2) {
             char *dst = strcmp(key, "coord") == 0 ? e->addr_coord
                         : strcmp(key, "gs") == 0  ? e->addr_gs
-                        : strcmp(key, "ps") == 0  ? e->addr_ps
                                                   : NULL;
             ok = dst && set_addr(dst, addr);
         } else {
@@ -128,10 +133,11 @@ bv_status bv_engine_read_book(bv_graph_engine *e, const char *path, bv_error *er
     if (!ok)
         return bv_error_set(err, BV_ERR_CORRUPT, "address book %s: line %d is not an address "
                             "of this run", path, lineno > 1 ? lineno - 1 : 1);
-    if (!e->addr_coord[0] || !e->addr_gs[0] || !e->addr_ps[0] ||
+    if (!e->addr_coord[0] || !e->addr_gs[0] || ps_seen != e->nps ||
         tw_seen != e->cfg.tensor_workers || tww_seen != e->cfg.tensor_workers)
         return bv_error_set(err, BV_ERR_CORRUPT, "address book %s lacks addresses for this "
-                            "run's %d tensor workers", path, e->cfg.tensor_workers);
+                            "run's %d parameter servers and %d tensor workers", path, e->nps,
+                            e->cfg.tensor_workers);
     return BV_OK;
 }
 
@@ -141,7 +147,7 @@ bv_status bv_engine_read_book(bv_graph_engine *e, const char *path, bv_error *er
  * coordinator (the local cloud's PR_SET_PDEATHSIG) ends it: every socket file of the
  * run, the book and the directory, so that a coordinator killed outright leaves nothing
  * behind either. Only async-signal-safe calls in the handler. */
-#define MAX_CLEANUP (4 + 2 * BV_MAX_TENSOR_WORKERS)
+#define MAX_CLEANUP (3 + BV_MAX_PARAM_SERVERS + 2 * BV_MAX_TENSOR_WORKERS)
 static char cleanup_files[MAX_CLEANUP][BV_ADDR_LEN];
 static char cleanup_dir[BV_ADDR_LEN];
 static int ncleanup;
@@ -165,7 +171,8 @@ void bv_engine_role_cleanup_on_term(const bv_graph_engine *e, const char *book)
     ncleanup = 0;
     add_cleanup(e->addr_coord);
     add_cleanup(e->addr_gs);
-    add_cleanup(e->addr_ps);
+    for (int i = 0; i < e->nps; i++)
+        add_cleanup(e->addr_ps[i]);
     for (int i = 0; i < e->cfg.tensor_workers; i++) {
         add_cleanup(e->addr_tw[i]);
         add_cleanup(e->addr_tw_weights[i]);
@@ -205,7 +212,8 @@ static void ipc_addresses(bv_graph_engine *e)
 {
     snprintf(e->addr_coord, BV_ADDR_LEN, "ipc://%s/coord", e->dir);
     snprintf(e->addr_gs, BV_ADDR_LEN, "ipc://%s/gs", e->dir);
-    snprintf(e->addr_ps, BV_ADDR_LEN, "ipc://%s/ps", e->dir);
+    for (int i = 0; i < e->nps; i++)
+        snprintf(e->addr_ps[i], BV_ADDR_LEN, "ipc://%s/ps%d", e->dir, i);
     for (int i = 0; i < e->cfg.tensor_workers; i++) {
         snprintf(e->addr_tw[i], BV_ADDR_LEN, "ipc://%s/tw%d", e->dir, i);
         snprintf(e->addr_tw_weights[i], BV_ADDR_LEN, "ipc://%s/tw%d-weights", e->dir, i);
@@ -215,12 +223,13 @@ static void ipc_addresses(bv_graph_engine *e)
 static bv_status launch_role(bv_graph_engine *e, int slot, const char *exe, const char *book,
                              bv_error *err)
 {
-    static const char *const kinds[] = {"graph", "param", "tensor"};
-    const char *kind = kinds[slot < BV_SLOT_TW ? slot : BV_SLOT_TW];
+    int tw0 = bv_slot_tw(e, 0);
+    const char *kind = slot == BV_SLOT_GS ? "graph" : slot < tw0 ? "param" : "tensor";
     char index[16], seed[32], label[48];
-    snprintf(index, sizeof index, "%d", slot < BV_SLOT_TW ? 0 : slot - BV_SLOT_TW);
+    snprintf(index, sizeof index, "%d",
+             slot == BV_SLOT_GS ? 0 : slot < tw0 ? slot - BV_SLOT_PS : slot - tw0);
     snprintf(seed, sizeof seed, "%llu", (unsigned long long)e->cfg.seed);
-    bv_role_slot_name(slot, label, sizeof label);
+    bv_role_slot_name(e, slot, label, sizeof label);
     const char *argv[] = {exe,     "role",  "--experiment", e->cfg.experiment_file,
                           "--role", kind,   "--index",      index,
                           "--seed", seed,   "--book",       book,
@@ -272,10 +281,10 @@ bv_status bv_engine_launch(bv_graph_engine *e, bv_error *err)
         st = launch_role(e, s, exe, book, err);
     if (st != BV_OK)
         return st;
-    if (!(e->to_gs = bv_engine_connect(e, e->addr_gs, err)) ||
-        !(e->to_ps = bv_engine_connect(e, e->addr_ps, err)))
+    if (!(e->to_gs = bv_engine_connect(e, e->addr_gs, err)))
         return err->status;
-    if ((st = bv_engine_connect_workers(e, e->addr_tw, e->to_tw, err)) != BV_OK)
+    if ((st = bv_engine_connect_servers(e, e->to_ps, err)) != BV_OK ||
+        (st = bv_engine_connect_workers(e, e->addr_tw, e->to_tw, err)) != BV_OK)
         return st;
     double deadline = bv_engine_now() + c->start_timeout;
     for (int ready = 0; ready < bv_role_slots(e); ready++) {
@@ -347,7 +356,7 @@ static bv_status watch(bv_graph_engine *e, double deadline, uint16_t type, bv_er
             continue;
         e->node[slot] = -1; /* gone: nothing to stop */
         char name[48], how[96];
-        bv_role_slot_name(slot, name, sizeof name);
+        bv_role_slot_name(e, slot, name, sizeof name);
         int32_t status = ev[i].size >= sizeof ev[i] ? ev[i].wait_status : -1;
         describe_exit(status, how, sizeof how);
         if (status >= 0 && WIFEXITED(status) && late_error(e, err))
@@ -422,9 +431,11 @@ static void remove_dir(const char *dir)
 static void shutdown_roles(bv_graph_engine *e)
 {
     const bv_transport_ops *t = e->cfg.transport_ops;
-    bv_endpoint *to[BV_SLOT_TW + BV_MAX_TENSOR_WORKERS] = {e->to_gs, e->to_ps};
+    bv_endpoint *to[1 + BV_MAX_PARAM_SERVERS + BV_MAX_TENSOR_WORKERS] = {e->to_gs};
+    for (int i = 0; i < e->nps; i++)
+        to[BV_SLOT_PS + i] = e->to_ps[i];
     for (int i = 0; i < e->cfg.tensor_workers; i++)
-        to[BV_SLOT_TW + i] = e->to_tw[i];
+        to[bv_slot_tw(e, i)] = e->to_tw[i];
     int running = 0;
     for (int s = 0; s < bv_role_slots(e); s++) {
         bv_error ignored;
@@ -449,7 +460,7 @@ static void shutdown_roles(bv_graph_engine *e)
             int32_t status = ev[i].size >= sizeof ev[i] ? ev[i].wait_status : -1;
             if (status != 0) {
                 char name[48], how[96];
-                bv_role_slot_name(slot, name, sizeof name);
+                bv_role_slot_name(e, slot, name, sizeof name);
                 describe_exit(status, how, sizeof how);
                 bv_log(BV_LOG_WARN, "the %s %s on shutdown", name, how);
             }

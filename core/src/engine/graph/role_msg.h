@@ -83,6 +83,8 @@ enum { BV_TASK_KEEP_GRAPH = 4, BV_TASK_CACHED_GRAPH = 8 };
  * written into hdr.reply in place (a forward or loss result is stored there, a backward
  * result added) instead of being sent back. Only between roles of one process. */
 enum { BV_TASK_REF_A = 16, BV_TASK_REF_B = 32, BV_TASK_REF_C = 64, BV_TASK_REPLY_IN_PLACE = 128 };
+/* GRADS passed on by the parameter server a tensor worker sent them to, to the others. */
+enum { BV_TASK_FORWARDED = 256 };
 
 /* Role ids (the wire header's sender). Tensor workers are BV_ROLE_TW + i. */
 enum { BV_ROLE_COORD = 1, BV_ROLE_GS = 2, BV_ROLE_PS = 3, BV_ROLE_TW = 16 };

@@ -14,7 +14,8 @@ typedef struct tensor_worker {
     int index;
     uint32_t id;
     const bv_transport_ops *t;
-    bv_endpoint *inbox, *weights_in, *to_gs, *to_ps, *to_coord;
+    bv_endpoint *inbox, *weights_in, *to_gs, *to_coord;
+    bv_endpoint *to_ps[BV_MAX_PARAM_SERVERS];
     bv_compute *compute;
     float *weights;      /* param_floats */
     float **param_ptrs;  /* into weights */
@@ -175,7 +176,9 @@ static bv_status tw_ensure_weights(tensor_worker *w, int64_t version, bv_error *
     if (w->version == version)
         return BV_OK;
     bv_task_hdr h = {.version = version, .reply_to = (int32_t)w->index};
-    bv_status st = bv_role_send(w->t, w->to_ps, BV_MSG_PULL, w->id, &h, NULL, 0, NULL, 0,
+    /* every server has the same weights: each worker pulls from its own */
+    bv_endpoint *ps = w->to_ps[w->index % w->e->nps];
+    bv_status st = bv_role_send(w->t, ps, BV_MSG_PULL, w->id, &h, NULL, 0, NULL, 0,
                                 NULL, 0, err);
     if (st != BV_OK)
         return st;
@@ -224,7 +227,11 @@ static bool task_ok(const tensor_worker *w, const bv_task_hdr *h, bv_stage_kind 
  * STEP. */
 static bv_status tw_send_grads(tensor_worker *w, const bv_task_hdr *h, bv_error *err)
 {
-    return bv_role_send(w->t, w->to_ps, BV_MSG_GRADS, w->id, h, w->grads,
+    /* In the synchronous pipeline every epoch hands out the intervals in the same order, so
+     * the server with the fewest intervals so far is the next in turn: interval i goes to
+     * server i mod P for the whole epoch (docs/cluster.md). */
+    bv_endpoint *ps = w->to_ps[h->interval % w->e->nps];
+    return bv_role_send(w->t, ps, BV_MSG_GRADS, w->id, h, w->grads,
                         w->e->param_floats * sizeof(float), NULL, 0, NULL, 0, err);
 }
 
@@ -429,9 +436,11 @@ static bv_status tw_setup(void *self, bv_error *err)
     w->weights_in = w->t->bind(e->transport, e->addr_tw_weights[w->index], err);
     if (!w->weights_in)
         return err->status;
-    if (!(w->to_gs = bv_engine_connect(e, e->addr_gs, err)) ||
-        !(w->to_ps = bv_engine_connect(e, e->addr_ps, err)))
+    if (!(w->to_gs = bv_engine_connect(e, e->addr_gs, err)))
         return err->status;
+    bv_status st = bv_engine_connect_servers(e, w->to_ps, err);
+    if (st != BV_OK)
+        return st;
     w->weights = calloc(e->param_floats + 1, sizeof(float));
     w->grads = calloc(e->param_floats + 1, sizeof(float));
     w->param_ptrs = calloc(e->nparams + 1, sizeof(float *));
@@ -453,8 +462,9 @@ static bv_status tw_setup(void *self, bv_error *err)
 static void tw_teardown(void *self)
 {
     tensor_worker *w = self;
-    bv_endpoint *eps[] = {w->weights_in, w->to_gs, w->to_ps};
+    bv_endpoint *eps[] = {w->weights_in, w->to_gs};
     bv_engine_close_all(w->e, eps, sizeof eps / sizeof eps[0]);
+    bv_engine_close_all(w->e, w->to_ps, BV_MAX_PARAM_SERVERS);
     free(w->weights);
     free(w->grads);
     free(w->param_ptrs);
