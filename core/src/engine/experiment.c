@@ -34,7 +34,8 @@ static const bv_option engine_schema[] = {
 
 /* `cluster:` the roles of a run on a cloud (`cloud:`), each its own process. */
 static const bv_option cluster_schema[] = {
-    BV_OPT_INT_RANGE("graph_servers", "1", 1, 1, "graph server processes (G)"),
+    BV_OPT_INT_RANGE("graph_servers", "1", 1, 16,
+                     "graph server processes (G), each owning a part of the graph"),
     BV_OPT_INT_RANGE("param_servers", "1", 1, 16,
                      "parameter server processes (P), each with all the weights"),
     BV_OPT_INT_RANGE("tensor_workers", "1", 1, 64, "tensor worker processes (T)"),

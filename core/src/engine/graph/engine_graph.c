@@ -38,6 +38,14 @@ bv_status bv_engine_connect_servers(bv_graph_engine *e, bv_endpoint **out, bv_er
     return BV_OK;
 }
 
+bv_status bv_engine_connect_graph_servers(bv_graph_engine *e, bv_endpoint **out, bv_error *err)
+{
+    for (int i = 0; i < e->ngs; i++)
+        if (!(out[i] = bv_engine_connect(e, e->addr_gs[i], err)))
+            return err->status;
+    return BV_OK;
+}
+
 void bv_engine_close_all(const bv_graph_engine *e, bv_endpoint *const *eps, size_t n)
 {
     for (size_t i = 0; i < n; i++)
@@ -70,8 +78,9 @@ static bv_status coord_ask(bv_graph_engine *e, bv_endpoint *to, uint16_t type,
     return st == BV_OK ? coord_wait(e, reply_type, reply, err) : st;
 }
 
-/* adj + I as a structure-only CSR, each self loop in its sorted place. */
-static bv_csr *csr_with_self_loops(const bv_csr *adj)
+/* adj + I as a structure-only CSR, each self loop in its sorted place; rows from
+ * `looped` on (a part's ghosts, whose own edges are their owner's) stay as they are. */
+static bv_csr *csr_with_self_loops(const bv_csr *adj, int64_t looped)
 {
     int64_t n = adj->nrows;
     bv_csr *a = bv_csr_new(n, adj->ncols, adj->nnz + n);
@@ -82,7 +91,7 @@ static bv_csr *csr_with_self_loops(const bv_csr *adj)
     int64_t k = 0;
     for (int64_t i = 0; i < n; i++) {
         a->rowptr[i] = k;
-        bool placed = false;
+        bool placed = i >= looped;
         for (int64_t e = adj->rowptr[i]; e < adj->rowptr[i + 1]; e++) {
             if (!placed && adj->colidx[e] > i) {
                 a->colidx[k++] = (int32_t)i;
@@ -168,7 +177,8 @@ static bv_status engine_layout(bv_graph_engine *e, bv_error *err)
         return bv_error_set(err, BV_ERR_PLUGIN, "the model's last stage gives %lld values per "
                             "vertex, the dataset has %d classes", (long long)width,
                             e->cfg.data->num_classes);
-    int64_t n = e->cfg.data->num_nodes;
+    /* a graph server's part: its own rows only (the ghosts are their owners' work) */
+    int64_t n = e->view.local ? e->view.owned : e->cfg.data->num_nodes;
     for (int i = 0; i <= e->cfg.intervals; i++)
         e->interval_begin[i] = n * i / e->cfg.intervals;
     return BV_OK;
@@ -201,9 +211,9 @@ static bv_status engine_spawn(bv_graph_engine *e, bv_error *err)
             return bv_error_set(err, BV_ERR_INTERNAL, "cannot start tensor worker %d", i);
         e->tw_started[i] = true;
     }
-    if (!(e->to_gs = bv_engine_connect(e, e->addr_gs, err)))
-        return err->status;
-    bv_status st = bv_engine_connect_servers(e, e->to_ps, err);
+    bv_status st = bv_engine_connect_graph_servers(e, e->to_gs, err);
+    if (st == BV_OK)
+        st = bv_engine_connect_servers(e, e->to_ps, err);
     if (st == BV_OK)
         st = bv_engine_connect_workers(e, e->addr_tw, e->to_tw, err);
     if (st != BV_OK)
@@ -283,12 +293,14 @@ const void *bv_engine_task_array(const bv_graph_engine *e, const bv_role_msg *m,
  * the parameter and stage layout, the intervals; with graph_arrays, also the graph
  * server's adjacency arrays; then the transport. */
 static bv_status engine_prepare(const bv_graph_engine_cfg *cfg, bool graph_arrays,
-                                bv_graph_engine **out, bv_error *err)
+                                int part, bv_graph_engine **out, bv_error *err)
 {
     *out = NULL;
     if (cfg->intervals < 0 || cfg->tensor_workers < 1 ||
         cfg->tensor_workers > BV_MAX_TENSOR_WORKERS || cfg->param_servers < 0 ||
-        cfg->param_servers > BV_MAX_PARAM_SERVERS)
+        cfg->param_servers > BV_MAX_PARAM_SERVERS || cfg->graph_servers < 0 ||
+        cfg->graph_servers > BV_MAX_GRAPH_SERVERS ||
+        (cfg->graph_servers > 1 && cfg->graph_servers > cfg->data->num_nodes))
         return bv_error_set(err, BV_ERR_INVALID, "bad engine configuration");
     bv_graph_engine *e = calloc(1, sizeof *e);
     if (!e)
@@ -296,16 +308,35 @@ static bv_status engine_prepare(const bv_graph_engine_cfg *cfg, bool graph_array
     *out = e;
     e->cfg = *cfg;
     e->nps = cfg->param_servers > 0 ? cfg->param_servers : 1;
+    e->ngs = cfg->graph_servers > 0 ? cfg->graph_servers : 1;
+    e->gs_index = part;
     if (cfg->cloud_ops) /* roles in other processes cannot read each other's arrays */
         e->cfg.share_arrays = false;
+    /* Every graph server has as many intervals, cut from the smallest part's size, so
+     * that every process agrees on the count without knowing the parts. */
+    int64_t smallest = e->cfg.data->num_nodes / e->ngs;
     if (e->cfg.intervals == 0)
-        e->cfg.intervals = bv_graph_auto_intervals(e->cfg.data->num_nodes);
-    if (e->cfg.intervals > e->cfg.data->num_nodes)
-        e->cfg.intervals = (int)(e->cfg.data->num_nodes > 0 ? e->cfg.data->num_nodes : 1);
-    bv_status st = engine_layout(e, err);
+        e->cfg.intervals = bv_graph_auto_intervals(smallest);
+    if (e->cfg.intervals > smallest)
+        e->cfg.intervals = (int)(smallest > 0 ? smallest : 1);
+    bv_status st = BV_OK;
+    if (graph_arrays && e->ngs > 1) { /* this graph server's part is its whole graph */
+        st = bv_graph_view_make(cfg->data, e->ngs, part, true, &e->view, err);
+        if (st == BV_OK)
+            e->cfg.data = e->view.local;
+    }
+    if (st == BV_OK)
+        st = engine_layout(e, err);
     if (st == BV_OK)
         st = engine_share(e, err);
-    if (st == BV_OK && graph_arrays && e->has_norm_gathers) {
+    if (st == BV_OK && graph_arrays && e->has_norm_gathers && e->view.local) {
+        /* the whole graph's degrees, rows of this part (graph_view.c) */
+        e->adj_norm = e->view.adj_norm;
+        e->view.adj_norm = NULL;
+        e->adj_norm_t = bv_csr_transpose(e->adj_norm);
+        if (!e->adj_norm_t)
+            st = bv_error_set(err, BV_ERR_NOMEM, "out of memory for the normalised adjacency");
+    } else if (st == BV_OK && graph_arrays && e->has_norm_gathers) {
         e->adj_norm = bv_graph_gcn_norm_adj(cfg->data);
         e->adj_norm_t = e->adj_norm ? bv_csr_transpose(e->adj_norm) : NULL;
         if (!e->adj_norm_t)
@@ -313,7 +344,9 @@ static bv_status engine_prepare(const bv_graph_engine_cfg *cfg, bool graph_array
     }
     if (st == BV_OK && graph_arrays && e->has_edge_stages) {
         /* A + I, unweighted (GAT attends over in-edges and self) */
-        e->adj_loops = csr_with_self_loops(&cfg->data->adj);
+        e->adj_loops = csr_with_self_loops(&e->cfg.data->adj, e->view.local
+                                                                  ? e->view.owned
+                                                                  : e->cfg.data->num_nodes);
         e->adj_loops_t =
             e->adj_loops ? bv_csr_transpose_perm(e->adj_loops, &e->loops_perm) : NULL;
         if (!e->adj_loops_t)
@@ -333,13 +366,13 @@ bv_status bv_graph_engine_start(const bv_graph_engine_cfg *cfg, bv_graph_engine 
     *out = NULL;
     bv_graph_engine *e;
     /* with roles as processes, the graph server's arrays live in its own process */
-    bv_status st = engine_prepare(cfg, !cfg->cloud_ops, &e, err);
+    bv_status st = engine_prepare(cfg, !cfg->cloud_ops, 0, &e, err);
     if (st == BV_OK && cfg->cloud_ops) {
         st = bv_engine_launch(e, err);
     } else if (st == BV_OK) {
         int id = atomic_fetch_add(&engine_counter, 1);
         snprintf(e->addr_coord, BV_ADDR_LEN, "inproc://bv%d-coord", id);
-        snprintf(e->addr_gs, BV_ADDR_LEN, "inproc://bv%d-gs", id);
+        snprintf(e->addr_gs[0], BV_ADDR_LEN, "inproc://bv%d-gs", id);
         for (int i = 0; i < e->nps; i++)
             snprintf(e->addr_ps[i], BV_ADDR_LEN, "inproc://bv%d-ps%d", id, i);
         for (int i = 0; i < cfg->tensor_workers; i++) {
@@ -360,7 +393,8 @@ bv_status bv_graph_engine_serve(const bv_graph_engine_cfg *cfg, bv_graph_role_ki
                                 int index, const char *book, bv_error *err)
 {
     bv_graph_engine *e;
-    bv_status st = engine_prepare(cfg, kind == BV_GRAPH_ROLE_GRAPH, &e, err);
+    bv_status st = engine_prepare(cfg, kind == BV_GRAPH_ROLE_GRAPH,
+                                  kind == BV_GRAPH_ROLE_GRAPH ? index : 0, &e, err);
     if (st == BV_OK) {
         e->cfg.share_arrays = false; /* the other roles are other processes */
         e->serving = true;
@@ -370,7 +404,7 @@ bv_status bv_graph_engine_serve(const bv_graph_engine_cfg *cfg, bv_graph_role_ki
         bv_engine_role_cleanup_on_term(e, book);
     int roles = kind == BV_GRAPH_ROLE_TENSOR ? cfg->tensor_workers
                 : kind == BV_GRAPH_ROLE_PARAM  ? (e ? e->nps : 1)
-                                               : 1;
+                                               : (e ? e->ngs : 1);
     if (st == BV_OK && (index < 0 || index >= roles))
         st = bv_error_set(err, BV_ERR_INVALID, "there is no %s %d in this run (it has %d)",
                           kind == BV_GRAPH_ROLE_TENSOR ? "tensor worker"
@@ -428,12 +462,12 @@ void bv_graph_engine_stop(bv_graph_engine *e)
     const bv_transport_ops *t = e->cfg.transport_ops;
     if (e->node) { /* roles as processes: end them, then the outboxes to them */
         bv_engine_land(e);
-        bv_engine_close_all(e, &e->to_gs, 1);
+        bv_engine_close_all(e, e->to_gs, (size_t)e->ngs);
         bv_engine_close_all(e, e->to_ps, (size_t)e->nps);
         bv_engine_close_all(e, e->to_tw, (size_t)e->cfg.tensor_workers);
     }
     if (e->gs_started)
-        stop_role(e, e->gs_thread, &e->gs_life, e->to_gs, e->addr_gs);
+        stop_role(e, e->gs_thread, &e->gs_life, e->to_gs[0], e->addr_gs[0]);
     for (int i = 0; i < e->nps; i++)
         if (e->ps_started[i])
             stop_role(e, e->ps_thread[i], &e->ps_life[i], e->to_ps[i], e->addr_ps[i]);
@@ -464,6 +498,7 @@ void bv_graph_engine_stop(bv_graph_engine *e)
     free(e->stages);
     free(e->stage_copy);
     free(e->interval_begin);
+    bv_graph_view_free(&e->view);
     free(e);
 }
 
@@ -621,12 +656,39 @@ static bv_status run_pass(bv_graph_engine *e, int64_t epoch, bool training, bv_t
                           bv_error *err)
 {
     bv_task_hdr h = {.epoch = epoch, .training = training, .version = e->version};
-    bv_role_msg m;
-    bv_status st = coord_ask(e, e->to_gs, BV_MSG_EPOCH, &h, BV_MSG_EPOCH_DONE, &m, err);
-    if (st != BV_OK)
-        return st;
-    *done = m.hdr;
-    bv_role_release(e->cfg.transport_ops, &m);
+    for (int g = 0; g < e->ngs; g++) {
+        bv_status st = bv_role_send(e->cfg.transport_ops, e->to_gs[g], BV_MSG_EPOCH,
+                                    BV_ROLE_COORD, &h, NULL, 0, NULL, 0, NULL, 0, err);
+        if (st != BV_OK)
+            return st;
+    }
+    /* each graph server's counts and sums, added in part order (the same bits every run) */
+    bv_task_hdr part[BV_MAX_GRAPH_SERVERS];
+    bool have[BV_MAX_GRAPH_SERVERS] = {false};
+    for (int got = 0; got < e->ngs; got++) {
+        bv_role_msg m;
+        bv_status st = coord_wait(e, BV_MSG_EPOCH_DONE, &m, err);
+        if (st != BV_OK)
+            return st;
+        int g = m.hdr.reply_to;
+        bool fresh = g >= 0 && g < e->ngs && !have[g];
+        if (fresh) {
+            part[g] = m.hdr;
+            have[g] = true;
+        }
+        bv_role_release(e->cfg.transport_ops, &m);
+        if (!fresh)
+            return bv_error_set(err, BV_ERR_CORRUPT, "epoch report from graph server %d, "
+                                "which is not one that has not reported", g);
+    }
+    *done = part[0];
+    for (int g = 1; g < e->ngs; g++) {
+        for (int i = 0; i < 9; i++)
+            done->stats[i] += part[g].stats[i];
+        done->step += part[g].step;
+        done->row_begin += part[g].row_begin;
+    }
+    e->ghost_bytes = done->row_begin;
     return BV_OK;
 }
 

@@ -29,6 +29,7 @@ typedef struct bv_graph_engine_cfg {
     int intervals;      /* vertex intervals per stage; 0: bv_graph_auto_intervals */
     int tensor_workers; /* tensor worker threads */
     int param_servers;  /* parameter servers (roles as processes only; 0 means 1) */
+    int graph_servers;  /* graph servers, each owning a part (processes only; 0 means 1) */
     bool share_arrays;  /* vertex tasks pass arrays by reference, not by copy */
     float beta1, beta2, eps, weight_decay;
     /* Roles as processes (`cluster:` on a `cloud:`, docs/cluster.md); cloud_ops NULL: the

@@ -8,10 +8,12 @@
 #include <stdatomic.h>
 
 #include "engine_graph.h"
+#include "graph_view.h"
 #include "role_msg.h"
 
 #define BV_MAX_TENSOR_WORKERS 64
 #define BV_MAX_PARAM_SERVERS 16
+#define BV_MAX_GRAPH_SERVERS 16
 #define BV_ADDR_LEN 96
 
 typedef struct bv_shared_array {
@@ -43,11 +45,16 @@ struct bv_graph_engine {
     int64_t *loops_perm; /* edge of adj_loops_t -> edge of adj_loops */
     /* addresses */
     int nps; /* parameter servers: each holds all the weights (param_server.c) */
-    char addr_coord[BV_ADDR_LEN], addr_gs[BV_ADDR_LEN], addr_ps[BV_MAX_PARAM_SERVERS][BV_ADDR_LEN];
+    int ngs; /* graph servers: each owns a part of the graph (graph_view.h) */
+    int gs_index;       /* a graph server's process: which part is its */
+    bv_graph_view view; /* a graph server's process with ngs > 1: its part */
+    char addr_coord[BV_ADDR_LEN], addr_gs[BV_MAX_GRAPH_SERVERS][BV_ADDR_LEN];
+    char addr_ps[BV_MAX_PARAM_SERVERS][BV_ADDR_LEN];
     char addr_tw[BV_MAX_TENSOR_WORKERS][BV_ADDR_LEN];
     char addr_tw_weights[BV_MAX_TENSOR_WORKERS][BV_ADDR_LEN];
     /* coordinator's endpoints (used by the calling thread only) */
-    bv_endpoint *coord_in, *to_gs, *to_ps[BV_MAX_PARAM_SERVERS], *to_tw[BV_MAX_TENSOR_WORKERS];
+    bv_endpoint *coord_in, *to_gs[BV_MAX_GRAPH_SERVERS], *to_ps[BV_MAX_PARAM_SERVERS];
+    bv_endpoint *to_tw[BV_MAX_TENSOR_WORKERS];
     /* threads */
     pthread_t gs_thread, ps_thread[BV_MAX_PARAM_SERVERS], tw_thread[BV_MAX_TENSOR_WORKERS];
     struct bv_tw_arg *ps_args; /* one per parameter server */
@@ -72,6 +79,7 @@ struct bv_graph_engine {
      * truncated, oversized, not of this protocol): never trusted, only counted. */
     _Atomic uint64_t frames_dropped;
     bool serving; /* this process serves one role of a cluster (bv_graph_engine_serve) */
+    int64_t ghost_bytes; /* the last pass's boundary rows sent between graph servers */
     int64_t version;    /* weights version the PS last reported */
     double decay_now;   /* sum of squares of the decayed weights, as of that version */
 };
@@ -99,19 +107,22 @@ void *bv_engine_shared_window(const bv_graph_engine *e, const bv_array_ref *ref,
 const void *bv_engine_task_array(const bv_graph_engine *e, const bv_role_msg *m, int which,
                                  size_t bytes, bv_error *err);
 
-/* Roles in a fixed order, for per-role tables: the graph server, the parameter servers,
+/* Roles in a fixed order, for per-role tables: the graph servers, the parameter servers,
  * the tensor workers. */
-enum { BV_SLOT_GS = 0, BV_SLOT_PS = 1 };
+static inline int bv_slot_ps(const bv_graph_engine *e, int i)
+{
+    return e->ngs + i;
+}
 static inline int bv_slot_tw(const bv_graph_engine *e, int i)
 {
-    return BV_SLOT_PS + e->nps + i;
+    return e->ngs + e->nps + i;
 }
 static inline int bv_role_slots(const bv_graph_engine *e)
 {
     return bv_slot_tw(e, e->cfg.tensor_workers);
 }
-/* "graph server", "parameter server" ("parameter server 1" when there are several),
- * "tensor worker 3". */
+/* "graph server", "parameter server" ("graph server 1", "parameter server 1" when there
+ * are several), "tensor worker 3". */
 void bv_role_slot_name(const bv_graph_engine *e, int slot, char *buf, size_t len);
 
 /* ---- role_launch.c: the coordinator's side of roles as processes ---- */
@@ -151,6 +162,9 @@ bv_status bv_engine_connect_workers(bv_graph_engine *e, char (*addrs)[BV_ADDR_LE
                                     bv_endpoint **out, bv_error *err);
 /* Opens out[i], an outbox to parameter server i, for every one. */
 bv_status bv_engine_connect_servers(bv_graph_engine *e, bv_endpoint **out, bv_error *err);
+/* Opens out[i], an outbox to graph server i, for every one. */
+bv_status bv_engine_connect_graph_servers(bv_graph_engine *e, bv_endpoint **out,
+                                          bv_error *err);
 /* Closes the endpoints of eps[0, n) that are open. */
 void bv_engine_close_all(const bv_graph_engine *e, bv_endpoint *const *eps, size_t n);
 

@@ -119,6 +119,7 @@ static bv_graph_engine_cfg engine_cfg(bv_engine *g, const bv_graph_dataset *d, u
                  out_dir ? out_dir : ".");
         cfg.tensor_workers = (int)bv_opts_int(&x->cluster, "tensor_workers");
         cfg.param_servers = (int)bv_opts_int(&x->cluster, "param_servers");
+        cfg.graph_servers = (int)bv_opts_int(&x->cluster, "graph_servers");
         cfg.cloud_ops = &x->cloud_ops;
         cfg.cloud_opts = &x->cloud.opts;
         cfg.run_info = (bv_run_info){out_dir, g->config_dir, seed};

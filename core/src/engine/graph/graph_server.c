@@ -5,7 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bivouac/log.h"
 #include "engine_graph_internal.h"
+#include "grow.h"
 #include "role_loop.h"
 
 typedef struct graph_server {
@@ -21,6 +23,12 @@ typedef struct graph_server {
     bool *input_sent; /* per interval: its static input is at its tensor worker */
     bool *graph_sent; /* per interval: its edges are at its tensor worker */
     bool keep_features; /* sparse features: tensor workers keep them (dense: sent each time) */
+    /* Several graph servers (e->ngs > 1): outboxes to the others, the boundary rows that
+     * came before this server asked for them, and what this pass sent. */
+    bv_endpoint *to_peer[BV_MAX_GRAPH_SERVERS];
+    bv_role_msg *early;
+    size_t nearly, cap_early;
+    int64_t ghost_bytes;
 } graph_server;
 
 static int64_t stage_rows(const graph_server *gs, size_t s)
@@ -144,11 +152,40 @@ static bv_task_hdr interval_hdr(const graph_server *gs, size_t s, const bv_task_
     bv_task_hdr h = *epoch;
     h.stage = (int32_t)s;
     h.interval = i;
+    h.reply_to = e->gs_index; /* the worker answers this graph server */
     h.row_begin = e->interval_begin[i];
     h.rows = interval_rows(e, i);
     if (e->adj_loops)
         h.edge_begin = e->adj_loops->rowptr[h.row_begin];
     return h;
+}
+
+/* Receives until a message of `type`; boundary rows from another graph server that is
+ * ahead are kept for when this one gets there (gs_exchange). */
+static bv_status gs_wait(graph_server *gs, uint16_t type, bv_role_msg *m, bv_error *err)
+{
+    for (;;) {
+        bv_status st = bv_role_recv_valid(gs->t, gs->inbox, m, BV_TIMEOUT_FOREVER,
+                                          &gs->e->frames_dropped, err);
+        if (st != BV_OK || m->wire.type == type)
+            return st;
+        if (m->wire.type == BV_MSG_GHOSTS && gs->e->ngs > 1) {
+            if (!bv_grow((void **)&gs->early, &gs->cap_early, gs->nearly, sizeof *gs->early, 8)) {
+                bv_role_release(gs->t, m);
+                return bv_error_set(err, BV_ERR_NOMEM, "out of memory for boundary rows");
+            }
+            gs->early[gs->nearly++] = *m;
+            continue;
+        }
+        if (m->wire.type == BV_MSG_ERROR) {
+            bv_error_set(err, BV_ERR_INTERNAL, "%.*s", (int)m->hdr.na, (const char *)m->a);
+            bv_role_release(gs->t, m);
+            return BV_ERR_INTERNAL;
+        }
+        bv_log(BV_LOG_WARN, "graph server: ignoring message type %u while waiting for %u",
+               m->wire.type, type);
+        bv_role_release(gs->t, m);
+    }
 }
 
 /* Sends the intervals' tasks with at most two per tensor worker in flight, so queued
@@ -163,8 +200,7 @@ static bv_status gs_run_tasks(graph_server *gs, size_t s, const bv_task_hdr *epo
         rc = kind->send(gs, s, epoch, sent++, ctx, err);
     for (int done = 0; rc == BV_OK && done < n; done++) {
         bv_role_msg m;
-        rc = bv_role_wait(gs->t, gs->inbox, "graph server", kind->result_type,
-                          &gs->e->frames_dropped, &m, err);
+        rc = gs_wait(gs, kind->result_type, &m, err);
         if (rc == BV_OK)
             rc = kind->take(gs, s, &m, ctx, err);
         if (rc == BV_OK && sent < n)
@@ -589,12 +625,142 @@ static bv_status grads_for(graph_server *gs, size_t s, bv_error *err)
     return rc;
 }
 
+/* ---- several graph servers: the boundary exchange (docs/cluster.md) ---- */
+
+static bool ghosts_match(const bv_role_msg *m, const bv_task_hdr *cmd, int v, bool grads)
+{
+    return m->hdr.epoch == cmd->epoch && m->hdr.training == cmd->training &&
+           m->hdr.stage == v && ((m->hdr.flags & BV_TASK_GRADS) != 0) == grads;
+}
+
+/* The rows of part q's list: forward, this server sends the owned rows q keeps as ghosts
+ * and receives its ghost rows q owns; backward (grads) the other way round. */
+static const int64_t *exchange_rows(const bv_graph_view *view, int q, bool sending,
+                                    int64_t *count)
+{
+    bool own_rows = sending; /* forward: send own rows, receive into ghost rows */
+    const int64_t *off = own_rows ? view->send_off : view->recv_off;
+    *count = off[q + 1] - off[q];
+    return (own_rows ? view->send_idx : view->recv_idx) + off[q];
+}
+
+/* Forward: the rows of vertex array v that other parts keep as ghosts go to them, and this
+ * server's ghost rows come from their owners. Backward (grads): what this server added
+ * to the gradient of its ghost rows goes to their owners, and what the others added to
+ * this server's rows is added here, in part order (the same bits every run). */
+static bv_status gs_exchange(graph_server *gs, const bv_task_hdr *cmd, int v, bool grads,
+                             bv_error *err)
+{
+    bv_graph_engine *e = gs->e;
+    const bv_graph_view *view = &e->view;
+    int64_t w = e->stages[v]->out_dim;
+    float *arr = grads ? gs->dact[v] : gs->act[v];
+    int me = e->gs_index;
+    bv_status st = BV_OK;
+    for (int q = 0; q < e->ngs && st == BV_OK; q++) {
+        if (q == me)
+            continue;
+        int64_t k;
+        const int64_t *rows = exchange_rows(view, q, !grads, &k);
+        size_t bytes = (size_t)(k * w) * sizeof(float);
+        float *buf = malloc(bytes + 1);
+        if (!buf)
+            return bv_error_set(err, BV_ERR_NOMEM, "out of memory for boundary rows");
+        for (int64_t i = 0; i < k; i++)
+            memcpy(buf + i * w, arr + rows[i] * w, (size_t)w * sizeof(float));
+        bv_task_hdr h = {.epoch = cmd->epoch, .training = cmd->training, .stage = v,
+                         .interval = me, .flags = grads ? BV_TASK_GRADS : 0};
+        st = bv_role_send(gs->t, gs->to_peer[q], BV_MSG_GHOSTS, BV_ROLE_GS, &h, buf, bytes,
+                          NULL, 0, NULL, 0, err);
+        gs->ghost_bytes += (int64_t)bytes;
+        free(buf);
+    }
+    bv_role_msg got[BV_MAX_GRAPH_SERVERS];
+    memset(got, 0, sizeof got);
+    for (int have = 0; st == BV_OK && have < e->ngs - 1;) {
+        bv_role_msg m;
+        size_t i = 0;
+        while (i < gs->nearly && !ghosts_match(&gs->early[i], cmd, v, grads))
+            i++;
+        if (i < gs->nearly) { /* it came early */
+            m = gs->early[i];
+            gs->early[i] = gs->early[--gs->nearly];
+        } else if ((st = gs_wait(gs, BV_MSG_GHOSTS, &m, err)) != BV_OK) {
+            break;
+        } else if (!ghosts_match(&m, cmd, v, grads)) { /* a later exchange's */
+            if (!bv_grow((void **)&gs->early, &gs->cap_early, gs->nearly, sizeof *gs->early, 8)) {
+                bv_role_release(gs->t, &m);
+                st = bv_error_set(err, BV_ERR_NOMEM, "out of memory for boundary rows");
+                break;
+            }
+            gs->early[gs->nearly++] = m;
+            continue;
+        }
+        int q = m.hdr.interval;
+        int64_t k = 0;
+        if (q >= 0 && q < e->ngs && q != me && !got[q].a)
+            exchange_rows(view, q, grads, &k);
+        if (q < 0 || q >= e->ngs || q == me || got[q].a ||
+            m.hdr.na != (uint64_t)(k * w) * sizeof(float)) {
+            bv_role_release(gs->t, &m);
+            st = bv_error_set(err, BV_ERR_CORRUPT, "graph server %d: bad boundary rows of %s "
+                              "from part %d", me, e->stages[v]->name, q);
+            break;
+        }
+        got[q] = m;
+        if (!got[q].a) /* no rows to exchange with q: mark it as come all the same */
+            got[q].a = (const uint8_t *)"";
+        have++;
+    }
+    for (int q = 0; q < e->ngs; q++) {
+        if (q == me || !got[q].a)
+            continue;
+        int64_t k;
+        const int64_t *rows = exchange_rows(view, q, grads, &k);
+        const float *in = (const float *)(const void *)got[q].a;
+        for (int64_t i = 0; st == BV_OK && i < k; i++) {
+            float *row = arr + rows[i] * w;
+            if (grads)
+                for (int64_t j = 0; j < w; j++)
+                    row[j] += in[i * w + j];
+            else
+                memcpy(row, in + i * w, (size_t)w * sizeof(float));
+        }
+        bv_role_release(gs->t, &got[q]);
+    }
+    return st;
+}
+
+/* Whether stage s's vertex array is read across edges (by a GATHER or EDGE stage), and so
+ * has ghost rows to exchange. */
+static bool read_across_edges(const bv_graph_engine *e, size_t s)
+{
+    for (size_t r = s + 1; r < e->nstages; r++)
+        if (e->vin[r] == (int)s && e->stages[r]->kind != BV_STAGE_TENSOR)
+            return true;
+    return false;
+}
+
+/* Whether GATHER or EDGE stage s is the first to read its input across edges. */
+static bool first_reader(const bv_graph_engine *e, size_t s)
+{
+    for (size_t r = 0; r < s; r++)
+        if (e->vin[r] == e->vin[s] && e->stages[r]->kind != BV_STAGE_TENSOR)
+            return false;
+    return true;
+}
+
 static bv_status gs_epoch(graph_server *gs, const bv_task_hdr *cmd, bv_task_hdr *reply,
                           bv_error *err)
 {
     bv_graph_engine *e = gs->e;
     bv_status rc = BV_OK;
+    gs->ghost_bytes = 0;
     for (size_t s = 0; s < e->nstages && rc == BV_OK; s++) {
+        int v = e->vin[s]; /* its ghost rows, before the first stage that reads them */
+        if (e->ngs > 1 && v >= 0 && e->stages[s]->kind != BV_STAGE_TENSOR &&
+            first_reader(e, s) && (rc = gs_exchange(gs, cmd, v, false, err)) != BV_OK)
+            break;
         switch (e->stages[s]->kind) {
         case BV_STAGE_GATHER: gs_gather(gs, s); break;
         case BV_STAGE_EDGE: rc = gs_edge_pass(gs, s, cmd, &apply_edge, err); break;
@@ -608,6 +774,9 @@ static bv_status gs_epoch(graph_server *gs, const bv_task_hdr *cmd, bv_task_hdr 
     int64_t grad_messages = 0;
     for (size_t s = e->nstages; cmd->training && rc == BV_OK && s-- > 0;) {
         if ((rc = grads_for(gs, s, err)) != BV_OK)
+            break;
+        if (e->ngs > 1 && read_across_edges(e, s) &&
+            (rc = gs_exchange(gs, cmd, (int)s, true, err)) != BV_OK)
             break;
         switch (e->stages[s]->kind) {
         case BV_STAGE_GATHER: gs_gather_backward(gs, s); break;
@@ -625,6 +794,8 @@ static bv_status gs_epoch(graph_server *gs, const bv_task_hdr *cmd, bv_task_hdr 
     for (size_t s = 0; s < e->nstages; s++) /* after a failure, too */
         drop_grad(gs, s);
     reply->step = grad_messages;
+    reply->reply_to = e->gs_index;
+    reply->row_begin = gs->ghost_bytes;
     return rc;
 }
 
@@ -661,7 +832,12 @@ static bv_status gs_setup(void *self, bv_error *err)
     int64_t train = 0;
     for (int64_t i = 0; i < n; i++)
         train += e->cfg.data->split[i] == BV_SPLIT_TRAIN && e->cfg.data->labels[i] >= 0;
+    if (e->view.local) /* the loss is the mean over the whole graph's training vertices */
+        train = e->view.train_total;
     gs->grad_scale = train ? 1.0f / (float)train : 0.0f;
+    for (int q = 0; q < e->ngs; q++)
+        if (q != e->gs_index && !(gs->to_peer[q] = bv_engine_connect(e, e->addr_gs[q], err)))
+            return err->status;
     return BV_OK;
 }
 
@@ -669,6 +845,10 @@ static void gs_teardown(void *self)
 {
     graph_server *gs = self;
     bv_graph_engine *e = gs->e;
+    bv_engine_close_all(e, gs->to_peer, BV_MAX_GRAPH_SERVERS);
+    for (size_t i = 0; i < gs->nearly; i++)
+        bv_role_release(gs->t, &gs->early[i]);
+    free(gs->early);
     for (size_t s = 0; gs->act && s < e->nstages; s++) {
         bv_free_aligned(gs->act[s]);
         bv_free_aligned(gs->dact[s]);
@@ -680,10 +860,18 @@ static void gs_teardown(void *self)
     bv_free_aligned(gs->scratch);
 }
 
-/* EPOCH: runs the pass and reports its stats; nothing else comes to the graph server. */
+/* EPOCH: runs the pass and reports its stats. Boundary rows from another graph server
+ * that started the pass first may come before this one's EPOCH: they are kept. */
 static bv_status gs_handle(void *self, bv_role_msg *m, bv_error *err)
 {
     graph_server *gs = self;
+    if (m->wire.type == BV_MSG_GHOSTS && gs->e->ngs > 1) {
+        if (!bv_grow((void **)&gs->early, &gs->cap_early, gs->nearly, sizeof *gs->early, 8))
+            return bv_error_set(err, BV_ERR_NOMEM, "out of memory for boundary rows");
+        gs->early[gs->nearly++] = *m; /* the loop's message is ours now */
+        memset(m, 0, sizeof *m);
+        return BV_OK;
+    }
     if (m->wire.type != BV_MSG_EPOCH)
         return BV_OK;
     bv_task_hdr reply = m->hdr;
@@ -700,7 +888,8 @@ void *bv_graph_server_main(void *engine)
     bv_role role = {
         .name = "graph server", .id = BV_ROLE_GS, .e = gs.e, .self = &gs,
         .setup = gs_setup, .handle = gs_handle, .teardown = gs_teardown,
-        .life = &gs.e->gs_life, .inbox_addr = gs.e->addr_gs, .inbox = &gs.inbox, .compute = &gs.compute,
+        .life = &gs.e->gs_life, .inbox_addr = gs.e->addr_gs[gs.e->gs_index], .inbox = &gs.inbox,
+        .compute = &gs.compute,
         .worker_addrs = gs.e->addr_tw, .to_workers = gs.to_tw,
         .to_coord = &gs.to_coord, .report_to = &gs.to_coord,
     };

@@ -1,6 +1,6 @@
 /* Parameter server role: owns the weights and the Adam moments; serves weights to tensor
  * workers (PULL), collects their gradients (GRADS), and on STEP sums them in a fixed
- * (stage, interval) order and applies Adam (WeightUpdate), so the result does not depend
+ * (stage, graph server, interval) order and applies Adam (WeightUpdate), so the result does not depend
  * on the order in which gradients arrived.
  *
  * With several parameter servers, each holds all the weights: a tensor worker sends an
@@ -17,6 +17,7 @@
 
 typedef struct pending_grad {
     int32_t stage;
+    int32_t part; /* the graph server whose interval it is */
     int32_t interval;
     bv_role_msg msg;
 } pending_grad;
@@ -41,6 +42,8 @@ static int compare_pending(const void *a, const void *b)
     const pending_grad *x = a, *y = b;
     if (x->stage != y->stage)
         return x->stage < y->stage ? -1 : 1;
+    if (x->part != y->part)
+        return x->part < y->part ? -1 : 1;
     return (x->interval > y->interval) - (x->interval < y->interval);
 }
 
@@ -77,6 +80,7 @@ static bv_status ps_keep_grad(param_server *ps, bv_role_msg *m, bv_error *err)
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory for gradients");
     pending_grad *p = &ps->pending[ps->npending++];
     p->stage = m->hdr.stage;
+    p->part = m->hdr.reply_to;
     p->interval = m->hdr.interval;
     p->msg = *m; /* ownership moves here */
     memset(m, 0, sizeof *m);
@@ -220,7 +224,7 @@ void *bv_param_server_main(void *arg)
     const bv_tw_arg *a = arg;
     param_server ps = {.e = a->engine, .index = a->index};
     char name[48];
-    bv_role_slot_name(ps.e, BV_SLOT_PS + ps.index, name, sizeof name);
+    bv_role_slot_name(ps.e, bv_slot_ps(ps.e, ps.index), name, sizeof name);
     bv_role role = {
         .name = name, .id = BV_ROLE_PS, .e = ps.e, .self = &ps,
         .setup = ps_setup, .handle = ps_handle, .teardown = ps_teardown,

@@ -30,12 +30,14 @@ double bv_engine_now(void)
 
 void bv_role_slot_name(const bv_graph_engine *e, int slot, char *buf, size_t len)
 {
-    if (slot == BV_SLOT_GS)
+    if (slot < bv_slot_ps(e, 0) && e->ngs == 1)
         snprintf(buf, len, "graph server");
+    else if (slot < bv_slot_ps(e, 0))
+        snprintf(buf, len, "graph server %d", slot);
     else if (slot < bv_slot_tw(e, 0) && e->nps == 1)
         snprintf(buf, len, "parameter server");
     else if (slot < bv_slot_tw(e, 0))
-        snprintf(buf, len, "parameter server %d", slot - BV_SLOT_PS);
+        snprintf(buf, len, "parameter server %d", slot - bv_slot_ps(e, 0));
     else
         snprintf(buf, len, "tensor worker %d", slot - bv_slot_tw(e, 0));
 }
@@ -77,7 +79,9 @@ static bv_status write_book(const bv_graph_engine *e, const char *path, bv_error
     FILE *f = fopen(path, "w");
     if (!f)
         return bv_error_set(err, BV_ERR_IO, "cannot write %s: %s", path, strerror(errno));
-    fprintf(f, "%s\ncoord %s\ngs %s\n", BOOK_MAGIC, e->addr_coord, e->addr_gs);
+    fprintf(f, "%s\ncoord %s\n", BOOK_MAGIC, e->addr_coord);
+    for (int i = 0; i < e->ngs; i++)
+        fprintf(f, "gs %d %s\n", i, e->addr_gs[i]);
     for (int i = 0; i < e->nps; i++)
         fprintf(f, "ps %d %s\n", i, e->addr_ps[i]);
     for (int i = 0; i < e->cfg.tensor_workers; i++)
@@ -107,7 +111,7 @@ bv_status bv_engine_read_book(bv_graph_engine *e, const char *path, bv_error *er
         return bv_error_set(err, BV_ERR_IO, "cannot read the address book %s: %s", path,
                             strerror(errno));
     char line[512], key[8], addr[BV_ADDR_LEN * 2];
-    int lineno = 0, tw_seen = 0, tww_seen = 0, ps_seen = 0;
+    int lineno = 0, tw_seen = 0, tww_seen = 0, ps_seen = 0, gs_seen = 0;
     bool ok = fgets(line, sizeof line, f) && strncmp(line, BOOK_MAGIC, strlen(BOOK_MAGIC)) == 0;
     for (lineno = 2; ok && fgets(line, sizeof line, f); lineno++) {
         int i = -1;
@@ -120,11 +124,11 @@ bv_status bv_engine_read_book(bv_graph_engine *e, const char *path, bv_error *er
         } else if (sscanf(line, "%7s %d %190s", key, &i, addr) == 3 && strcmp(key, "ps") == 0) {
             ok = i >= 0 && i < e->nps && set_addr(e->addr_ps[i], addr);
             ps_seen += ok;
+        } else if (sscanf(line, "%7s %d %190s", key, &i, addr) == 3 && strcmp(key, "gs") == 0) {
+            ok = i >= 0 && i < e->ngs && set_addr(e->addr_gs[i], addr);
+            gs_seen += ok;
         } else if (sscanf(line, "%7s %190s", key, addr) == 2) {
-            char *dst = strcmp(key, "coord") == 0 ? e->addr_coord
-                        : strcmp(key, "gs") == 0  ? e->addr_gs
-                                                  : NULL;
-            ok = dst && set_addr(dst, addr);
+            ok = strcmp(key, "coord") == 0 && set_addr(e->addr_coord, addr);
         } else {
             ok = false;
         }
@@ -133,11 +137,11 @@ bv_status bv_engine_read_book(bv_graph_engine *e, const char *path, bv_error *er
     if (!ok)
         return bv_error_set(err, BV_ERR_CORRUPT, "address book %s: line %d is not an address "
                             "of this run", path, lineno > 1 ? lineno - 1 : 1);
-    if (!e->addr_coord[0] || !e->addr_gs[0] || ps_seen != e->nps ||
+    if (!e->addr_coord[0] || gs_seen != e->ngs || ps_seen != e->nps ||
         tw_seen != e->cfg.tensor_workers || tww_seen != e->cfg.tensor_workers)
         return bv_error_set(err, BV_ERR_CORRUPT, "address book %s lacks addresses for this "
-                            "run's %d parameter servers and %d tensor workers", path, e->nps,
-                            e->cfg.tensor_workers);
+                            "run's %d graph servers, %d parameter servers and %d tensor "
+                            "workers", path, e->ngs, e->nps, e->cfg.tensor_workers);
     return BV_OK;
 }
 
@@ -147,7 +151,7 @@ bv_status bv_engine_read_book(bv_graph_engine *e, const char *path, bv_error *er
  * coordinator (the local cloud's PR_SET_PDEATHSIG) ends it: every socket file of the
  * run, the book and the directory, so that a coordinator killed outright leaves nothing
  * behind either. Only async-signal-safe calls in the handler. */
-#define MAX_CLEANUP (3 + BV_MAX_PARAM_SERVERS + 2 * BV_MAX_TENSOR_WORKERS)
+#define MAX_CLEANUP (2 + BV_MAX_GRAPH_SERVERS + BV_MAX_PARAM_SERVERS + 2 * BV_MAX_TENSOR_WORKERS)
 static char cleanup_files[MAX_CLEANUP][BV_ADDR_LEN];
 static char cleanup_dir[BV_ADDR_LEN];
 static int ncleanup;
@@ -170,7 +174,8 @@ void bv_engine_role_cleanup_on_term(const bv_graph_engine *e, const char *book)
 {
     ncleanup = 0;
     add_cleanup(e->addr_coord);
-    add_cleanup(e->addr_gs);
+    for (int i = 0; i < e->ngs; i++)
+        add_cleanup(e->addr_gs[i]);
     for (int i = 0; i < e->nps; i++)
         add_cleanup(e->addr_ps[i]);
     for (int i = 0; i < e->cfg.tensor_workers; i++) {
@@ -211,7 +216,8 @@ static bv_status make_dir(bv_graph_engine *e, bv_error *err)
 static void ipc_addresses(bv_graph_engine *e)
 {
     snprintf(e->addr_coord, BV_ADDR_LEN, "ipc://%s/coord", e->dir);
-    snprintf(e->addr_gs, BV_ADDR_LEN, "ipc://%s/gs", e->dir);
+    for (int i = 0; i < e->ngs; i++)
+        snprintf(e->addr_gs[i], BV_ADDR_LEN, "ipc://%s/gs%d", e->dir, i);
     for (int i = 0; i < e->nps; i++)
         snprintf(e->addr_ps[i], BV_ADDR_LEN, "ipc://%s/ps%d", e->dir, i);
     for (int i = 0; i < e->cfg.tensor_workers; i++) {
@@ -223,11 +229,10 @@ static void ipc_addresses(bv_graph_engine *e)
 static bv_status launch_role(bv_graph_engine *e, int slot, const char *exe, const char *book,
                              bv_error *err)
 {
-    int tw0 = bv_slot_tw(e, 0);
-    const char *kind = slot == BV_SLOT_GS ? "graph" : slot < tw0 ? "param" : "tensor";
+    int ps0 = bv_slot_ps(e, 0), tw0 = bv_slot_tw(e, 0);
+    const char *kind = slot < ps0 ? "graph" : slot < tw0 ? "param" : "tensor";
     char index[16], seed[32], label[48];
-    snprintf(index, sizeof index, "%d",
-             slot == BV_SLOT_GS ? 0 : slot < tw0 ? slot - BV_SLOT_PS : slot - tw0);
+    snprintf(index, sizeof index, "%d", slot < ps0 ? slot : slot < tw0 ? slot - ps0 : slot - tw0);
     snprintf(seed, sizeof seed, "%llu", (unsigned long long)e->cfg.seed);
     bv_role_slot_name(e, slot, label, sizeof label);
     const char *argv[] = {exe,     "role",  "--experiment", e->cfg.experiment_file,
@@ -281,9 +286,8 @@ bv_status bv_engine_launch(bv_graph_engine *e, bv_error *err)
         st = launch_role(e, s, exe, book, err);
     if (st != BV_OK)
         return st;
-    if (!(e->to_gs = bv_engine_connect(e, e->addr_gs, err)))
-        return err->status;
-    if ((st = bv_engine_connect_servers(e, e->to_ps, err)) != BV_OK ||
+    if ((st = bv_engine_connect_graph_servers(e, e->to_gs, err)) != BV_OK ||
+        (st = bv_engine_connect_servers(e, e->to_ps, err)) != BV_OK ||
         (st = bv_engine_connect_workers(e, e->addr_tw, e->to_tw, err)) != BV_OK)
         return st;
     double deadline = bv_engine_now() + c->start_timeout;
@@ -431,9 +435,11 @@ static void remove_dir(const char *dir)
 static void shutdown_roles(bv_graph_engine *e)
 {
     const bv_transport_ops *t = e->cfg.transport_ops;
-    bv_endpoint *to[1 + BV_MAX_PARAM_SERVERS + BV_MAX_TENSOR_WORKERS] = {e->to_gs};
+    bv_endpoint *to[BV_MAX_GRAPH_SERVERS + BV_MAX_PARAM_SERVERS + BV_MAX_TENSOR_WORKERS];
+    for (int i = 0; i < e->ngs; i++)
+        to[i] = e->to_gs[i];
     for (int i = 0; i < e->nps; i++)
-        to[BV_SLOT_PS + i] = e->to_ps[i];
+        to[bv_slot_ps(e, i)] = e->to_ps[i];
     for (int i = 0; i < e->cfg.tensor_workers; i++)
         to[bv_slot_tw(e, i)] = e->to_tw[i];
     int running = 0;

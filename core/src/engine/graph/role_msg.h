@@ -14,7 +14,8 @@
 
 enum bv_msg_type {
     BV_MSG_EPOCH = 1,       /* coord -> GS: run one epoch (training or evaluation) */
-    BV_MSG_EPOCH_DONE,      /* GS -> coord: stats; a = error text if failed */
+    BV_MSG_EPOCH_DONE,      /* GS -> coord: stats; reply_to = the graph server's part,
+                               row_begin = bytes of boundary rows it sent (BV_MSG_GHOSTS) */
     BV_MSG_FWD_TASK,        /* GS -> TW: a = input rows */
     BV_MSG_FWD_RESULT,      /* TW -> GS: a = output rows */
     BV_MSG_LOSS_TASK,       /* GS -> TW: a = logits, b = labels (int32), c = split (uint8) */
@@ -37,7 +38,10 @@ enum bv_msg_type {
     BV_MSG_EDGE_FWD_RESULT, /* TW -> GS: a = values per edge */
     BV_MSG_EDGE_BWD_TASK,   /* GS -> TW: a = src windows, b = dst windows,
                                c = forward values then their gradient, per edge */
-    BV_MSG_EDGE_BWD_RESULT  /* TW -> GS: a = d(src windows), b = d(dst windows) */
+    BV_MSG_EDGE_BWD_RESULT, /* TW -> GS: a = d(src windows), b = d(dst windows) */
+    BV_MSG_GHOSTS           /* GS -> GS: a = boundary rows of stage `stage`'s vertex array
+                               (flags BV_TASK_GRADS: of its gradient) for the receiver;
+                               interval = the sender's part */
 };
 
 /* Roles that share one address space (the engine's threads) pass the large arrays of
@@ -85,6 +89,8 @@ enum { BV_TASK_KEEP_GRAPH = 4, BV_TASK_CACHED_GRAPH = 8 };
 enum { BV_TASK_REF_A = 16, BV_TASK_REF_B = 32, BV_TASK_REF_C = 64, BV_TASK_REPLY_IN_PLACE = 128 };
 /* GRADS passed on by the parameter server a tensor worker sent them to, to the others. */
 enum { BV_TASK_FORWARDED = 256 };
+/* GHOSTS that carry gradients (the backward exchange), not activations. */
+enum { BV_TASK_GRADS = 512 };
 
 /* Role ids (the wire header's sender). Tensor workers are BV_ROLE_TW + i. */
 enum { BV_ROLE_COORD = 1, BV_ROLE_GS = 2, BV_ROLE_PS = 3, BV_ROLE_TW = 16 };

@@ -14,7 +14,8 @@ typedef struct tensor_worker {
     int index;
     uint32_t id;
     const bv_transport_ops *t;
-    bv_endpoint *inbox, *weights_in, *to_gs, *to_coord;
+    bv_endpoint *inbox, *weights_in, *to_coord;
+    bv_endpoint *to_gs[BV_MAX_GRAPH_SERVERS]; /* a result goes to the task's graph server */
     bv_endpoint *to_ps[BV_MAX_PARAM_SERVERS];
     bv_compute *compute;
     float *weights;      /* param_floats */
@@ -53,26 +54,58 @@ static bv_csr *sparse_rows(const float *x, int64_t rows, int64_t cols)
     return a;
 }
 
+/* A task's interval, named by its graph server (reply_to) and its index there: every
+ * graph server has cfg.intervals of them. Kept inputs and graphs are per (server,
+ * interval): slot tw_slot of tw_slots. */
+static bool tw_interval_ok(const tensor_worker *w, const bv_task_hdr *h)
+{
+    return h->interval >= 0 && h->interval < w->e->cfg.intervals && h->reply_to >= 0 &&
+           h->reply_to < w->e->ngs;
+}
+
+static size_t tw_slots(const tensor_worker *w)
+{
+    return (size_t)w->e->ngs * (size_t)w->e->cfg.intervals;
+}
+
+static size_t tw_slot(const tensor_worker *w, const bv_task_hdr *h)
+{
+    return (size_t)h->reply_to * (size_t)w->e->cfg.intervals + (size_t)h->interval;
+}
+
 /* ctx.sparse_in for a task of a stage that reads the features */
 static const bv_csr *tw_sparse_input(const tensor_worker *w, const bv_task_hdr *h)
 {
-    if (w->e->vin[h->stage] >= 0 || h->interval < 0 || h->interval >= w->e->cfg.intervals)
+    if (w->e->vin[h->stage] >= 0 || !tw_interval_ok(w, h))
         return NULL;
-    const bv_csr *a = w->kept_csr[h->interval];
+    const bv_csr *a = w->kept_csr[tw_slot(w, h)];
     return a && a->nrows == h->rows ? a : NULL;
 }
 
-/* The interval's edges: unpacked from the message the first time, then kept. */
-static const bv_csr *tw_graph(tensor_worker *w, const bv_role_msg *m, bv_error *err)
+/* The vertices of the graph an edge task's windows (array a) cover: the whole graph's, or
+ * with several graph servers, the sender's part with its ghosts; -1 if a does not hold
+ * whole windows of at most the whole graph's vertices. */
+static int64_t tw_src_rows(const tensor_worker *w, const bv_task_hdr *h, const bv_stage *s)
+{
+    uint64_t row = (uint64_t)s->in_dim * sizeof(float);
+    if (row == 0 || h->na % row != 0 || h->na / row > (uint64_t)w->e->cfg.data->num_nodes)
+        return -1;
+    return (int64_t)(h->na / row);
+}
+
+/* The interval's edges over n source vertices: unpacked from the message the first time,
+ * then kept. */
+static const bv_csr *tw_graph(tensor_worker *w, const bv_role_msg *m, int64_t n, bv_error *err)
 {
     const bv_task_hdr *h = &m->hdr;
     if (h->flags & BV_TASK_CACHED_GRAPH) {
-        if (!w->slices[h->interval] || w->slices[h->interval]->nrows != h->rows) {
+        if (!w->slices[tw_slot(w, h)] || w->slices[tw_slot(w, h)]->nrows != h->rows ||
+            w->slices[tw_slot(w, h)]->ncols != n) {
             bv_error_set(err, BV_ERR_CORRUPT, "tensor worker %d keeps no edges for interval %d",
                          w->index, h->interval);
             return NULL;
         }
-        return w->slices[h->interval];
+        return w->slices[tw_slot(w, h)];
     }
     size_t head = (size_t)(h->rows + 1) * sizeof(int64_t);
     if (!(h->flags & BV_TASK_KEEP_GRAPH) || h->nc < head) {
@@ -81,7 +114,6 @@ static const bv_csr *tw_graph(tensor_worker *w, const bv_role_msg *m, bv_error *
     }
     const int64_t *rp = (const int64_t *)(const void *)m->c;
     int64_t nnz = rp[h->rows];
-    int64_t n = w->e->cfg.data->num_nodes;
     if (rp[0] != 0 || nnz < 0 || h->nc != head + (size_t)nnz * sizeof(int32_t)) {
         bv_error_set(err, BV_ERR_CORRUPT, "edge task with a malformed edge slice");
         return NULL;
@@ -106,8 +138,8 @@ static const bv_csr *tw_graph(tensor_worker *w, const bv_role_msg *m, bv_error *
         bv_error_set(err, BV_ERR_CORRUPT, "edge slice names a vertex out of range");
         return NULL;
     }
-    bv_csr_free(w->slices[h->interval]);
-    w->slices[h->interval] = g;
+    bv_csr_free(w->slices[tw_slot(w, h)]);
+    w->slices[tw_slot(w, h)] = g;
     return g;
 }
 
@@ -116,34 +148,34 @@ static const float *tw_input(tensor_worker *w, const bv_role_msg *m, size_t want
                              bv_error *err)
 {
     const bv_task_hdr *h = &m->hdr;
-    if (h->interval < 0 || h->interval >= w->e->cfg.intervals) {
-        bv_error_set(err, BV_ERR_CORRUPT, "task names interval %d of %d", h->interval,
-                     w->e->cfg.intervals);
+    if (!tw_interval_ok(w, h)) {
+        bv_error_set(err, BV_ERR_CORRUPT, "task names interval %d of %d of graph server %d",
+                     h->interval, w->e->cfg.intervals, h->reply_to);
         return NULL;
     }
     if (h->flags & BV_TASK_CACHED_INPUT) {
-        if (!w->kept[h->interval] || w->kept_bytes[h->interval] != want) {
+        if (!w->kept[tw_slot(w, h)] || w->kept_bytes[tw_slot(w, h)] != want) {
             bv_error_set(err, BV_ERR_CORRUPT, "tensor worker %d keeps no input for interval %d",
                          w->index, h->interval);
             return NULL;
         }
-        return w->kept[h->interval];
+        return w->kept[tw_slot(w, h)];
     }
     const float *in = bv_engine_task_array(w->e, m, 0, want, err);
     if (!in)
         return NULL;
     if (h->flags & BV_TASK_KEEP_INPUT) {
-        free(w->kept[h->interval]);
-        w->kept[h->interval] = malloc(want + 1);
-        if (!w->kept[h->interval]) {
+        free(w->kept[tw_slot(w, h)]);
+        w->kept[tw_slot(w, h)] = malloc(want + 1);
+        if (!w->kept[tw_slot(w, h)]) {
             bv_error_set(err, BV_ERR_NOMEM, "out of memory keeping an input");
             return NULL;
         }
-        memcpy(w->kept[h->interval], in, want);
-        w->kept_bytes[h->interval] = want;
-        bv_csr_free(w->kept_csr[h->interval]);
-        w->kept_csr[h->interval] =
-            sparse_rows(w->kept[h->interval], h->rows, (int64_t)(want / sizeof(float)) /
+        memcpy(w->kept[tw_slot(w, h)], in, want);
+        w->kept_bytes[tw_slot(w, h)] = want;
+        bv_csr_free(w->kept_csr[tw_slot(w, h)]);
+        w->kept_csr[tw_slot(w, h)] =
+            sparse_rows(w->kept[tw_slot(w, h)], h->rows, (int64_t)(want / sizeof(float)) /
                                                            (h->rows ? h->rows : 1));
     }
     return in;
@@ -219,8 +251,7 @@ static bool task_ok(const tensor_worker *w, const bv_task_hdr *h, bv_stage_kind 
 {
     return h->stage >= 0 && (size_t)h->stage < w->e->nstages &&
            w->e->stages[h->stage]->kind == kind && h->rows >= 0 && h->row_begin >= 0 &&
-           h->row_begin + h->rows <= w->e->cfg.data->num_nodes && h->interval >= 0 &&
-           h->interval < w->e->cfg.intervals;
+           h->row_begin + h->rows <= w->e->cfg.data->num_nodes && tw_interval_ok(w, h);
 }
 
 /* The task's weight gradients (w->grads) to the parameter server, which keeps them until
@@ -228,9 +259,10 @@ static bool task_ok(const tensor_worker *w, const bv_task_hdr *h, bv_stage_kind 
 static bv_status tw_send_grads(tensor_worker *w, const bv_task_hdr *h, bv_error *err)
 {
     /* In the synchronous pipeline every epoch hands out the intervals in the same order, so
-     * the server with the fewest intervals so far is the next in turn: interval i goes to
-     * server i mod P for the whole epoch (docs/cluster.md). */
-    bv_endpoint *ps = w->to_ps[h->interval % w->e->nps];
+     * the server with the fewest intervals so far is the next in turn: interval i (of all
+     * the graph servers' intervals) goes to server i mod P for the whole epoch
+     * (docs/cluster.md). */
+    bv_endpoint *ps = w->to_ps[tw_slot(w, h) % (size_t)w->e->nps];
     return bv_role_send(w->t, ps, BV_MSG_GRADS, w->id, h, w->grads,
                         w->e->param_floats * sizeof(float), NULL, 0, NULL, 0, err);
 }
@@ -258,7 +290,7 @@ static bv_status tw_forward(tensor_worker *w, const bv_role_msg *m, bv_error *er
                                              err);
     bv_task_hdr reply = reply_hdr(h);
     if (st == BV_OK)
-        st = bv_role_send(w->t, w->to_gs, BV_MSG_FWD_RESULT, w->id, &reply, out,
+        st = bv_role_send(w->t, w->to_gs[h->reply_to], BV_MSG_FWD_RESULT, w->id, &reply, out,
                           owned ? out_bytes : 0, NULL, 0, NULL, 0, err);
     if (owned)
         free(out);
@@ -299,7 +331,7 @@ static bv_status tw_backward(tensor_worker *w, const bv_role_msg *m, bv_error *e
     if (st == BV_OK && din && din_to) /* rows of one interval: no other task adds to them */
         w->e->cfg.compute_ops->axpy(w->compute, h->rows * s->in_dim, 1.0f, din, din_to);
     if (st == BV_OK)
-        st = bv_role_send(w->t, w->to_gs, BV_MSG_BWD_RESULT, w->id, &reply, din,
+        st = bv_role_send(w->t, w->to_gs[h->reply_to], BV_MSG_BWD_RESULT, w->id, &reply, din,
                           din && !din_to ? in_bytes : 0, NULL, 0, NULL, 0, err);
     free(din);
     return st;
@@ -343,7 +375,7 @@ static bv_status tw_loss(tensor_worker *w, const bv_role_msg *m, bv_error *err)
         reply.stats[3 * s + 2] = (double)r.correct;
     }
     if (st == BV_OK)
-        st = bv_role_send(w->t, w->to_gs, BV_MSG_LOSS_RESULT, w->id, &reply, dlogits,
+        st = bv_role_send(w->t, w->to_gs[h->reply_to], BV_MSG_LOSS_RESULT, w->id, &reply, dlogits,
                           owned ? logit_bytes : 0, NULL, 0, NULL, 0, err);
     free(mask);
     if (owned)
@@ -357,11 +389,10 @@ static bv_status tw_edge_forward(tensor_worker *w, const bv_role_msg *m, bv_erro
     if (!task_ok(w, h, BV_STAGE_EDGE))
         return bv_error_set(err, BV_ERR_CORRUPT, "edge task names a bad stage or rows");
     const bv_stage *s = w->e->stages[h->stage];
-    int64_t n = w->e->cfg.data->num_nodes;
-    if (h->na != (uint64_t)(n * s->in_dim) * sizeof(float) ||
-        h->nb != (uint64_t)(h->rows * s->in_dim) * sizeof(float))
+    int64_t n = tw_src_rows(w, h, s);
+    if (n < 0 || h->nb != (uint64_t)(h->rows * s->in_dim) * sizeof(float))
         return bv_error_set(err, BV_ERR_CORRUPT, "edge task for %s has wrong sizes", s->name);
-    const bv_csr *g = tw_graph(w, m, err);
+    const bv_csr *g = tw_graph(w, m, n, err);
     if (!g)
         return err->status;
     bv_status st = tw_ensure_weights(w, h->version, err);
@@ -376,7 +407,7 @@ static bv_status tw_edge_forward(tensor_worker *w, const bv_role_msg *m, bv_erro
     st = w->e->cfg.model_ops->edge_forward(w->e->cfg.model, (size_t)h->stage, &ctx, g,
                                            (const float *)m->a, (const float *)m->b, out, err);
     if (st == BV_OK)
-        st = bv_role_send(w->t, w->to_gs, BV_MSG_EDGE_FWD_RESULT, w->id, h, out, out_bytes, NULL,
+        st = bv_role_send(w->t, w->to_gs[h->reply_to], BV_MSG_EDGE_FWD_RESULT, w->id, h, out, out_bytes, NULL,
                           0, NULL, 0, err);
     free(out);
     return st;
@@ -388,8 +419,11 @@ static bv_status tw_edge_backward(tensor_worker *w, const bv_role_msg *m, bv_err
     if (!task_ok(w, h, BV_STAGE_EDGE))
         return bv_error_set(err, BV_ERR_CORRUPT, "edge task names a bad stage or rows");
     const bv_stage *s = w->e->stages[h->stage];
-    int64_t n = w->e->cfg.data->num_nodes;
-    const bv_csr *g = tw_graph(w, m, err);
+    int64_t n = tw_src_rows(w, h, s);
+    if (n < 0)
+        return bv_error_set(err, BV_ERR_CORRUPT, "edge backward task for %s has wrong sizes",
+                            s->name);
+    const bv_csr *g = tw_graph(w, m, n, err);
     if (!g)
         return err->status;
     size_t src_bytes = (size_t)(n * s->in_dim) * sizeof(float);
@@ -419,7 +453,7 @@ static bv_status tw_edge_backward(tensor_worker *w, const bv_role_msg *m, bv_err
     if (st == BV_OK)
         st = tw_send_grads(w, h, err);
     if (st == BV_OK)
-        st = bv_role_send(w->t, w->to_gs, BV_MSG_EDGE_BWD_RESULT, w->id, h, dsrc, src_bytes, ddst,
+        st = bv_role_send(w->t, w->to_gs[h->reply_to], BV_MSG_EDGE_BWD_RESULT, w->id, h, dsrc, src_bytes, ddst,
                           dst_bytes, NULL, 0, err);
     free(dsrc);
     free(ddst);
@@ -436,7 +470,7 @@ static bv_status tw_setup(void *self, bv_error *err)
     w->weights_in = w->t->bind(e->transport, e->addr_tw_weights[w->index], err);
     if (!w->weights_in)
         return err->status;
-    if (!(w->to_gs = bv_engine_connect(e, e->addr_gs, err)))
+    if (bv_engine_connect_graph_servers(e, w->to_gs, err) != BV_OK)
         return err->status;
     bv_status st = bv_engine_connect_servers(e, w->to_ps, err);
     if (st != BV_OK)
@@ -445,10 +479,10 @@ static bv_status tw_setup(void *self, bv_error *err)
     w->grads = calloc(e->param_floats + 1, sizeof(float));
     w->param_ptrs = calloc(e->nparams + 1, sizeof(float *));
     w->grad_ptrs = calloc(e->nparams + 1, sizeof(float *));
-    w->kept = calloc((size_t)e->cfg.intervals, sizeof *w->kept);
-    w->kept_bytes = calloc((size_t)e->cfg.intervals, sizeof *w->kept_bytes);
-    w->slices = calloc((size_t)e->cfg.intervals, sizeof *w->slices);
-    w->kept_csr = calloc((size_t)e->cfg.intervals, sizeof *w->kept_csr);
+    w->kept = calloc(tw_slots(w), sizeof *w->kept);
+    w->kept_bytes = calloc(tw_slots(w), sizeof *w->kept_bytes);
+    w->slices = calloc(tw_slots(w), sizeof *w->slices);
+    w->kept_csr = calloc(tw_slots(w), sizeof *w->kept_csr);
     if (!w->weights || !w->grads || !w->param_ptrs || !w->grad_ptrs || !w->kept ||
         !w->kept_bytes || !w->slices || !w->kept_csr)
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory in tensor worker %d", w->index);
@@ -462,21 +496,22 @@ static bv_status tw_setup(void *self, bv_error *err)
 static void tw_teardown(void *self)
 {
     tensor_worker *w = self;
-    bv_endpoint *eps[] = {w->weights_in, w->to_gs};
+    bv_endpoint *eps[] = {w->weights_in};
+    bv_engine_close_all(w->e, w->to_gs, BV_MAX_GRAPH_SERVERS);
     bv_engine_close_all(w->e, eps, sizeof eps / sizeof eps[0]);
     bv_engine_close_all(w->e, w->to_ps, BV_MAX_PARAM_SERVERS);
     free(w->weights);
     free(w->grads);
     free(w->param_ptrs);
     free(w->grad_ptrs);
-    for (int i = 0; w->kept && i < w->e->cfg.intervals; i++)
+    for (int i = 0; w->kept && i < (int)tw_slots(w); i++)
         free(w->kept[i]);
     free(w->kept);
     free(w->kept_bytes);
-    for (int i = 0; w->slices && i < w->e->cfg.intervals; i++)
+    for (int i = 0; w->slices && i < (int)tw_slots(w); i++)
         bv_csr_free(w->slices[i]);
     free(w->slices);
-    for (int i = 0; w->kept_csr && i < w->e->cfg.intervals; i++)
+    for (int i = 0; w->kept_csr && i < (int)tw_slots(w); i++)
         bv_csr_free(w->kept_csr[i]);
     free(w->kept_csr);
 }
@@ -505,7 +540,8 @@ void *bv_tensor_worker_main(void *arg)
         .setup = tw_setup, .handle = tw_handle, .teardown = tw_teardown,
         .life = &w.e->tw_life[w.index], .inbox_addr = w.e->addr_tw[w.index], .inbox = &w.inbox, .compute = &w.compute,
         .to_coord = &w.to_coord,
-        .report_to = &w.to_gs, /* the graph server waits on its tasks */
+        .report_to = &w.to_gs[0], /* the graph server waits on its tasks (the first, of
+                                     several: any failure ends the run) */
     };
     bv_role_run(&role);
     return NULL;

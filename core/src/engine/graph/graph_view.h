@@ -1,0 +1,47 @@
+/* One graph server's part of the graph (docs/cluster.md, "Several graph servers"): the
+ * vertices it owns, then the ghosts (its owned vertices' neighbours that other parts
+ * own), as a dataset of their own, so that the graph server's code runs on it unchanged;
+ * and what it must exchange with each other part around every Gather. */
+#ifndef BIVOUAC_GRAPH_VIEW_H
+#define BIVOUAC_GRAPH_VIEW_H
+
+#include <stdint.h>
+
+#include "bivouac/error.h"
+#include "bivouac/graph.h"
+#include "bivouac/tensor.h"
+
+typedef struct bv_graph_view {
+    /* Rows [0, owned) are the part's own vertices in global order, rows [owned, nodes)
+     * its ghosts in global order. adj holds the owned rows only (ghost rows are empty),
+     * columns local and ascending; features, labels and split are the vertices' own,
+     * but a ghost's split is BV_SPLIT_NONE (its owner counts its loss). */
+    bv_graph_dataset *local;
+    int64_t owned;
+    int64_t *global_of;   /* local row -> global vertex */
+    /* Â = D^-1/2 (A + I) D^-1/2 of the whole graph (degrees of the whole graph), rows of
+     * the owned vertices, columns local; ghost rows empty. NULL unless asked for. */
+    bv_csr *adj_norm;
+    /* Labelled training vertices of the whole graph: the loss is their mean. */
+    int64_t train_total;
+    int parts, part;
+    /* Part q's rows: send_idx[send_off[q], send_off[q + 1]) are the owned rows q keeps as
+     * ghosts (q's ghost order); recv_idx[recv_off[q], recv_off[q + 1]) the ghost rows q
+     * owns. Both sides list the same vertices in the same (global) order. */
+    int64_t *send_off, *send_idx;
+    int64_t *recv_off, *recv_idx;
+    int64_t edge_cut; /* edges (one direction each) whose ends are in different parts */
+} bv_graph_view;
+
+/* The range partition: part p owns the vertices [n p / parts, n (p + 1) / parts). */
+static inline int64_t bv_graph_part_begin(int64_t n, int parts, int p)
+{
+    return n * p / parts;
+}
+
+/* Part `part` of `parts` of g; with_norm: also adj_norm (GCN's Gather). */
+bv_status bv_graph_view_make(const bv_graph_dataset *g, int parts, int part, bool with_norm,
+                             bv_graph_view *out, bv_error *err);
+void bv_graph_view_free(bv_graph_view *v);
+
+#endif
