@@ -281,30 +281,33 @@ static bv_status av_backward(bv_model *m, int l, size_t stage, const bv_task_ctx
     }
     if (!gat_sparse(ctx, l))
         av_activation(m, l, ctx, in, a); /* rematerialised, with the undropped Z */
-    for (int h = 0; h < k; h++)
+    if (din)
+        memset(din, 0, (size_t)n * sizeof *din);
+    /* dZ = dropout'(dZ for aggregation): the rows are contiguous in dz, and so are their
+     * mask indices ((row_begin + r) z + j), so one call covers them all */
+    for (int64_t r = 0; r < ctx->rows; r++)
+        memcpy(dz + r * z, dout + r * ow, (size_t)z * sizeof *dz);
+    if (ctx->training && m->dropout > 0)
+        ctx->k->dropout_backward(ctx->compute, ctx->rows * z, m->dropout, ctx->seed,
+                                 features_stream(ctx, stage), (uint64_t)(ctx->row_begin * z),
+                                 dz, dz);
+    /* Head by head: x_h and Z_h again (x_h's mask made once and kept for dW_h), then
+     * dZ_h += ds_src a_src + ds_dst a_dst and the a's gradients, dW_h += x_h^T dZ_h and
+     * din += mask_h(dZ_h W_h^T). Every element is the same sum in the same order as when
+     * each step ran over all heads at once. */
+    for (int h = 0; h < k; h++) {
         av_project_head(m, l, stage, ctx, h, a, x, zb);
-    /* dZ = dropout'(dZ for aggregation) + ds_src a_src + ds_dst a_dst; the a's gradients */
-    for (int64_t r = 0; r < ctx->rows; r++) {
-        const float *drow = dout + r * ow;
-        float *dzr = dz + r * z;
-        memcpy(dzr, drow, (size_t)z * sizeof *dzr);
-        if (ctx->training && m->dropout > 0)
-            ctx->k->dropout_backward(ctx->compute, z, m->dropout, ctx->seed,
-                                     features_stream(ctx, stage),
-                                     (uint64_t)((ctx->row_begin + r) * z), dzr, dzr);
-        for (int h = 0; h < k; h++) {
+        for (int64_t r = 0; r < ctx->rows; r++) {
+            const float *drow = dout + r * ow;
+            float *dzr = dz + r * z + h * hd;
             float ds = drow[z + h], dd = drow[z + k + h];
             for (int64_t f = 0; f < hd; f++) {
                 int64_t j = h * hd + f;
-                dzr[j] += ds * p[P_ASRC][j] + dd * p[P_ADST][j];
+                dzr[f] += ds * p[P_ASRC][j] + dd * p[P_ADST][j];
                 dp[P_ASRC][j] += ds * zb[r * z + j];
                 dp[P_ADST][j] += dd * zb[r * z + j];
             }
         }
-    }
-    if (din)
-        memset(din, 0, (size_t)n * sizeof *din);
-    for (int h = 0; h < k; h++) {
         if (gat_sparse(ctx, l)) { /* the first layer: X needs no gradient */
             ctx->k->spmm_dropout_backward_x(ctx->compute, ctx->sparse_in, gat_rate(m, ctx),
                                             ctx->seed, stream_of(ctx, stage),
@@ -312,12 +315,6 @@ static bv_status av_backward(bv_model *m, int l, size_t stage, const bv_task_ctx
                                             dp[P_W] + h * hd, z);
             continue;
         }
-        /* x_h again (its mask), then dW_h += x_h^T dZ_h and din += mask_h(dZ_h W_h^T) */
-        if (ctx->training && m->dropout > 0)
-            ctx->k->dropout_forward(ctx->compute, n, m->dropout, ctx->seed,
-                                    stream_of(ctx, stage), input_offset(ctx, w, h), a, x);
-        else
-            memcpy(x, a, (size_t)n * sizeof *x);
         ctx->k->gemm(ctx->compute, true, false, w, hd, ctx->rows, 1.0f, x, w, dz + h * hd, z,
                      1.0f, dp[P_W] + h * hd, z);
         if (!din)
