@@ -343,11 +343,76 @@ CPU_ALWAYS_INLINE void gather_heads_rows(const gather_ctx *g, int64_t b, int64_t
     }
 }
 
+/* Heads of a multiple of 8 units and rows of at most 64 floats (GAT's 8 x 8): the output
+ * row stays in nv vector registers (vector v lies in head 8v / d) while the row's edges
+ * are added, and is loaded and stored once. Per element the same operations in the same
+ * order as gather_heads_rows (a row starts at +0, the backward's at what dx holds), so
+ * both give the same bits. */
+CPU_VEC_INLINE void gather_heads_rows_vec(const gather_ctx *g, int64_t b, int64_t e, int nv,
+                                          bool backward)
+{
+    const int64_t *rowptr = g->a->rowptr;
+    const int32_t *colidx = g->a->colidx;
+    int heads = g->heads;
+    int64_t d = g->head_dim, width = 8 * (int64_t)nv;
+    const float *x = backward ? g->dy : g->x;
+    int64_t x_stride = backward ? width : g->x_stride;
+    int64_t k_end = rowptr[e];
+    int head_of[8];
+    for (int v = 0; v < nv; v++)
+        head_of[v] = (int)(8 * v / d);
+    for (int64_t i = b; i < e; i++) {
+        float *yr = backward ? g->out + i * g->x_stride : g->out + (i - g->row_begin) * width;
+        vec8f acc[8];
+        for (int v = 0; v < nv; v++)
+            acc[v] = backward ? vec8_load(yr + 8 * v, 8) : vec8_splat(0.0f);
+        for (int64_t k = rowptr[i]; k < rowptr[i + 1]; k++) {
+            if (k + CPU_GATHER_PREFETCH < k_end) {
+                int64_t ahead = k + CPU_GATHER_PREFETCH;
+                cpu_prefetch_row(x + (int64_t)colidx[ahead] * x_stride, width);
+                if (backward)
+                    __builtin_prefetch(g->w + g->perm[ahead] * heads, 0, 0);
+            }
+            const float *xr = x + (int64_t)colidx[k] * x_stride;
+            const float *wk = g->w + (backward ? g->perm[k] : k - g->base) * heads;
+            for (int v = 0; v < nv; v++)
+                acc[v] += vec8_splat(wk[head_of[v]]) * vec8_load(xr + 8 * v, 8);
+        }
+        for (int v = 0; v < nv; v++)
+            vec8_store(yr + 8 * v, acc[v], 8);
+    }
+}
+
+CPU_VEC_INLINE void gather_heads_vec_body(const gather_ctx *g, int64_t b, int64_t e,
+                                          bool backward)
+{
+    switch (g->heads * g->head_dim) {
+    case 8: gather_heads_rows_vec(g, b, e, 1, backward); break;
+    case 16: gather_heads_rows_vec(g, b, e, 2, backward); break;
+    case 32: gather_heads_rows_vec(g, b, e, 4, backward); break;
+    case 64: gather_heads_rows_vec(g, b, e, 8, backward); break;
+    default: break;
+    }
+}
+CPU_DEFINE_DISPATCH(gather_heads_vec, (const gather_ctx *g, int64_t b, int64_t e, bool backward),
+                    (g, b, e, backward))
+
+static bool gather_heads_vec_fits(const gather_ctx *g)
+{
+    int64_t width = g->heads * g->head_dim;
+    return g->head_dim % 8 == 0 && (width == 8 || width == 16 || width == 32 || width == 64);
+}
+
 static void gather_heads_task(void *arg, int tid, int ntasks)
 {
     const gather_ctx *g = arg;
     int64_t b, e;
     cpu_split_rows_by_nnz(g->a->rowptr, g->row_begin, g->row_end, tid, ntasks, &b, &e);
+    if (gather_heads_vec_fits(g)) {
+        if (b < e)
+            gather_heads_vec(g, b, e, false);
+        return;
+    }
     HEAD_DIM_DISPATCH(gather_heads_rows, g, b, e);
 }
 
@@ -397,6 +462,11 @@ static void gather_heads_backward_x_task(void *arg, int tid, int ntasks)
     const gather_ctx *g = arg;
     int64_t b, e;
     cpu_split_rows_by_nnz(g->a->rowptr, 0, g->a->nrows, tid, ntasks, &b, &e);
+    if (gather_heads_vec_fits(g)) {
+        if (b < e)
+            gather_heads_vec(g, b, e, true);
+        return;
+    }
     HEAD_DIM_DISPATCH(gather_heads_backward_x_rows, g, b, e);
 }
 
