@@ -392,13 +392,52 @@ static bv_status gat_tensor_backward(bv_model *m, size_t stage, const bv_task_ct
                        dparams, err);
 }
 
-/* logits -> LeakyReLU -> softmax per destination; `pre` keeps the logits for backward */
-static void attention(const bv_model *m, int k, const bv_task_ctx *ctx, const bv_csr *a,
-                      const float *src, const float *dst, float *pre, float *alpha)
+/* The edge passes run over blocks of rows holding about GAT_EDGE_BLOCK edge-heads (or one
+ * row of more), so that a block's logits, weights and gradients stay in the cache from one
+ * kernel to the next instead of each kernel streaming arrays of the whole interval through
+ * memory, and the scratch arrays are a block's, not an interval's (which, for a large
+ * graph, were hundreds of MB of fresh pages per task). Every kernel computes each row, or
+ * each element, alone, and edge_scores_backward adds into dsrc in edge order, block after
+ * block: the same bits as one call over all rows. */
+#define GAT_EDGE_BLOCK 32768
+
+static int64_t edge_block_end(const bv_csr *a, int64_t rb, int k)
 {
-    ctx->k->edge_scores(ctx->compute, a, 0, a->nrows, k, src, 2 * k, dst + k, 2 * k, pre);
-    ctx->k->leaky_relu_forward(ctx->compute, a->nnz * k, m->slope, pre, alpha);
-    ctx->k->edge_softmax(ctx->compute, a, 0, a->nrows, k, alpha, alpha);
+    int64_t re = rb + 1;
+    while (re < a->nrows && (a->rowptr[re + 1] - a->rowptr[rb]) * k <= GAT_EDGE_BLOCK)
+        re++;
+    return re;
+}
+
+/* the most edge-heads in one block */
+static int64_t edge_block_max(const bv_csr *a, int k)
+{
+    int64_t most = 1;
+    for (int64_t rb = 0, re; rb < a->nrows; rb = re) {
+        re = edge_block_end(a, rb, k);
+        int64_t n = (a->rowptr[re] - a->rowptr[rb]) * k;
+        most = n > most ? n : most;
+    }
+    return most;
+}
+
+/* rows [rb, re): logits -> LeakyReLU -> softmax per destination; `pre` keeps the block's
+ * logits for backward, alpha receives the block's weights */
+static void attention(const bv_model *m, int k, const bv_task_ctx *ctx, const bv_csr *a,
+                      int64_t rb, int64_t re, const float *src, const float *dst, float *pre,
+                      float *alpha)
+{
+    int64_t n = (a->rowptr[re] - a->rowptr[rb]) * k;
+    ctx->k->edge_scores(ctx->compute, a, rb, re, k, src, 2 * k, dst + rb * 2 * k + k, 2 * k,
+                        pre);
+    ctx->k->leaky_relu_forward(ctx->compute, n, m->slope, pre, alpha);
+    ctx->k->edge_softmax(ctx->compute, a, rb, re, k, alpha, alpha);
+}
+
+/* the attention-dropout index of the block's first edge-head */
+static uint64_t edge_offset(const bv_task_ctx *ctx, const bv_csr *a, int64_t rb, int k)
+{
+    return (uint64_t)((ctx->edge_begin + a->rowptr[rb] - a->rowptr[0]) * k);
 }
 
 static bv_status gat_edge_forward(bv_model *m, size_t stage, const bv_task_ctx *ctx,
@@ -406,13 +445,18 @@ static bv_status gat_edge_forward(bv_model *m, size_t stage, const bv_task_ctx *
                                   float *out, bv_error *err)
 {
     int k = m->heads[stage / GAT_STAGES_PER_LAYER];
-    float *pre = malloc((size_t)(a->nnz * k + 1) * sizeof *pre);
+    float *pre = malloc((size_t)(edge_block_max(a, k) + 1) * sizeof *pre);
     if (!pre)
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory in AE");
-    attention(m, k, ctx, a, src, dst, pre, out);
-    if (ctx->training && m->attn_dropout > 0)
-        ctx->k->dropout_forward(ctx->compute, a->nnz * k, m->attn_dropout, ctx->seed,
-                                stream_of(ctx, stage), (uint64_t)(ctx->edge_begin * k), out, out);
+    for (int64_t rb = 0, re; rb < a->nrows; rb = re) {
+        re = edge_block_end(a, rb, k);
+        float *alpha = out + (a->rowptr[rb] - a->rowptr[0]) * k;
+        attention(m, k, ctx, a, rb, re, src, dst, pre, alpha);
+        if (ctx->training && m->attn_dropout > 0)
+            ctx->k->dropout_forward(ctx->compute, (a->rowptr[re] - a->rowptr[rb]) * k,
+                                    m->attn_dropout, ctx->seed, stream_of(ctx, stage),
+                                    edge_offset(ctx, a, rb, k), alpha, alpha);
+    }
     free(pre);
     return BV_OK;
 }
@@ -423,26 +467,30 @@ static bv_status gat_edge_backward(bv_model *m, size_t stage, const bv_task_ctx 
                                    float *ddst, float *const *dparams, bv_error *err)
 {
     int k = m->heads[stage / GAT_STAGES_PER_LAYER];
-    int64_t n = a->nnz * k;
-    float *pre = malloc((size_t)(n + 1) * sizeof *pre);
-    float *alpha = malloc((size_t)(n + 1) * sizeof *alpha);
-    float *d = malloc((size_t)(n + 1) * sizeof *d);
+    int64_t most = edge_block_max(a, k);
+    float *pre = malloc((size_t)(most + 1) * sizeof *pre);
+    float *alpha = malloc((size_t)(most + 1) * sizeof *alpha);
+    float *d = malloc((size_t)(most + 1) * sizeof *d);
     if (!pre || !alpha || !d) {
         free(pre);
         free(alpha);
         free(d);
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory in ∇AE");
     }
-    attention(m, k, ctx, a, src, dst, pre, alpha); /* rematerialised: α before dropout */
-    memcpy(d, dout, (size_t)n * sizeof *d);
-    if (ctx->training && m->attn_dropout > 0)
-        ctx->k->dropout_backward(ctx->compute, n, m->attn_dropout, ctx->seed,
-                                 stream_of(ctx, stage), (uint64_t)(ctx->edge_begin * k), d, d);
-    ctx->k->edge_softmax_backward(ctx->compute, a, 0, a->nrows, k, alpha, d, d);
-    ctx->k->leaky_relu_backward(ctx->compute, n, m->slope, pre, d, d);
-    /* s_src is the window's first k floats, s_dst the next k */
-    ctx->k->edge_scores_backward(ctx->compute, a, 0, a->nrows, k, d, dsrc, 2 * k, ddst + k,
-                                 2 * k, true);
+    for (int64_t rb = 0, re; rb < a->nrows; rb = re) {
+        re = edge_block_end(a, rb, k);
+        int64_t n = (a->rowptr[re] - a->rowptr[rb]) * k;
+        attention(m, k, ctx, a, rb, re, src, dst, pre, alpha); /* α before dropout, again */
+        memcpy(d, dout + (a->rowptr[rb] - a->rowptr[0]) * k, (size_t)n * sizeof *d);
+        if (ctx->training && m->attn_dropout > 0)
+            ctx->k->dropout_backward(ctx->compute, n, m->attn_dropout, ctx->seed,
+                                     stream_of(ctx, stage), edge_offset(ctx, a, rb, k), d, d);
+        ctx->k->edge_softmax_backward(ctx->compute, a, rb, re, k, alpha, d, d);
+        ctx->k->leaky_relu_backward(ctx->compute, n, m->slope, pre, d, d);
+        /* s_src is the window's first k floats, s_dst the next k */
+        ctx->k->edge_scores_backward(ctx->compute, a, rb, re, k, d, dsrc, 2 * k,
+                                     ddst + rb * 2 * k + k, 2 * k, true);
+    }
     (void)out;
     (void)dparams;
     free(pre);
