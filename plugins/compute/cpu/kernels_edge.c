@@ -503,11 +503,64 @@ CPU_ALWAYS_INLINE void gather_heads_backward_w_rows(const gather_ctx *g, int64_t
     }
 }
 
+/* Heads of 8 units, 8 heads at a time: the row's dy stays in registers, and the eight dot
+ * products of an edge are reduced together. Lane l of p_h is 0 + dy_h[l] x_h[l] (head_dot's
+ * acc[l]); two levels of pairwise sums (hadd's shuffles) and a last add of the halves give
+ * each head ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7)), head_dot's order: the same
+ * bits. */
+CPU_VEC_INLINE vec8f pair_sums(vec8f a, vec8f b) /* hadd: a01 a23 b01 b23 a45 a67 b45 b67 */
+{
+    vec8i even = {0, 2, 8, 10, 4, 6, 12, 14}, odd = {1, 3, 9, 11, 5, 7, 13, 15};
+    return __builtin_shuffle(a, b, even) + __builtin_shuffle(a, b, odd);
+}
+
+CPU_VEC_INLINE vec8f head8_dots(const vec8f p[8])
+{
+    vec8f q0123 = pair_sums(pair_sums(p[0], p[1]), pair_sums(p[2], p[3]));
+    vec8f q4567 = pair_sums(pair_sums(p[4], p[5]), pair_sums(p[6], p[7]));
+    vec8i lo = {0, 1, 2, 3, 8, 9, 10, 11}, hi = {4, 5, 6, 7, 12, 13, 14, 15};
+    return __builtin_shuffle(q0123, q4567, lo) + __builtin_shuffle(q0123, q4567, hi);
+}
+
+CPU_VEC_INLINE void gather_heads_backward_w8_body(const gather_ctx *g, int64_t b, int64_t e)
+{
+    const int64_t *rowptr = g->a->rowptr;
+    const int32_t *colidx = g->a->colidx;
+    int heads = g->heads;
+    int64_t width = (int64_t)heads * 8, k_end = rowptr[e];
+    for (int64_t i = b; i < e; i++) {
+        const float *dyr = g->dy + (i - g->row_begin) * width;
+        for (int h0 = 0; h0 < heads; h0 += 8) {
+            vec8f dy[8];
+            for (int h = 0; h < 8; h++)
+                dy[h] = vec8_load(dyr + (h0 + h) * 8, 8);
+            for (int64_t k = rowptr[i]; k < rowptr[i + 1]; k++) {
+                if (k + CPU_GATHER_PREFETCH < k_end)
+                    cpu_prefetch_row(g->x + (int64_t)colidx[k + CPU_GATHER_PREFETCH] *
+                                                g->x_stride + h0 * 8,
+                                     64);
+                const float *xr = g->x + (int64_t)colidx[k] * g->x_stride + h0 * 8;
+                vec8f p[8];
+                for (int h = 0; h < 8; h++)
+                    p[h] = vec8_splat(0.0f) + dy[h] * vec8_load(xr + h * 8, 8);
+                vec8_store(g->out + (k - g->base) * heads + h0, head8_dots(p), 8);
+            }
+        }
+    }
+}
+CPU_DEFINE_DISPATCH(gather_heads_backward_w8, (const gather_ctx *g, int64_t b, int64_t e),
+                    (g, b, e))
+
 static void gather_heads_backward_w_task(void *arg, int tid, int ntasks)
 {
     const gather_ctx *g = arg;
     int64_t b, e;
     cpu_split_rows_by_nnz(g->a->rowptr, g->row_begin, g->row_end, tid, ntasks, &b, &e);
+    if (g->head_dim == 8 && g->heads % 8 == 0) {
+        if (b < e)
+            gather_heads_backward_w8(g, b, e);
+        return;
+    }
     HEAD_DIM_DISPATCH(gather_heads_backward_w_rows, g, b, e);
 }
 
