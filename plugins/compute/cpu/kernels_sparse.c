@@ -229,11 +229,9 @@ void cpu_spmm_dropout(bv_compute *c, const bv_csr *a, float p, uint64_t seed, ui
  * column it owns (edge_scores_backward's dsrc scheme): each dx row receives its terms in
  * the serial loop's order, so the bits do not depend on the thread count. A dropped value
  * adds a zero, as in the forward (dx starts at +0 or at a sum, never at -0). */
-static void spmm_dropout_backward_x_task(void *arg, int tid, int ntasks)
+CPU_VEC_INLINE void spmm_dropout_backward_x_cols(const spmm_dropout_ctx *s,
+                                                 int64_t col_begin, int64_t col_end, int nv)
 {
-    const spmm_dropout_ctx *s = arg;
-    int64_t col_begin, col_end;
-    cpu_split(s->a->ncols, tid, ntasks, &col_begin, &col_end);
     const int64_t *rowptr = s->a->rowptr;
     const int32_t *colidx = s->a->colidx;
     for (int64_t i = 0; i < s->a->nrows; i++)
@@ -242,9 +240,43 @@ static void spmm_dropout_backward_x_task(void *arg, int tid, int ntasks)
             if (col < col_begin || col >= col_end)
                 continue;
             float w = kept_value(s, i, k);
-            if (w != 0.0f)
-                row_axpy(s->f, w, s->x + i * s->ldx, s->y + col * s->ldy);
+            if (w == 0.0f)
+                continue;
+            const float *xr = s->x + i * s->ldx;
+            float *yr = s->y + col * s->ldy;
+            if (nv == 0) {
+                row_axpy(s->f, w, xr, yr);
+                continue;
+            }
+            vec8f wv = vec8_splat(w);
+            for (int v = 0; v < nv; v++)
+                vec8_store(yr + 8 * v, vec8_load(yr + 8 * v, 8) + wv * vec8_load(xr + 8 * v, 8),
+                           8);
         }
+}
+
+/* head-sized rows (nv x 8 floats) as vectors, the same multiply and add per element */
+CPU_VEC_INLINE void spmm_dropout_backward_x_range_body(const spmm_dropout_ctx *s, int64_t col_begin,
+                                                 int64_t col_end)
+{
+    switch (s->f) {
+    case 8: spmm_dropout_backward_x_cols(s, col_begin, col_end, 1); break;
+    case 16: spmm_dropout_backward_x_cols(s, col_begin, col_end, 2); break;
+    case 32: spmm_dropout_backward_x_cols(s, col_begin, col_end, 4); break;
+    case 64: spmm_dropout_backward_x_cols(s, col_begin, col_end, 8); break;
+    default: spmm_dropout_backward_x_cols(s, col_begin, col_end, 0); break;
+    }
+}
+CPU_DEFINE_DISPATCH(spmm_dropout_backward_x_range,
+                    (const spmm_dropout_ctx *s, int64_t col_begin, int64_t col_end),
+                    (s, col_begin, col_end))
+
+static void spmm_dropout_backward_x_task(void *arg, int tid, int ntasks)
+{
+    const spmm_dropout_ctx *s = arg;
+    int64_t col_begin, col_end;
+    cpu_split(s->a->ncols, tid, ntasks, &col_begin, &col_end);
+    spmm_dropout_backward_x_range(s, col_begin, col_end);
 }
 
 void cpu_spmm_dropout_backward_x(bv_compute *c, const bv_csr *a, float p, uint64_t seed,
