@@ -149,20 +149,20 @@ static uint64_t stream_of(const bv_task_ctx *ctx, size_t stage)
     return (uint64_t)ctx->epoch * 64 + stage;
 }
 
-/* a = act(in): identity for the first layer, ELU(in + b_{l-1}) after. */
-static void av_activation(const bv_model *m, int l, const bv_task_ctx *ctx, const float *in,
-                          float *a)
+/* act(in): the input itself for the first layer (no copy), ELU(in + b_{l-1}) into a
+ * after. */
+static const float *av_activation(const bv_model *m, int l, const bv_task_ctx *ctx,
+                                  const float *in, float *a)
 {
     int64_t w = m->in_width[l], n = ctx->rows * w;
-    if (l == 0) {
-        memcpy(a, in, (size_t)n * sizeof *a);
-        return;
-    }
+    if (l == 0)
+        return in;
     const float *b = ctx->params[(l - 1) * P_PER_LAYER + P_B];
     for (int64_t r = 0; r < ctx->rows; r++)
         for (int64_t j = 0; j < w; j++)
             a[r * w + j] = in[r * w + j] + b[j];
     ctx->k->elu_forward(ctx->compute, n, a, a);
+    return a;
 }
 
 /* Dropout streams of AV_l: each head drops its own input elements (the reference
@@ -203,13 +203,14 @@ static void av_project_head(const bv_model *m, int l, size_t stage, const bv_tas
                              hd, zb + h * hd, z);
         return;
     }
-    if (ctx->training && m->dropout > 0)
+    const float *xh = a; /* without dropout, x_h is a itself */
+    if (ctx->training && m->dropout > 0) {
         ctx->k->dropout_forward(ctx->compute, n, m->dropout, ctx->seed, stream_of(ctx, stage),
                                 input_offset(ctx, w, h), a, x);
-    else
-        memcpy(x, a, (size_t)n * sizeof *x);
-    ctx->k->gemm(ctx->compute, false, false, ctx->rows, hd, w, 1.0f, x, w, W + h * hd, z, 0.0f,
-                 zb + h * hd, z);
+        xh = x;
+    }
+    ctx->k->gemm(ctx->compute, false, false, ctx->rows, hd, w, 1.0f, xh, w, W + h * hd, z,
+                 0.0f, zb + h * hd, z);
 }
 
 static bv_status av_forward(bv_model *m, int l, size_t stage, const bv_task_ctx *ctx,
@@ -217,19 +218,18 @@ static bv_status av_forward(bv_model *m, int l, size_t stage, const bv_task_ctx 
 {
     int k = m->heads[l];
     int64_t hd = m->head_dim[l], z = k * hd, w = m->in_width[l], ow = z + 2 * k;
-    float *a = malloc((size_t)(ctx->rows * w + 1) * sizeof *a);
+    float *a = l > 0 ? malloc((size_t)(ctx->rows * w + 1) * sizeof *a) : NULL;
     float *x = malloc((size_t)(ctx->rows * w + 1) * sizeof *x);
     float *zb = malloc((size_t)(ctx->rows * z + 1) * sizeof *zb);
-    if (!a || !x || !zb) {
+    if ((l > 0 && !a) || !x || !zb) {
         free(a);
         free(x);
         free(zb);
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory in AV%d", l);
     }
-    if (!gat_sparse(ctx, l))
-        av_activation(m, l, ctx, in, a);
+    const float *act = gat_sparse(ctx, l) ? NULL : av_activation(m, l, ctx, in, a);
     for (int h = 0; h < k; h++)
-        av_project_head(m, l, stage, ctx, h, a, x, zb);
+        av_project_head(m, l, stage, ctx, h, act, x, zb);
     float *const *p = ctx->params + l * P_PER_LAYER;
     for (int64_t r = 0; r < ctx->rows; r++) {
         float *row = out + r * ow;
@@ -266,12 +266,12 @@ static bv_status av_backward(bv_model *m, int l, size_t stage, const bv_task_ctx
     int64_t n = ctx->rows * w;
     float *const *p = ctx->params + l * P_PER_LAYER;
     float *const *dp = dparams + l * P_PER_LAYER;
-    float *a = malloc((size_t)(n + 1) * sizeof *a);
+    float *a = l > 0 ? malloc((size_t)(n + 1) * sizeof *a) : NULL;
     float *x = malloc((size_t)(n + 1) * sizeof *x);
     float *dx = din ? malloc((size_t)(n + 1) * sizeof *dx) : NULL;
     float *zb = malloc((size_t)(ctx->rows * z + 1) * sizeof *zb);
     float *dz = malloc((size_t)(ctx->rows * z + 1) * sizeof *dz);
-    if (!a || !x || (din && !dx) || !zb || !dz) {
+    if ((l > 0 && !a) || !x || (din && !dx) || !zb || !dz) {
         free(a);
         free(x);
         free(dx);
@@ -279,8 +279,8 @@ static bv_status av_backward(bv_model *m, int l, size_t stage, const bv_task_ctx
         free(dz);
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory in backward of AV%d", l);
     }
-    if (!gat_sparse(ctx, l))
-        av_activation(m, l, ctx, in, a); /* rematerialised, with the undropped Z */
+    /* rematerialised, with the undropped Z */
+    const float *act = gat_sparse(ctx, l) ? NULL : av_activation(m, l, ctx, in, a);
     if (din)
         memset(din, 0, (size_t)n * sizeof *din);
     /* dZ = dropout'(dZ for aggregation): the rows are contiguous in dz, and so are their
@@ -296,7 +296,7 @@ static bv_status av_backward(bv_model *m, int l, size_t stage, const bv_task_ctx
      * din += mask_h(dZ_h W_h^T). Every element is the same sum in the same order as when
      * each step ran over all heads at once. */
     for (int h = 0; h < k; h++) {
-        av_project_head(m, l, stage, ctx, h, a, x, zb);
+        av_project_head(m, l, stage, ctx, h, act, x, zb);
         for (int64_t r = 0; r < ctx->rows; r++) {
             const float *drow = dout + r * ow;
             float *dzr = dz + r * z + h * hd;
@@ -315,7 +315,8 @@ static bv_status av_backward(bv_model *m, int l, size_t stage, const bv_task_ctx
                                             dp[P_W] + h * hd, z);
             continue;
         }
-        ctx->k->gemm(ctx->compute, true, false, w, hd, ctx->rows, 1.0f, x, w, dz + h * hd, z,
+        const float *xh = ctx->training && m->dropout > 0 ? x : act; /* av_project_head's */
+        ctx->k->gemm(ctx->compute, true, false, w, hd, ctx->rows, 1.0f, xh, w, dz + h * hd, z,
                      1.0f, dp[P_W] + h * hd, z);
         if (!din)
             continue;
