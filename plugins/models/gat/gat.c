@@ -243,14 +243,16 @@ static bv_status av_forward(bv_model *m, int l, size_t stage, const bv_task_ctx 
             row[z + h] = s;
             row[z + k + h] = d;
         }
-        memcpy(row, zb + r * z, (size_t)z * sizeof *row);
     }
-    if (ctx->training && m->dropout > 0) /* Z is dropped for aggregation only */
-        for (int64_t r = 0; r < ctx->rows; r++)
-            ctx->k->dropout_forward(ctx->compute, z, m->dropout, ctx->seed,
-                                    features_stream(ctx, stage),
-                                    (uint64_t)((ctx->row_begin + r) * z), out + r * ow,
-                                    out + r * ow);
+    /* Z is dropped for aggregation only, once the attention terms have read it: in zb,
+     * where the rows and their mask indices ((row_begin + r) z + j) are contiguous, so one
+     * call covers them all */
+    if (ctx->training && m->dropout > 0)
+        ctx->k->dropout_forward(ctx->compute, ctx->rows * z, m->dropout, ctx->seed,
+                                features_stream(ctx, stage), (uint64_t)(ctx->row_begin * z),
+                                zb, zb);
+    for (int64_t r = 0; r < ctx->rows; r++)
+        memcpy(out + r * ow, zb + r * z, (size_t)z * sizeof *out);
     free(a);
     free(x);
     free(zb);
