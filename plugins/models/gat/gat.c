@@ -299,15 +299,18 @@ static bv_status av_backward(bv_model *m, int l, size_t stage, const bv_task_ctx
      * each step ran over all heads at once. */
     for (int h = 0; h < k; h++) {
         av_project_head(m, l, stage, ctx, h, act, x, zb);
+        /* head h's slices, restrict so that the unit loop vectorises */
+        const float *restrict asrc = p[P_ASRC] + h * hd, *restrict adst = p[P_ADST] + h * hd;
+        float *restrict dasrc = dp[P_ASRC] + h * hd, *restrict dadst = dp[P_ADST] + h * hd;
         for (int64_t r = 0; r < ctx->rows; r++) {
             const float *drow = dout + r * ow;
-            float *dzr = dz + r * z + h * hd;
+            float *restrict dzr = dz + r * z + h * hd;
+            const float *restrict zr = zb + r * z + h * hd;
             float ds = drow[z + h], dd = drow[z + k + h];
             for (int64_t f = 0; f < hd; f++) {
-                int64_t j = h * hd + f;
-                dzr[f] += ds * p[P_ASRC][j] + dd * p[P_ADST][j];
-                dp[P_ASRC][j] += ds * zb[r * z + j];
-                dp[P_ADST][j] += dd * zb[r * z + j];
+                dzr[f] += ds * asrc[f] + dd * adst[f];
+                dasrc[f] += ds * zr[f];
+                dadst[f] += dd * zr[f];
             }
         }
         if (gat_sparse(ctx, l)) { /* the first layer: X needs no gradient */
