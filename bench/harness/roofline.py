@@ -1,4 +1,4 @@
-"""Work models: how many bytes and FLOPs a GCN epoch must move and compute, and how many
+"""Work models: how many bytes and FLOPs a GCN or GAT epoch must move and compute, and how many
 FLOPs a transformer token costs. With the machine limits measured in the same run they give
 the roofline estimates the targets are checked against (docs/benchmarks.md)."""
 
@@ -60,6 +60,78 @@ def gcn_epoch(n, nnz, dims):
         if l > 0:
             gemm(n, fout, fin)  # dX = dZ W^T
             dense(2 * n * fin, n * fin)  # ReLU and dropout backward
+    return {"flops": flops, "bytes": logical, "bytes_compulsory": compulsory}
+
+
+def gat_epoch(n, nnz, dims, heads, out_heads):
+    """One bivouac GAT epoch (train step + evaluation forward), as gcn_epoch models GCN's,
+    for layer widths dims = [features, hidden..., classes] (a hidden layer has `heads`
+    heads of hidden / heads units, concatenated; the output layer `out_heads` heads of
+    `classes` units, averaged) on n vertices whose adjacency with self loops has nnz
+    entries. Returns dict(flops, bytes, bytes_compulsory).
+
+    The passes are those of an implementation that fuses what can be fused: the edge pass
+    (scores, LeakyReLU, softmax over each vertex's in-edges, attention dropout) reads the
+    CSR and one source score per edge and head and writes the weights alpha once; dropout
+    masks are recomputed, never stored. Streaming model per edge pass: the CSR arrays once
+    (int64 rowptr, int32 colidx), K floats per edge for each per-edge array read or
+    written, one source row (K scores, or z = K x units features) per edge gathered, and
+    the per-vertex rows once. Compulsory: each gathered row once per vertex instead.
+    FLOPs: the dense projections (2 n f z) and the aggregations (2 nnz z each); the edge
+    arithmetic (a few operations per edge and head) is not counted, being small next to
+    the bytes it moves."""
+    flops = 0.0
+    logical = 0.0
+    compulsory = 0.0
+    csr = 8 * (n + 1) + 4 * nnz
+
+    def dense(read, write):
+        nonlocal logical, compulsory
+        b = F32 * (read + write)
+        logical += b
+        compulsory += b
+
+    def edge_pass(k, per_edge_arrays, gathered_width, vertex_floats, flop_width=0):
+        """per_edge_arrays arrays of k floats per edge streamed, a gathered source row of
+        gathered_width floats per edge, vertex_floats per-vertex floats read or written."""
+        nonlocal flops, logical, compulsory
+        base = csr + F32 * (per_edge_arrays * k * nnz + vertex_floats)
+        logical += base + F32 * gathered_width * nnz
+        compulsory += base + F32 * gathered_width * n
+        flops += 2.0 * nnz * flop_width
+
+    def gemm(m, kk, c):
+        nonlocal flops
+        flops += 2.0 * m * kk * c
+        dense(m * kk, m * c)
+
+    layers = len(dims) - 1
+    shape = []
+    for l in range(layers):
+        last = l == layers - 1
+        k = out_heads if last else heads
+        hd = dims[-1] if last else dims[l + 1] // heads
+        shape.append((dims[l], k, hd))
+    for training in (True, False):  # the train step's forward, then the evaluation's
+        for l, (fin, k, hd) in enumerate(shape):
+            z = k * hd
+            if training or l > 0:  # dropout (train) and/or ELU (l > 0) over the input
+                dense(n * fin, n * fin)
+            gemm(n, fin, z + 2 * k)  # Z and the two attention terms per head
+            edge_pass(k, 1, k, 2 * k * n)  # alpha written; s_src gathered; s_dst read
+            edge_pass(k, 1, z, z * n, z)  # out = sum alpha Z: alpha read, Z gathered
+        c = dims[-1]
+        dense(n * c, n * c if training else 0)  # softmax-xent (+ gradient)
+    for l in reversed(range(layers)):  # backward
+        fin, k, hd = shape[l]
+        z = k * hd
+        edge_pass(k, 1, z, z * n, z)  # dZ via the transpose: alpha read, dY rows gathered
+        edge_pass(k, 1, z, z * n, z)  # dalpha: dY row per vertex, Z rows gathered, dalpha out
+        edge_pass(k, 2, k, 4 * k * n)  # scores again (s_src gathered), dalpha read; dsrc/ddst
+        gemm(fin, n, z)  # dW = X^T dZ
+        if l > 0:
+            gemm(n, z, fin)  # dX = dZ W^T
+            dense(2 * n * fin, n * fin)  # ELU and dropout backward
     return {"flops": flops, "bytes": logical, "bytes_compulsory": compulsory}
 
 

@@ -36,6 +36,31 @@ typedef struct scores_ctx {
     bool accumulate;
 } scores_ctx;
 
+/* With a multiple of 8 heads, 8 at a time (cpu_vec.h): the same additions, in vectors.
+ * The backward's ddst sums and dsrc adds, and the softmax backward's dot products, run
+ * the same way, each lane doing what the scalar loop does for its head, in edge order. */
+CPU_VEC_INLINE void edge_scores_rows_body(const scores_ctx *s, int64_t b, int64_t e)
+{
+    const int64_t *rowptr = s->a->rowptr;
+    const int32_t *colidx = s->a->colidx;
+    int heads = s->heads;
+    int64_t k_end = rowptr[e];
+    for (int64_t i = b; i < e; i++) {
+        const float *d = s->dst + (i - s->row_begin) * s->dst_stride;
+        for (int64_t k = rowptr[i]; k < rowptr[i + 1]; k++) {
+            if (k + CPU_GATHER_PREFETCH < k_end) {
+                int64_t ahead = colidx[k + CPU_GATHER_PREFETCH];
+                cpu_prefetch_row(s->src + ahead * s->src_stride, heads);
+            }
+            const float *sr = s->src + (int64_t)colidx[k] * s->src_stride;
+            float *o = s->out + (k - s->base) * heads;
+            for (int h = 0; h < heads; h += 8)
+                vec8_store(o + h, vec8_load(sr + h, 8) + vec8_load(d + h, 8), 8);
+        }
+    }
+}
+CPU_DEFINE_DISPATCH(edge_scores_rows, (const scores_ctx *s, int64_t b, int64_t e), (s, b, e))
+
 static void edge_scores_task(void *arg, int tid, int ntasks)
 {
     const scores_ctx *s = arg;
@@ -44,6 +69,11 @@ static void edge_scores_task(void *arg, int tid, int ntasks)
     const int64_t *rowptr = s->a->rowptr;
     const int32_t *colidx = s->a->colidx;
     int heads = s->heads;
+    if (heads % 8 == 0) {
+        if (b < e)
+            edge_scores_rows(s, b, e);
+        return;
+    }
     int64_t k_end = rowptr[e];
     for (int64_t i = b; i < e; i++) {
         const float *d = s->dst + (i - s->row_begin) * s->dst_stride;
@@ -82,6 +112,36 @@ void cpu_edge_scores(bv_compute *c, const bv_csr *a, int64_t row_begin, int64_t 
  * and scans every edge of the range, adding only those whose column it owns. Each dsrc
  * element thus receives its terms in edge order, exactly as the serial loop would, for any
  * thread count; the price is that every task reads all column indices. */
+CPU_VEC_INLINE void edge_scores_backward_rows_body(const scores_ctx *s, int64_t b, int64_t e,
+                                                  int64_t col_begin, int64_t col_end)
+{
+    const int64_t *rowptr = s->a->rowptr;
+    const int32_t *colidx = s->a->colidx;
+    int heads = s->heads;
+    for (int64_t i = b; i < e; i++) {
+        float *dd = s->ddst + (i - s->row_begin) * s->dst_stride;
+        for (int h = 0; h < heads; h += 8) {
+            vec8f sum = vec8_splat(0.0f);
+            for (int64_t k = rowptr[i]; k < rowptr[i + 1]; k++)
+                sum += vec8_load(s->dout + (k - s->base) * heads + h, 8);
+            vec8_store(dd + h, s->accumulate ? vec8_load(dd + h, 8) + sum : sum, 8);
+        }
+    }
+    for (int64_t k = rowptr[s->row_begin]; k < rowptr[s->row_end]; k++) {
+        int64_t col = colidx[k];
+        if (col < col_begin || col >= col_end)
+            continue;
+        float *ds = s->dsrc + col * s->src_stride;
+        const float *d = s->dout + (k - s->base) * heads;
+        for (int h = 0; h < heads; h += 8)
+            vec8_store(ds + h, vec8_load(ds + h, 8) + vec8_load(d + h, 8), 8);
+    }
+}
+CPU_DEFINE_DISPATCH(edge_scores_backward_rows,
+                    (const scores_ctx *s, int64_t b, int64_t e, int64_t col_begin,
+                     int64_t col_end),
+                    (s, b, e, col_begin, col_end))
+
 static void edge_scores_backward_task(void *arg, int tid, int ntasks)
 {
     const scores_ctx *s = arg;
@@ -91,6 +151,12 @@ static void edge_scores_backward_task(void *arg, int tid, int ntasks)
 
     int64_t b, e;
     cpu_split_rows_by_nnz(rowptr, s->row_begin, s->row_end, tid, ntasks, &b, &e);
+    if (heads % 8 == 0) {
+        int64_t col_begin, col_end;
+        cpu_split(s->a->ncols, tid, ntasks, &col_begin, &col_end);
+        edge_scores_backward_rows(s, b, e, col_begin, col_end);
+        return;
+    }
     for (int64_t i = b; i < e; i++) {
         float *dd = s->ddst + (i - s->row_begin) * s->dst_stride;
         for (int h = 0; h < heads; h++) {
@@ -227,6 +293,29 @@ void cpu_edge_softmax(bv_compute *c, const bv_csr *a, int64_t row_begin, int64_t
                  edge_softmax_task, &s);
 }
 
+CPU_VEC_INLINE void edge_softmax_backward_rows_body(const softmax_ctx *s, int64_t b, int64_t e)
+{
+    const int64_t *rowptr = s->a->rowptr;
+    int heads = s->heads;
+    for (int64_t i = b; i < e; i++) {
+        int64_t k0 = rowptr[i] - s->base, k1 = rowptr[i + 1] - s->base;
+        for (int h = 0; h < heads; h += 8) {
+            const float *alpha = s->alpha + h, *dalpha = s->dalpha + h;
+            float *dz = s->out + h;
+            vec8f dot = vec8_splat(0.0f);
+            for (int64_t k = k0; k < k1; k++)
+                dot += vec8_load(alpha + k * heads, 8) * vec8_load(dalpha + k * heads, 8);
+            for (int64_t k = k0; k < k1; k++)
+                vec8_store(dz + k * heads,
+                           vec8_load(alpha + k * heads, 8) *
+                               (vec8_load(dalpha + k * heads, 8) - dot),
+                           8);
+        }
+    }
+}
+CPU_DEFINE_DISPATCH(edge_softmax_backward_rows, (const softmax_ctx *s, int64_t b, int64_t e),
+                    (s, b, e))
+
 static void edge_softmax_backward_task(void *arg, int tid, int ntasks)
 {
     const softmax_ctx *s = arg;
@@ -234,6 +323,11 @@ static void edge_softmax_backward_task(void *arg, int tid, int ntasks)
     cpu_split_rows_by_nnz(s->a->rowptr, s->row_begin, s->row_end, tid, ntasks, &b, &e);
     const int64_t *rowptr = s->a->rowptr;
     int heads = s->heads;
+    if (heads % 8 == 0) {
+        if (b < e)
+            edge_softmax_backward_rows(s, b, e);
+        return;
+    }
     for (int64_t i = b; i < e; i++) {
         int64_t k0 = rowptr[i] - s->base, k1 = rowptr[i + 1] - s->base;
         for (int h = 0; h < heads; h++) {
@@ -343,11 +437,76 @@ CPU_ALWAYS_INLINE void gather_heads_rows(const gather_ctx *g, int64_t b, int64_t
     }
 }
 
+/* Heads of a multiple of 8 units and rows of at most 64 floats (GAT's 8 x 8): the output
+ * row stays in nv vector registers (vector v lies in head 8v / d) while the row's edges
+ * are added, and is loaded and stored once. Per element the same operations in the same
+ * order as gather_heads_rows (a row starts at +0, the backward's at what dx holds), so
+ * both give the same bits. */
+CPU_VEC_INLINE void gather_heads_rows_vec(const gather_ctx *g, int64_t b, int64_t e, int nv,
+                                          bool backward)
+{
+    const int64_t *rowptr = g->a->rowptr;
+    const int32_t *colidx = g->a->colidx;
+    int heads = g->heads;
+    int64_t d = g->head_dim, width = 8 * (int64_t)nv;
+    const float *x = backward ? g->dy : g->x;
+    int64_t x_stride = backward ? width : g->x_stride;
+    int64_t k_end = rowptr[e];
+    int head_of[8];
+    for (int v = 0; v < nv; v++)
+        head_of[v] = (int)(8 * v / d);
+    for (int64_t i = b; i < e; i++) {
+        float *yr = backward ? g->out + i * g->x_stride : g->out + (i - g->row_begin) * width;
+        vec8f acc[8];
+        for (int v = 0; v < nv; v++)
+            acc[v] = backward ? vec8_load(yr + 8 * v, 8) : vec8_splat(0.0f);
+        for (int64_t k = rowptr[i]; k < rowptr[i + 1]; k++) {
+            if (k + CPU_GATHER_PREFETCH < k_end) {
+                int64_t ahead = k + CPU_GATHER_PREFETCH;
+                cpu_prefetch_row(x + (int64_t)colidx[ahead] * x_stride, width);
+                if (backward)
+                    __builtin_prefetch(g->w + g->perm[ahead] * heads, 0, 0);
+            }
+            const float *xr = x + (int64_t)colidx[k] * x_stride;
+            const float *wk = g->w + (backward ? g->perm[k] : k - g->base) * heads;
+            for (int v = 0; v < nv; v++)
+                acc[v] += vec8_splat(wk[head_of[v]]) * vec8_load(xr + 8 * v, 8);
+        }
+        for (int v = 0; v < nv; v++)
+            vec8_store(yr + 8 * v, acc[v], 8);
+    }
+}
+
+CPU_VEC_INLINE void gather_heads_vec_body(const gather_ctx *g, int64_t b, int64_t e,
+                                          bool backward)
+{
+    switch (g->heads * g->head_dim) {
+    case 8: gather_heads_rows_vec(g, b, e, 1, backward); break;
+    case 16: gather_heads_rows_vec(g, b, e, 2, backward); break;
+    case 32: gather_heads_rows_vec(g, b, e, 4, backward); break;
+    case 64: gather_heads_rows_vec(g, b, e, 8, backward); break;
+    default: break;
+    }
+}
+CPU_DEFINE_DISPATCH(gather_heads_vec, (const gather_ctx *g, int64_t b, int64_t e, bool backward),
+                    (g, b, e, backward))
+
+static bool gather_heads_vec_fits(const gather_ctx *g)
+{
+    int64_t width = g->heads * g->head_dim;
+    return g->head_dim % 8 == 0 && (width == 8 || width == 16 || width == 32 || width == 64);
+}
+
 static void gather_heads_task(void *arg, int tid, int ntasks)
 {
     const gather_ctx *g = arg;
     int64_t b, e;
     cpu_split_rows_by_nnz(g->a->rowptr, g->row_begin, g->row_end, tid, ntasks, &b, &e);
+    if (gather_heads_vec_fits(g)) {
+        if (b < e)
+            gather_heads_vec(g, b, e, false);
+        return;
+    }
     HEAD_DIM_DISPATCH(gather_heads_rows, g, b, e);
 }
 
@@ -397,6 +556,11 @@ static void gather_heads_backward_x_task(void *arg, int tid, int ntasks)
     const gather_ctx *g = arg;
     int64_t b, e;
     cpu_split_rows_by_nnz(g->a->rowptr, 0, g->a->nrows, tid, ntasks, &b, &e);
+    if (gather_heads_vec_fits(g)) {
+        if (b < e)
+            gather_heads_vec(g, b, e, true);
+        return;
+    }
     HEAD_DIM_DISPATCH(gather_heads_backward_x_rows, g, b, e);
 }
 
@@ -433,11 +597,64 @@ CPU_ALWAYS_INLINE void gather_heads_backward_w_rows(const gather_ctx *g, int64_t
     }
 }
 
+/* Heads of 8 units, 8 heads at a time: the row's dy stays in registers, and the eight dot
+ * products of an edge are reduced together. Lane l of p_h is 0 + dy_h[l] x_h[l] (head_dot's
+ * acc[l]); two levels of pairwise sums (hadd's shuffles) and a last add of the halves give
+ * each head ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7)), head_dot's order: the same
+ * bits. */
+CPU_VEC_INLINE vec8f pair_sums(vec8f a, vec8f b) /* hadd: a01 a23 b01 b23 a45 a67 b45 b67 */
+{
+    vec8i even = {0, 2, 8, 10, 4, 6, 12, 14}, odd = {1, 3, 9, 11, 5, 7, 13, 15};
+    return __builtin_shuffle(a, b, even) + __builtin_shuffle(a, b, odd);
+}
+
+CPU_VEC_INLINE vec8f head8_dots(const vec8f p[8])
+{
+    vec8f q0123 = pair_sums(pair_sums(p[0], p[1]), pair_sums(p[2], p[3]));
+    vec8f q4567 = pair_sums(pair_sums(p[4], p[5]), pair_sums(p[6], p[7]));
+    vec8i lo = {0, 1, 2, 3, 8, 9, 10, 11}, hi = {4, 5, 6, 7, 12, 13, 14, 15};
+    return __builtin_shuffle(q0123, q4567, lo) + __builtin_shuffle(q0123, q4567, hi);
+}
+
+CPU_VEC_INLINE void gather_heads_backward_w8_body(const gather_ctx *g, int64_t b, int64_t e)
+{
+    const int64_t *rowptr = g->a->rowptr;
+    const int32_t *colidx = g->a->colidx;
+    int heads = g->heads;
+    int64_t width = (int64_t)heads * 8, k_end = rowptr[e];
+    for (int64_t i = b; i < e; i++) {
+        const float *dyr = g->dy + (i - g->row_begin) * width;
+        for (int h0 = 0; h0 < heads; h0 += 8) {
+            vec8f dy[8];
+            for (int h = 0; h < 8; h++)
+                dy[h] = vec8_load(dyr + (h0 + h) * 8, 8);
+            for (int64_t k = rowptr[i]; k < rowptr[i + 1]; k++) {
+                if (k + CPU_GATHER_PREFETCH < k_end)
+                    cpu_prefetch_row(g->x + (int64_t)colidx[k + CPU_GATHER_PREFETCH] *
+                                                g->x_stride + h0 * 8,
+                                     64);
+                const float *xr = g->x + (int64_t)colidx[k] * g->x_stride + h0 * 8;
+                vec8f p[8];
+                for (int h = 0; h < 8; h++)
+                    p[h] = vec8_splat(0.0f) + dy[h] * vec8_load(xr + h * 8, 8);
+                vec8_store(g->out + (k - g->base) * heads + h0, head8_dots(p), 8);
+            }
+        }
+    }
+}
+CPU_DEFINE_DISPATCH(gather_heads_backward_w8, (const gather_ctx *g, int64_t b, int64_t e),
+                    (g, b, e))
+
 static void gather_heads_backward_w_task(void *arg, int tid, int ntasks)
 {
     const gather_ctx *g = arg;
     int64_t b, e;
     cpu_split_rows_by_nnz(g->a->rowptr, g->row_begin, g->row_end, tid, ntasks, &b, &e);
+    if (g->head_dim == 8 && g->heads % 8 == 0) {
+        if (b < e)
+            gather_heads_backward_w8(g, b, e);
+        return;
+    }
     HEAD_DIM_DISPATCH(gather_heads_backward_w_rows, g, b, e);
 }
 

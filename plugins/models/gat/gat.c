@@ -149,20 +149,20 @@ static uint64_t stream_of(const bv_task_ctx *ctx, size_t stage)
     return (uint64_t)ctx->epoch * 64 + stage;
 }
 
-/* a = act(in): identity for the first layer, ELU(in + b_{l-1}) after. */
-static void av_activation(const bv_model *m, int l, const bv_task_ctx *ctx, const float *in,
-                          float *a)
+/* act(in): the input itself for the first layer (no copy), ELU(in + b_{l-1}) into a
+ * after. */
+static const float *av_activation(const bv_model *m, int l, const bv_task_ctx *ctx,
+                                  const float *in, float *a)
 {
     int64_t w = m->in_width[l], n = ctx->rows * w;
-    if (l == 0) {
-        memcpy(a, in, (size_t)n * sizeof *a);
-        return;
-    }
+    if (l == 0)
+        return in;
     const float *b = ctx->params[(l - 1) * P_PER_LAYER + P_B];
     for (int64_t r = 0; r < ctx->rows; r++)
         for (int64_t j = 0; j < w; j++)
             a[r * w + j] = in[r * w + j] + b[j];
     ctx->k->elu_forward(ctx->compute, n, a, a);
+    return a;
 }
 
 /* Dropout streams of AV_l: each head drops its own input elements (the reference
@@ -203,13 +203,14 @@ static void av_project_head(const bv_model *m, int l, size_t stage, const bv_tas
                              hd, zb + h * hd, z);
         return;
     }
-    if (ctx->training && m->dropout > 0)
+    const float *xh = a; /* without dropout, x_h is a itself */
+    if (ctx->training && m->dropout > 0) {
         ctx->k->dropout_forward(ctx->compute, n, m->dropout, ctx->seed, stream_of(ctx, stage),
                                 input_offset(ctx, w, h), a, x);
-    else
-        memcpy(x, a, (size_t)n * sizeof *x);
-    ctx->k->gemm(ctx->compute, false, false, ctx->rows, hd, w, 1.0f, x, w, W + h * hd, z, 0.0f,
-                 zb + h * hd, z);
+        xh = x;
+    }
+    ctx->k->gemm(ctx->compute, false, false, ctx->rows, hd, w, 1.0f, xh, w, W + h * hd, z,
+                 0.0f, zb + h * hd, z);
 }
 
 static bv_status av_forward(bv_model *m, int l, size_t stage, const bv_task_ctx *ctx,
@@ -217,19 +218,18 @@ static bv_status av_forward(bv_model *m, int l, size_t stage, const bv_task_ctx 
 {
     int k = m->heads[l];
     int64_t hd = m->head_dim[l], z = k * hd, w = m->in_width[l], ow = z + 2 * k;
-    float *a = malloc((size_t)(ctx->rows * w + 1) * sizeof *a);
+    float *a = l > 0 ? malloc((size_t)(ctx->rows * w + 1) * sizeof *a) : NULL;
     float *x = malloc((size_t)(ctx->rows * w + 1) * sizeof *x);
     float *zb = malloc((size_t)(ctx->rows * z + 1) * sizeof *zb);
-    if (!a || !x || !zb) {
+    if ((l > 0 && !a) || !x || !zb) {
         free(a);
         free(x);
         free(zb);
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory in AV%d", l);
     }
-    if (!gat_sparse(ctx, l))
-        av_activation(m, l, ctx, in, a);
+    const float *act = gat_sparse(ctx, l) ? NULL : av_activation(m, l, ctx, in, a);
     for (int h = 0; h < k; h++)
-        av_project_head(m, l, stage, ctx, h, a, x, zb);
+        av_project_head(m, l, stage, ctx, h, act, x, zb);
     float *const *p = ctx->params + l * P_PER_LAYER;
     for (int64_t r = 0; r < ctx->rows; r++) {
         float *row = out + r * ow;
@@ -243,14 +243,16 @@ static bv_status av_forward(bv_model *m, int l, size_t stage, const bv_task_ctx 
             row[z + h] = s;
             row[z + k + h] = d;
         }
-        memcpy(row, zb + r * z, (size_t)z * sizeof *row);
     }
-    if (ctx->training && m->dropout > 0) /* Z is dropped for aggregation only */
-        for (int64_t r = 0; r < ctx->rows; r++)
-            ctx->k->dropout_forward(ctx->compute, z, m->dropout, ctx->seed,
-                                    features_stream(ctx, stage),
-                                    (uint64_t)((ctx->row_begin + r) * z), out + r * ow,
-                                    out + r * ow);
+    /* Z is dropped for aggregation only, once the attention terms have read it: in zb,
+     * where the rows and their mask indices ((row_begin + r) z + j) are contiguous, so one
+     * call covers them all */
+    if (ctx->training && m->dropout > 0)
+        ctx->k->dropout_forward(ctx->compute, ctx->rows * z, m->dropout, ctx->seed,
+                                features_stream(ctx, stage), (uint64_t)(ctx->row_begin * z),
+                                zb, zb);
+    for (int64_t r = 0; r < ctx->rows; r++)
+        memcpy(out + r * ow, zb + r * z, (size_t)z * sizeof *out);
     free(a);
     free(x);
     free(zb);
@@ -266,12 +268,12 @@ static bv_status av_backward(bv_model *m, int l, size_t stage, const bv_task_ctx
     int64_t n = ctx->rows * w;
     float *const *p = ctx->params + l * P_PER_LAYER;
     float *const *dp = dparams + l * P_PER_LAYER;
-    float *a = malloc((size_t)(n + 1) * sizeof *a);
+    float *a = l > 0 ? malloc((size_t)(n + 1) * sizeof *a) : NULL;
     float *x = malloc((size_t)(n + 1) * sizeof *x);
     float *dx = din ? malloc((size_t)(n + 1) * sizeof *dx) : NULL;
     float *zb = malloc((size_t)(ctx->rows * z + 1) * sizeof *zb);
     float *dz = malloc((size_t)(ctx->rows * z + 1) * sizeof *dz);
-    if (!a || !x || (din && !dx) || !zb || !dz) {
+    if ((l > 0 && !a) || !x || (din && !dx) || !zb || !dz) {
         free(a);
         free(x);
         free(dx);
@@ -279,32 +281,38 @@ static bv_status av_backward(bv_model *m, int l, size_t stage, const bv_task_ctx
         free(dz);
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory in backward of AV%d", l);
     }
-    if (!gat_sparse(ctx, l))
-        av_activation(m, l, ctx, in, a); /* rematerialised, with the undropped Z */
-    for (int h = 0; h < k; h++)
-        av_project_head(m, l, stage, ctx, h, a, x, zb);
-    /* dZ = dropout'(dZ for aggregation) + ds_src a_src + ds_dst a_dst; the a's gradients */
-    for (int64_t r = 0; r < ctx->rows; r++) {
-        const float *drow = dout + r * ow;
-        float *dzr = dz + r * z;
-        memcpy(dzr, drow, (size_t)z * sizeof *dzr);
-        if (ctx->training && m->dropout > 0)
-            ctx->k->dropout_backward(ctx->compute, z, m->dropout, ctx->seed,
-                                     features_stream(ctx, stage),
-                                     (uint64_t)((ctx->row_begin + r) * z), dzr, dzr);
-        for (int h = 0; h < k; h++) {
-            float ds = drow[z + h], dd = drow[z + k + h];
-            for (int64_t f = 0; f < hd; f++) {
-                int64_t j = h * hd + f;
-                dzr[j] += ds * p[P_ASRC][j] + dd * p[P_ADST][j];
-                dp[P_ASRC][j] += ds * zb[r * z + j];
-                dp[P_ADST][j] += dd * zb[r * z + j];
-            }
-        }
-    }
+    /* rematerialised, with the undropped Z */
+    const float *act = gat_sparse(ctx, l) ? NULL : av_activation(m, l, ctx, in, a);
     if (din)
         memset(din, 0, (size_t)n * sizeof *din);
+    /* dZ = dropout'(dZ for aggregation): the rows are contiguous in dz, and so are their
+     * mask indices ((row_begin + r) z + j), so one call covers them all */
+    for (int64_t r = 0; r < ctx->rows; r++)
+        memcpy(dz + r * z, dout + r * ow, (size_t)z * sizeof *dz);
+    if (ctx->training && m->dropout > 0)
+        ctx->k->dropout_backward(ctx->compute, ctx->rows * z, m->dropout, ctx->seed,
+                                 features_stream(ctx, stage), (uint64_t)(ctx->row_begin * z),
+                                 dz, dz);
+    /* Head by head: x_h and Z_h again (x_h's mask made once and kept for dW_h), then
+     * dZ_h += ds_src a_src + ds_dst a_dst and the a's gradients, dW_h += x_h^T dZ_h and
+     * din += mask_h(dZ_h W_h^T). Every element is the same sum in the same order as when
+     * each step ran over all heads at once. */
     for (int h = 0; h < k; h++) {
+        av_project_head(m, l, stage, ctx, h, act, x, zb);
+        /* head h's slices, restrict so that the unit loop vectorises */
+        const float *restrict asrc = p[P_ASRC] + h * hd, *restrict adst = p[P_ADST] + h * hd;
+        float *restrict dasrc = dp[P_ASRC] + h * hd, *restrict dadst = dp[P_ADST] + h * hd;
+        for (int64_t r = 0; r < ctx->rows; r++) {
+            const float *drow = dout + r * ow;
+            float *restrict dzr = dz + r * z + h * hd;
+            const float *restrict zr = zb + r * z + h * hd;
+            float ds = drow[z + h], dd = drow[z + k + h];
+            for (int64_t f = 0; f < hd; f++) {
+                dzr[f] += ds * asrc[f] + dd * adst[f];
+                dasrc[f] += ds * zr[f];
+                dadst[f] += dd * zr[f];
+            }
+        }
         if (gat_sparse(ctx, l)) { /* the first layer: X needs no gradient */
             ctx->k->spmm_dropout_backward_x(ctx->compute, ctx->sparse_in, gat_rate(m, ctx),
                                             ctx->seed, stream_of(ctx, stage),
@@ -312,13 +320,8 @@ static bv_status av_backward(bv_model *m, int l, size_t stage, const bv_task_ctx
                                             dp[P_W] + h * hd, z);
             continue;
         }
-        /* x_h again (its mask), then dW_h += x_h^T dZ_h and din += mask_h(dZ_h W_h^T) */
-        if (ctx->training && m->dropout > 0)
-            ctx->k->dropout_forward(ctx->compute, n, m->dropout, ctx->seed,
-                                    stream_of(ctx, stage), input_offset(ctx, w, h), a, x);
-        else
-            memcpy(x, a, (size_t)n * sizeof *x);
-        ctx->k->gemm(ctx->compute, true, false, w, hd, ctx->rows, 1.0f, x, w, dz + h * hd, z,
+        const float *xh = ctx->training && m->dropout > 0 ? x : act; /* av_project_head's */
+        ctx->k->gemm(ctx->compute, true, false, w, hd, ctx->rows, 1.0f, xh, w, dz + h * hd, z,
                      1.0f, dp[P_W] + h * hd, z);
         if (!din)
             continue;
@@ -395,13 +398,52 @@ static bv_status gat_tensor_backward(bv_model *m, size_t stage, const bv_task_ct
                        dparams, err);
 }
 
-/* logits -> LeakyReLU -> softmax per destination; `pre` keeps the logits for backward */
-static void attention(const bv_model *m, int k, const bv_task_ctx *ctx, const bv_csr *a,
-                      const float *src, const float *dst, float *pre, float *alpha)
+/* The edge passes run over blocks of rows holding about GAT_EDGE_BLOCK edge-heads (or one
+ * row of more), so that a block's logits, weights and gradients stay in the cache from one
+ * kernel to the next instead of each kernel streaming arrays of the whole interval through
+ * memory, and the scratch arrays are a block's, not an interval's (which, for a large
+ * graph, were hundreds of MB of fresh pages per task). Every kernel computes each row, or
+ * each element, alone, and edge_scores_backward adds into dsrc in edge order, block after
+ * block: the same bits as one call over all rows. */
+#define GAT_EDGE_BLOCK 32768
+
+static int64_t edge_block_end(const bv_csr *a, int64_t rb, int k)
 {
-    ctx->k->edge_scores(ctx->compute, a, 0, a->nrows, k, src, 2 * k, dst + k, 2 * k, pre);
-    ctx->k->leaky_relu_forward(ctx->compute, a->nnz * k, m->slope, pre, alpha);
-    ctx->k->edge_softmax(ctx->compute, a, 0, a->nrows, k, alpha, alpha);
+    int64_t re = rb + 1;
+    while (re < a->nrows && (a->rowptr[re + 1] - a->rowptr[rb]) * k <= GAT_EDGE_BLOCK)
+        re++;
+    return re;
+}
+
+/* the most edge-heads in one block */
+static int64_t edge_block_max(const bv_csr *a, int k)
+{
+    int64_t most = 1;
+    for (int64_t rb = 0, re; rb < a->nrows; rb = re) {
+        re = edge_block_end(a, rb, k);
+        int64_t n = (a->rowptr[re] - a->rowptr[rb]) * k;
+        most = n > most ? n : most;
+    }
+    return most;
+}
+
+/* rows [rb, re): logits -> LeakyReLU -> softmax per destination; `pre` keeps the block's
+ * logits for backward, alpha receives the block's weights */
+static void attention(const bv_model *m, int k, const bv_task_ctx *ctx, const bv_csr *a,
+                      int64_t rb, int64_t re, const float *src, const float *dst, float *pre,
+                      float *alpha)
+{
+    int64_t n = (a->rowptr[re] - a->rowptr[rb]) * k;
+    ctx->k->edge_scores(ctx->compute, a, rb, re, k, src, 2 * k, dst + rb * 2 * k + k, 2 * k,
+                        pre);
+    ctx->k->leaky_relu_forward(ctx->compute, n, m->slope, pre, alpha);
+    ctx->k->edge_softmax(ctx->compute, a, rb, re, k, alpha, alpha);
+}
+
+/* the attention-dropout index of the block's first edge-head */
+static uint64_t edge_offset(const bv_task_ctx *ctx, const bv_csr *a, int64_t rb, int k)
+{
+    return (uint64_t)((ctx->edge_begin + a->rowptr[rb] - a->rowptr[0]) * k);
 }
 
 static bv_status gat_edge_forward(bv_model *m, size_t stage, const bv_task_ctx *ctx,
@@ -409,13 +451,18 @@ static bv_status gat_edge_forward(bv_model *m, size_t stage, const bv_task_ctx *
                                   float *out, bv_error *err)
 {
     int k = m->heads[stage / GAT_STAGES_PER_LAYER];
-    float *pre = malloc((size_t)(a->nnz * k + 1) * sizeof *pre);
+    float *pre = malloc((size_t)(edge_block_max(a, k) + 1) * sizeof *pre);
     if (!pre)
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory in AE");
-    attention(m, k, ctx, a, src, dst, pre, out);
-    if (ctx->training && m->attn_dropout > 0)
-        ctx->k->dropout_forward(ctx->compute, a->nnz * k, m->attn_dropout, ctx->seed,
-                                stream_of(ctx, stage), (uint64_t)(ctx->edge_begin * k), out, out);
+    for (int64_t rb = 0, re; rb < a->nrows; rb = re) {
+        re = edge_block_end(a, rb, k);
+        float *alpha = out + (a->rowptr[rb] - a->rowptr[0]) * k;
+        attention(m, k, ctx, a, rb, re, src, dst, pre, alpha);
+        if (ctx->training && m->attn_dropout > 0)
+            ctx->k->dropout_forward(ctx->compute, (a->rowptr[re] - a->rowptr[rb]) * k,
+                                    m->attn_dropout, ctx->seed, stream_of(ctx, stage),
+                                    edge_offset(ctx, a, rb, k), alpha, alpha);
+    }
     free(pre);
     return BV_OK;
 }
@@ -426,26 +473,30 @@ static bv_status gat_edge_backward(bv_model *m, size_t stage, const bv_task_ctx 
                                    float *ddst, float *const *dparams, bv_error *err)
 {
     int k = m->heads[stage / GAT_STAGES_PER_LAYER];
-    int64_t n = a->nnz * k;
-    float *pre = malloc((size_t)(n + 1) * sizeof *pre);
-    float *alpha = malloc((size_t)(n + 1) * sizeof *alpha);
-    float *d = malloc((size_t)(n + 1) * sizeof *d);
+    int64_t most = edge_block_max(a, k);
+    float *pre = malloc((size_t)(most + 1) * sizeof *pre);
+    float *alpha = malloc((size_t)(most + 1) * sizeof *alpha);
+    float *d = malloc((size_t)(most + 1) * sizeof *d);
     if (!pre || !alpha || !d) {
         free(pre);
         free(alpha);
         free(d);
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory in ∇AE");
     }
-    attention(m, k, ctx, a, src, dst, pre, alpha); /* rematerialised: α before dropout */
-    memcpy(d, dout, (size_t)n * sizeof *d);
-    if (ctx->training && m->attn_dropout > 0)
-        ctx->k->dropout_backward(ctx->compute, n, m->attn_dropout, ctx->seed,
-                                 stream_of(ctx, stage), (uint64_t)(ctx->edge_begin * k), d, d);
-    ctx->k->edge_softmax_backward(ctx->compute, a, 0, a->nrows, k, alpha, d, d);
-    ctx->k->leaky_relu_backward(ctx->compute, n, m->slope, pre, d, d);
-    /* s_src is the window's first k floats, s_dst the next k */
-    ctx->k->edge_scores_backward(ctx->compute, a, 0, a->nrows, k, d, dsrc, 2 * k, ddst + k,
-                                 2 * k, true);
+    for (int64_t rb = 0, re; rb < a->nrows; rb = re) {
+        re = edge_block_end(a, rb, k);
+        int64_t n = (a->rowptr[re] - a->rowptr[rb]) * k;
+        attention(m, k, ctx, a, rb, re, src, dst, pre, alpha); /* α before dropout, again */
+        memcpy(d, dout + (a->rowptr[rb] - a->rowptr[0]) * k, (size_t)n * sizeof *d);
+        if (ctx->training && m->attn_dropout > 0)
+            ctx->k->dropout_backward(ctx->compute, n, m->attn_dropout, ctx->seed,
+                                     stream_of(ctx, stage), edge_offset(ctx, a, rb, k), d, d);
+        ctx->k->edge_softmax_backward(ctx->compute, a, rb, re, k, alpha, d, d);
+        ctx->k->leaky_relu_backward(ctx->compute, n, m->slope, pre, d, d);
+        /* s_src is the window's first k floats, s_dst the next k */
+        ctx->k->edge_scores_backward(ctx->compute, a, rb, re, k, d, dsrc, 2 * k,
+                                     ddst + rb * 2 * k + k, 2 * k, true);
+    }
     (void)out;
     (void)dparams;
     free(pre);
