@@ -66,17 +66,36 @@ static bool columns_ascending(const bv_csr *m)
     return true;
 }
 
-/* t is m's transpose (bv_csr_transpose: columns ascending). With m's columns strictly
- * ascending too, m is symmetric exactly when the two structures are equal. An unsorted m
- * is treated as not symmetric: the BWD halos are then built from t, which is still right,
- * only not shared. */
-static bool structure_symmetric(const bv_csr *m, const bv_csr *t)
+/* Whether m equals its transpose, without building it: walking m's entries (r, c) in row
+ * order visits, for each c, the r's in ascending order, which must be exactly row c's
+ * columns in order (one cursor per row). Needs strictly ascending columns; an unsorted m
+ * is treated as not symmetric: the BWD halos are then built from the transpose, which is
+ * still right, only not shared. */
+static bv_status check_symmetric(const bv_csr *m, bool *symmetric, bv_error *err)
 {
+    *symmetric = false;
     if (!columns_ascending(m))
-        return false;
-    size_t rows = (size_t)m->nrows + 1, nnz = (size_t)m->nnz;
-    return memcmp(m->rowptr, t->rowptr, rows * sizeof *m->rowptr) == 0 &&
-           (nnz == 0 || memcmp(m->colidx, t->colidx, nnz * sizeof *m->colidx) == 0);
+        return BV_OK;
+    int64_t *cursor = malloc((size_t)(m->nrows ? m->nrows : 1) * sizeof *cursor);
+    if (!cursor)
+        return bv_error_set(err, BV_ERR_NOMEM, "out of memory for %lld row cursors",
+                            (long long)m->nrows);
+    memcpy(cursor, m->rowptr, (size_t)m->nrows * sizeof *cursor);
+    bool same = true;
+    for (int64_t r = 0; r < m->nrows && same; r++)
+        for (int64_t e = m->rowptr[r]; e < m->rowptr[r + 1]; e++) {
+            int32_t c = m->colidx[e];
+            if (cursor[c] == m->rowptr[c + 1] || m->colidx[cursor[c]] != r) {
+                same = false;
+                break;
+            }
+            cursor[c]++;
+        }
+    for (int64_t c = 0; c < m->nrows && same; c++)
+        same = cursor[c] == m->rowptr[c + 1];
+    free(cursor);
+    *symmetric = same;
+    return BV_OK;
 }
 
 /* ---- the symmetrised graph METIS sees and the edge cut is counted on -------------- */
@@ -331,13 +350,21 @@ static bv_status build_halos(bv_partition *pt, const bv_csr *adj, const bv_csr *
     return st;
 }
 
-static int64_t count_cut(const bv_partition *pt, const idx_t *xadj, const idx_t *adjncy)
+/* Edges of the symmetrised graph across parts. Counted on adj itself when it is symmetric
+ * (then strictly sorted, so each edge is there once each way), else on xadj/adjncy. */
+static int64_t count_cut(const bv_partition *pt, const bv_csr *adj, const idx_t *xadj,
+                         const idx_t *adjncy)
 {
     int64_t arcs = 0;
-    for (int64_t v = 0; v < pt->num_vertices; v++)
-        for (idx_t e = xadj[v]; e < xadj[v + 1]; e++)
-            arcs += pt->part_of[v] != pt->part_of[adjncy[e]];
-    return arcs / 2; /* the symmetrised graph holds each edge both ways */
+    for (int64_t v = 0; v < pt->num_vertices; v++) {
+        if (xadj)
+            for (idx_t e = xadj[v]; e < xadj[v + 1]; e++)
+                arcs += pt->part_of[v] != pt->part_of[adjncy[e]];
+        else
+            for (int64_t e = adj->rowptr[v]; e < adj->rowptr[v + 1]; e++)
+                arcs += pt->part_of[v] != pt->part_of[adj->colidx[e]];
+    }
+    return arcs / 2; /* each edge both ways */
 }
 
 static uint64_t fingerprint(const bv_partition *pt)
@@ -350,18 +377,24 @@ static uint64_t fingerprint(const bv_partition *pt)
 static bv_status partition_build(bv_partition *pt, const bv_csr *adj, bv_error *err)
 {
     int64_t n = pt->num_vertices;
-    bv_csr *t = bv_csr_transpose(adj);
-    if (!t)
+    bool symmetric = false;
+    bv_status st = check_symmetric(adj, &symmetric, err);
+    if (st != BV_OK)
+        return st;
+    pt->symmetric = symmetric;
+    bv_csr *t = NULL; /* the transpose, for BWD halos and METIS, only when it differs */
+    if (!symmetric && !(t = bv_csr_transpose(adj)))
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory for the transpose of a "
                             "%lld-vertex graph", (long long)n);
-    bool sorted = columns_ascending(adj);
-    pt->symmetric = structure_symmetric(adj, t);
+    /* The symmetrised graph: METIS's input, and the edge cut's when adj is not symmetric. */
     idx_t *xadj = NULL, *adjncy = NULL;
-    bv_status st = symmetrise(adj, pt->symmetric ? NULL : t, sorted, &xadj, &adjncy, err);
+    bool metis = pt->method == BV_PARTITION_METIS && pt->parts > 1;
+    if (metis || !symmetric)
+        st = symmetrise(adj, t, columns_ascending(adj), &xadj, &adjncy, err);
     if (st == BV_OK) {
         if (pt->parts == 1)
             memset(pt->part_of, 0, (size_t)n * sizeof *pt->part_of);
-        else if (pt->method == BV_PARTITION_METIS)
+        else if (metis)
             st = metis_parts(n, xadj, adjncy, &(bv_partition_opts){pt->method, pt->parts,
                                                                     pt->seed},
                              pt->part_of, err);
@@ -370,7 +403,7 @@ static bv_status partition_build(bv_partition *pt, const bv_csr *adj, bv_error *
                 pt->part_of[v] = (int32_t)(v * pt->parts / n);
     }
     if (st == BV_OK) {
-        pt->edge_cut = count_cut(pt, xadj, adjncy);
+        pt->edge_cut = count_cut(pt, adj, xadj, adjncy);
         st = build_owned(pt, adj, err);
     }
     free(xadj);
