@@ -9,6 +9,7 @@
 
 #include <cmocka.h>
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -420,6 +421,36 @@ static void test_metis_is_deterministic_on_cora(void **state)
     bv_partition_free(b);
 }
 
+/* METIS seeds libc's rand() itself: what the process drew before does not matter, and two
+ * threads partitioning at once (roles in one process) agree. */
+static void *partition_thread(void *arg)
+{
+    return partition(&cora->adj, BV_PARTITION_METIS, 3);
+}
+
+static void test_metis_ignores_rand_and_threads_on_cora(void **state)
+{
+    NEED_CORA();
+    bv_partition *a = partition(&cora->adj, BV_PARTITION_METIS, 3);
+    srand(12345);
+    for (int i = 0; i < 1000; i++)
+        (void)rand();
+    bv_partition *b = partition(&cora->adj, BV_PARTITION_METIS, 3);
+    assert_int_equal(a->fingerprint, b->fingerprint);
+    pthread_t th[4];
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(pthread_create(&th[i], NULL, partition_thread, NULL), 0);
+    for (int i = 0; i < 4; i++) {
+        void *pt = NULL;
+        assert_int_equal(pthread_join(th[i], &pt), 0);
+        assert_memory_equal(((bv_partition *)pt)->part_of, a->part_of,
+                            (size_t)cora->num_nodes * sizeof(int32_t));
+        bv_partition_free(pt);
+    }
+    bv_partition_free(a);
+    bv_partition_free(b);
+}
+
 static void test_cora_partitions_cut_and_halos(void **state)
 {
     NEED_CORA();
@@ -562,6 +593,7 @@ int main(void)
         cmocka_unit_test(test_errors_name_the_problem),
         cmocka_unit_test(test_method_names),
         cmocka_unit_test(test_metis_is_deterministic_on_cora),
+        cmocka_unit_test(test_metis_ignores_rand_and_threads_on_cora),
         cmocka_unit_test(test_cora_partitions_cut_and_halos),
         cmocka_unit_test(test_partitioned_spmm_matches_whole_graph_on_cora),
         cmocka_unit_test(test_predicted_traffic_on_cora),

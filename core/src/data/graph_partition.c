@@ -4,6 +4,7 @@
 
 #include <limits.h>
 #include <metis.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -173,16 +174,22 @@ static bv_status metis_parts(int64_t n, idx_t *xadj, idx_t *adjncy, const bv_par
     METIS_SetDefaultOptions(options);
     options[METIS_OPTION_OBJTYPE] = METIS_OBJTYPE_CUT;
     options[METIS_OPTION_NUMBERING] = 0;
-    /* Every role runs this itself: the same graph, options and seed give the same parts
-     * (METIS draws from its own generator, seeded here, not from rand()). */
+    /* Every role runs this itself: the same graph, options and seed give the same parts.
+     * Debian's METIS draws from libc's rand(), which it srand()s with this seed at the
+     * start of each call; the state is global to the process, so calls are serialised
+     * (roles that are threads of one process may partition at the same time) and nothing
+     * else in bivouac calls rand(). */
     options[METIS_OPTION_SEED] = (idx_t)(o->seed & 0x7fffffffu);
     idx_t nvtxs = (idx_t)n, ncon = 1, nparts = o->parts, objval = 0;
     idx_t *part = malloc((size_t)n * sizeof *part);
     if (!part)
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory for %lld part numbers",
                             (long long)n);
+    static pthread_mutex_t metis_lock = PTHREAD_MUTEX_INITIALIZER;
+    pthread_mutex_lock(&metis_lock);
     int rc = METIS_PartGraphKway(&nvtxs, &ncon, xadj, adjncy, NULL, NULL, NULL, &nparts, NULL,
                                  NULL, options, &objval, part);
+    pthread_mutex_unlock(&metis_lock);
     if (rc != METIS_OK) {
         free(part);
         return bv_error_set(err, BV_ERR_INTERNAL,
