@@ -115,8 +115,8 @@ static bv_status symmetrise(const bv_csr *adj, const bv_csr *t, bool sorted, idx
     int64_t n = adj->nrows, cap = adj->nnz + (t ? t->nnz : 0);
     if (cap > (int64_t)IDX_MAX)
         return bv_error_set(err, BV_ERR_INVALID,
-                            "the graph has %lld adjacency entries, more than METIS's %d-bit "
-                            "indices hold",
+                            "the symmetrised graph has %lld adjacency entries, more than "
+                            "METIS's %d-bit indices hold",
                             (long long)cap, IDXTYPEWIDTH);
     idx_t *xadj = malloc((size_t)(n + 1) * sizeof *xadj);
     idx_t *adjncy = malloc((size_t)(cap > 0 ? cap : 1) * sizeof *adjncy);
