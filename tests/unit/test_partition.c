@@ -210,6 +210,17 @@ static void check_partitioned_spmm(const bv_partition *pt, bv_partition_dir dir,
             fail_msg("local csr of part %d: %s", p, err.msg);
         assert_int_equal(local->nrows, part->num_owned);
         assert_int_equal(local->ncols, part->num_owned + h->num_ghosts);
+        /* local edge k of row i is m's edge rowptr[owned[i]] + (k - local rowptr[i]), and
+         * its column maps back to the same vertex (how per-edge arrays are cut to a part) */
+        for (int64_t i = 0; i < local->nrows; i++)
+            for (int64_t k = local->rowptr[i]; k < local->rowptr[i + 1]; k++) {
+                int64_t e = m->rowptr[part->owned[i]] + (k - local->rowptr[i]);
+                int32_t c = local->colidx[k];
+                int32_t global = c < part->num_owned ? part->owned[c]
+                                                     : h->ghosts[c - part->num_owned];
+                assert_int_equal(global, m->colidx[e]);
+                assert_true(local->values[k] == (m->values ? m->values[e] : 1.0f));
+            }
         float *in = zeros((part->num_owned + h->num_ghosts) * f);
         memcpy(in, own[p], (size_t)(part->num_owned * f) * sizeof(float));
         for (int32_t q = 0; q < G; q++) { /* q's message to p, packed by q's send list */
