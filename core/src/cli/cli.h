@@ -15,6 +15,7 @@ int bv_cli_check(int argc, char **argv);
 int bv_cli_plugins(int argc, char **argv);
 int bv_cli_sample(int argc, char **argv); /* cli_sample.c: text from a sequence model */
 int bv_cli_role(int argc, char **argv);   /* cli_role.c: one role of a cluster run */
+int bv_cli_partition(int argc, char **argv); /* cli_partition.c: a graph split into parts */
 
 /* Prints every diagnostic as "file:line:col: error: msg" on stderr. */
 void bv_cli_print_diag(const bv_diag *d);

@@ -35,6 +35,13 @@ static const char usage[] =
     "      --seed N                   sampling seed in [0, 2^53] (default 1337)\n"
     "  role ...                  one role of a cluster run (docs/cluster.md); the run's\n"
     "                            coordinator starts these itself\n"
+    "  partition EXP.yaml --parts G [options]   how a graph experiment's dataset splits\n"
+    "                                 across G graph servers: per part its vertices,\n"
+    "                                 edges, ghosts and sends; the edge cut\n"
+    "      --method metis|range       METIS k-way edge cut or contiguous vertex ranges\n"
+    "                                 (default metis)\n"
+    "      --seed N                   METIS's seed in [0, 2^31-1] (default 0)\n"
+    "      -s, --set KEY.PATH=VALUE   override a config value (repeatable)\n"
     "\n"
     "  --help                    this text\n"
     "  --version                 print the version\n"
@@ -109,7 +116,7 @@ int main(int argc, char **argv)
     }
     /* `bivouac run --help` and friends: the one usage text covers every command. */
     bool known = !strcmp(cmd, "run") || !strcmp(cmd, "check") || !strcmp(cmd, "plugins") ||
-                 !strcmp(cmd, "sample");
+                 !strcmp(cmd, "sample") || !strcmp(cmd, "partition");
     for (int i = 2; known && i < argc; i++)
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             fputs(usage, stdout);
@@ -125,6 +132,8 @@ int main(int argc, char **argv)
         return bv_cli_sample(argc - 1, argv + 1);
     if (!strcmp(cmd, "role"))
         return bv_cli_role(argc - 1, argv + 1);
+    if (!strcmp(cmd, "partition"))
+        return bv_cli_partition(argc - 1, argv + 1);
     fprintf(stderr, "bivouac: error: unknown command '%s'\n\n%s", cmd, usage);
     return BV_EXIT_USAGE;
 }
