@@ -14,6 +14,8 @@ int bv_cli_run(int argc, char **argv);
 int bv_cli_check(int argc, char **argv);
 int bv_cli_plugins(int argc, char **argv);
 int bv_cli_sample(int argc, char **argv); /* cli_sample.c: text from a sequence model */
+int bv_cli_plot(int argc, char **argv);    /* cli_plot.c: a run's curves */
+int bv_cli_compare(int argc, char **argv); /* cli_plot.c: runs side by side */
 
 /* Prints every diagnostic as "file:line:col: error: msg" on stderr. */
 void bv_cli_print_diag(const bv_diag *d);
