@@ -46,8 +46,13 @@ int bv_cli_plot(int argc, char **argv)
     }
     if (!dir)
         return bv_cli_fail(BV_EXIT_USAGE, "plot needs a run directory: bivouac plot RUN_DIR");
+    const char *why = "";
+    const bv_plot_module *m = bv_cli_plot_module(&why);
+    if (!m)
+        return bv_cli_fail(BV_EXIT_FAILED, "cannot draw: the plot module cannot be loaded: %s",
+                           why);
     bv_error err = {0};
-    if (bv_plot_dir(dir, &o, &err) != BV_OK)
+    if (m->plot_dir(dir, &o, &err) != BV_OK)
         return bv_cli_fail(err.status == BV_ERR_NOMEM ? BV_EXIT_FAILED : BV_EXIT_USAGE, "%s",
                            err.msg);
     printf("%s/curves.png, %s/curves.svg\n", dir, dir);
@@ -197,12 +202,13 @@ static void print_table(const result_row *rows, size_t n)
     }
     for (int k = 0; k < 3; k++) {
         print_padded(head[k], width[k], true);
-        fputs("  ", stdout);
+        if (k < 2)
+            fputs("  ", stdout);
     }
     for (size_t c = 0; c < NCOLUMNS; c++)
         if (used[c]) {
-            print_padded(columns[c], width[c + 3], false);
             fputs("  ", stdout);
+            print_padded(columns[c], width[c + 3], false);
         }
     putchar('\n');
     for (size_t r = 0; r < n; r++) {
@@ -216,11 +222,10 @@ static void print_table(const result_row *rows, size_t n)
         print_padded(rows[r].model, width[1], true);
         fputs("  ", stdout);
         print_padded(rows[r].dataset, width[2], true);
-        fputs("  ", stdout);
         for (size_t c = 0; c < NCOLUMNS; c++)
             if (used[c]) {
-                print_padded(cells[r][c], width[c + 3], false);
                 fputs("  ", stdout);
+                print_padded(cells[r][c], width[c + 3], false);
             }
         putchar('\n');
     }
@@ -273,6 +278,11 @@ int bv_cli_compare(int argc, char **argv)
     if (!code && n == 0)
         code = bv_cli_fail(BV_EXIT_USAGE, "compare needs run directories: bivouac compare "
                            "RUN_DIR...");
+    const char *why = "";
+    const bv_plot_module *m = code ? NULL : bv_cli_plot_module(&why);
+    if (!code && !m)
+        code = bv_cli_fail(BV_EXIT_FAILED, "cannot draw: the plot module cannot be loaded: %s",
+                           why);
     bv_plot_run *runs = code ? NULL : calloc(n, sizeof *runs);
     result_row *rows = code ? NULL : calloc(n, sizeof *rows);
     if (!code && (!runs || !rows))
@@ -280,7 +290,7 @@ int bv_cli_compare(int argc, char **argv)
     size_t loaded = 0;
     for (size_t i = 0; i < n && !code; i++) {
         bv_error err = {0};
-        if (bv_plot_run_load(dirs[i], &runs[i], &err) != BV_OK)
+        if (m->run_load(dirs[i], &runs[i], &err) != BV_OK)
             code = bv_cli_fail(err.status == BV_ERR_NOMEM ? BV_EXIT_FAILED : BV_EXIT_USAGE,
                                "%s", err.msg);
         else
@@ -293,14 +303,14 @@ int bv_cli_compare(int argc, char **argv)
         char svg[4200];
         snprintf(svg, sizeof svg, "%.*s.svg", (int)(len - 4), out);
         bv_error err = {0};
-        if (bv_plot_draw_compare(runs, n, &o, out, svg, &err) != BV_OK)
+        if (m->draw_compare(runs, n, &o, out, svg, &err) != BV_OK)
             code = bv_cli_fail(err.status == BV_ERR_INVALID ? BV_EXIT_USAGE : BV_EXIT_FAILED,
                                "%s", err.msg);
         else
             printf("-> %s, %s\n", out, svg);
     }
     for (size_t i = 0; i < loaded; i++)
-        bv_plot_run_free(&runs[i]);
+        m->run_free(&runs[i]);
     free(runs);
     free(rows);
     free(series_buf);

@@ -227,9 +227,19 @@ static void headline_text(const bv_run_result *runs, long long n, char *buf, siz
  * be drawn (no fonts, a full disk) costs a warning, never the run. */
 static void plot_run(const char *dir, const run_args *a)
 {
+    static bool said; /* a missing module is said once, not once per seed */
+    const char *why = "";
+    const bv_plot_module *m = bv_cli_plot_module(&why);
+    if (!m) {
+        if (!said)
+            bv_log(BV_LOG_WARN, "no curves drawn (the plot module cannot be loaded: %s); "
+                   "the run's results are complete", why);
+        said = true;
+        return;
+    }
     bv_plot_options o = {.x = a->x_time ? BV_PLOT_X_TIME : BV_PLOT_X_UNIT};
     bv_error err = {0};
-    if (bv_plot_dir(dir, &o, &err) != BV_OK)
+    if (m->plot_dir(dir, &o, &err) != BV_OK)
         bv_log(BV_LOG_WARN, "no curves drawn for %s: %s", dir, err.msg);
 }
 

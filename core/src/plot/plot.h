@@ -60,4 +60,18 @@ bv_status bv_plot_dir(const char *dir, const bv_plot_options *o, bv_error *err);
 /* The size bv_plot_draw_run gives a picture of npanels panels, in pixels. */
 void bv_plot_size(int npanels, const bv_plot_options *o, int *width, int *height);
 
+/* What libbivouac_plot.so offers the CLI, which opens it with dlopen (cli/plot_loader.c)
+ * so that a machine without cairo still trains: one symbol, checked by its version. */
+#define BV_PLOT_MODULE_VERSION 1
+typedef struct bv_plot_module {
+    unsigned version;    /* BV_PLOT_MODULE_VERSION */
+    size_t struct_size;  /* sizeof(bv_plot_module) */
+    bv_status (*plot_dir)(const char *dir, const bv_plot_options *o, bv_error *err);
+    bv_status (*run_load)(const char *dir, bv_plot_run *run, bv_error *err);
+    void (*run_free)(bv_plot_run *run);
+    bv_status (*draw_compare)(const bv_plot_run *runs, size_t n, const bv_plot_options *o,
+                              const char *png_path, const char *svg_path, bv_error *err);
+} bv_plot_module;
+extern const bv_plot_module bv_plot_module_v1;
+
 #endif

@@ -531,8 +531,16 @@ bv_status bv_plot_draw_compare(const bv_plot_run *runs, size_t n, const bv_plot_
     char title[400];
     if (n == 1)
         snprintf(title, sizeof title, "%s", runs[0].title);
-    else
-        snprintf(title, sizeof title, "%zu runs compared", n);
+    else /* "a vs b vs c", or a count when the names do not fit */
+        for (size_t r = 0, len = 0; r < n; r++) {
+            size_t need = strlen(runs[r].label) + (r ? 4 : 0);
+            if (len + need >= 100) {
+                snprintf(title, sizeof title, "%zu runs compared", n);
+                break;
+            }
+            len += (size_t)snprintf(title + len, sizeof title - len, "%s%s", r ? " vs " : "",
+                                    runs[r].label);
+        }
     return write_files(panels, np, o, title, x_label(runs[0].index, o), png_path, svg_path,
                        err);
 }
@@ -550,3 +558,12 @@ bv_status bv_plot_dir(const char *dir, const bv_plot_options *o, bv_error *err)
     bv_plot_run_free(&run);
     return st;
 }
+
+const bv_plot_module bv_plot_module_v1 = {
+    .version = BV_PLOT_MODULE_VERSION,
+    .struct_size = sizeof(bv_plot_module),
+    .plot_dir = bv_plot_dir,
+    .run_load = bv_plot_run_load,
+    .run_free = bv_plot_run_free,
+    .draw_compare = bv_plot_draw_compare,
+};
