@@ -15,6 +15,7 @@ typedef struct bv_plot_options {
     const char *const *series;   /* compare: the series to draw (NULL: the validation ones) */
     size_t nseries;
     int width;                   /* 0: the default (1200 px) */
+    bool no_legend;              /* leave the legends out (the tests measure the curves) */
 } bv_plot_options;
 
 /* One series of a run, as metrics.jsonl has it. */
@@ -22,7 +23,7 @@ typedef struct bv_plot_series {
     char name[64];
     char unit[32];
     char quantity[64]; /* what the panel is titled: "loss", "learning rate", "queue depth" */
-    char panel[64];    /* series with the same key share a panel (their unit, or the name) */
+    char panel[80];    /* series with the same key share a panel (their unit, or the name) */
     double *x_unit, *x_time, *y;
     size_t n, cap;
 } bv_plot_series;

@@ -11,6 +11,14 @@
 #include "json_read.h"
 #include "plot.h"
 
+/* Series in one unit share a panel (losses and a plugin's series in nats); one without a
+ * unit has its own. */
+static void panel_key(bv_plot_series *s)
+{
+    snprintf(s->panel, sizeof s->panel, "%s%s", s->unit[0] ? "unit:" : "name:",
+             s->unit[0] ? s->unit : s->quantity);
+}
+
 /* What the core's own record fields measure: losses in nats (natural-log cross-entropy),
  * accuracies in percent, the rest without a unit. */
 static void describe_field(const char *name, bv_plot_series *s, double *scale)
@@ -32,7 +40,7 @@ static void describe_field(const char *name, bv_plot_series *s, double *scale)
     } else {
         snprintf(s->quantity, sizeof s->quantity, "%s", name);
     }
-    snprintf(s->panel, sizeof s->panel, "%s", s->quantity);
+    panel_key(s);
 }
 
 /* A series' words: "queue_depth" reads "queue depth". */
@@ -66,9 +74,7 @@ static bv_plot_series *series_get(bv_plot_run *run, const char *name, const char
     if (reported) {
         snprintf(s->unit, sizeof s->unit, "%s", unit ? unit : "");
         words(s->quantity, sizeof s->quantity, name);
-        /* series in one unit share a panel; one without a unit has its own */
-        snprintf(s->panel, sizeof s->panel, "%s%s", s->unit[0] ? "unit:" : "name:",
-                 s->unit[0] ? s->unit : name);
+        panel_key(s);
     } else {
         *s = probe;
         snprintf(s->name, sizeof s->name, "%s", name);

@@ -74,7 +74,7 @@ typedef struct line {
 typedef struct panel {
     char title[160];
     char ylabel[112];
-    char key[64];
+    char key[80];
     line lines[MAX_LINES];
     size_t nlines;
 } panel;
@@ -281,7 +281,7 @@ static void draw_panel(cairo_t *cr, const panel *p, const bv_plot_options *o,
         lw = fmax(lw, e.x_advance);
         nleg++;
     }
-    if (nleg == 0)
+    if (nleg == 0 || o->no_legend)
         return;
     double bw = lw + 52, bh = (double)nleg * row + 10;
     double bx = best & 1 ? gx + gw - bw - 8 : gx + 8;
@@ -410,19 +410,28 @@ static void legend_words(char *dst, size_t len, const char *name)
             *c = ' ';
 }
 
+/* A panel is titled by its quantities ("loss", "loss, floor") and its y-axis says
+ * "loss (nats)" while one quantity is drawn, the unit alone when several are. */
 static void panel_labels(panel *p, const bv_plot_series *s)
 {
     if (!p->title[0]) {
         snprintf(p->title, sizeof p->title, "%s", s->quantity);
-    } else if (!strstr(p->title, s->quantity)) {
-        size_t n = strlen(p->title);
-        snprintf(p->title + n, sizeof p->title - n, ", %s", s->quantity);
+        if (s->unit[0])
+            snprintf(p->ylabel, sizeof p->ylabel, "%s (%s)", s->quantity, s->unit);
+        else
+            snprintf(p->ylabel, sizeof p->ylabel, "%s", s->quantity);
+        return;
     }
-    if (s->unit[0])
-        snprintf(p->ylabel, sizeof p->ylabel, "%s (%s)", p->key[0] == 'u' ? "value" :
-                 s->quantity, s->unit);
-    else
-        snprintf(p->ylabel, sizeof p->ylabel, "%s", s->quantity);
+    bool known = false;
+    size_t n = strlen(p->title);
+    for (const char *t = p->title; (t = strstr(t, s->quantity)); t++) {
+        size_t q = strlen(s->quantity);
+        known |= (t == p->title || t[-1] == ' ') && (t[q] == '\0' || t[q] == ',');
+    }
+    if (!known) {
+        snprintf(p->title + n, sizeof p->title - n, ", %s", s->quantity);
+        snprintf(p->ylabel, sizeof p->ylabel, "%s", s->unit);
+    }
 }
 
 bv_status bv_plot_draw_run(const bv_plot_run *run, const bv_plot_options *o,
