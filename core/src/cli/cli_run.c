@@ -294,7 +294,7 @@ static int train_all(bv_experiment *x, void *data, const char *out, const run_ar
             code = bv_cli_fail(BV_EXIT_FAILED, "run stopped: %s", runs[i].stop_reason);
         if (n > 1)
             bv_result_write(dir, x, &runs[i], &seeds[i], 1);
-        if (!a->no_plot && runs[i].units > 0)
+        if (n > 1 && !a->no_plot && runs[i].units > 0) /* a seed's own; the run's below */
             plot_run(dir, a);
         if (n > 1) {
             if (!a->quiet)
@@ -307,7 +307,7 @@ static int train_all(bv_experiment *x, void *data, const char *out, const run_ar
             done++;
         if (done > 0 && bv_result_write(out, x, runs, seeds, (size_t)done) != 0)
             code = bv_cli_fail(BV_EXIT_FAILED, "cannot write %s/result.json", out);
-        else if (done > 0 && n > 1 && !a->no_plot) /* the seeds overlaid */
+        else if (done > 0 && !a->no_plot) /* after result.json, which names the run */
             plot_run(out, a);
         if (code == BV_EXIT_OK) {
             if (n == 1) {
