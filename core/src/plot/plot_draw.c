@@ -175,7 +175,7 @@ static void draw_panel(cairo_t *cr, const panel *p, const bv_plot_options *o,
     (void)x1;
     axis xa = nice_axis(xmin, xmax, 6, true);
     bool percent = strstr(p->ylabel, "%") != NULL;
-    axis ya = nice_axis(y0, y1, 5, percent || strcmp(p->key, "learning rate") == 0);
+    axis ya = nice_axis(y0, y1, 5, percent || strcmp(p->key, "name:learning rate") == 0);
     if (percent && ya.hi > 100 && y1 <= 100)
         ya.hi = 100;
 #define MAPX(v) (gx + ((v) - xa.lo) / (xa.hi - xa.lo) * gw)
