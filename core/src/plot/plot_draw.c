@@ -169,10 +169,8 @@ static void draw_panel(cairo_t *cr, const panel *p, const bv_plot_options *o,
 {
     double gx = px + MARGIN_L, gy = py + MARGIN_T;
     double gw = pw - MARGIN_L - MARGIN_R, gh = ph - MARGIN_T - MARGIN_B;
-    double x0, x1, y0, y1;
+    double x0, x1, y0, y1; /* the x range is the picture's, shared by every panel */
     data_range(p, o, &x0, &x1, &y0, &y1);
-    (void)x0;
-    (void)x1;
     axis xa = nice_axis(xmin, xmax, 6, true);
     bool percent = strstr(p->ylabel, "%") != NULL;
     axis ya = nice_axis(y0, y1, 5, percent || strcmp(p->key, "name:learning rate") == 0);
@@ -439,13 +437,19 @@ bv_status bv_plot_draw_run(const bv_plot_run *run, const bv_plot_options *o,
 {
     if (run->nparts) /* a --repeat run: its seeds overlaid */
         return bv_plot_draw_compare(run, 1, o, png_path, svg_path, err);
-    static panel panels[MAX_PANELS];
-    static char legends[MAX_PANELS * MAX_LINES][64];
+    panel *panels = calloc(MAX_PANELS, sizeof *panels);
+    char(*legends)[64] = calloc(MAX_PANELS * MAX_LINES, sizeof *legends);
+    if (!panels || !legends) {
+        free(panels);
+        free(legends);
+        return bv_error_set(err, BV_ERR_NOMEM, "out of memory");
+    }
+    const size_t max_legends = MAX_PANELS * MAX_LINES;
     size_t np = 0, nleg = 0;
     for (size_t i = 0; i < run->nseries; i++) {
         const bv_plot_series *s = &run->series[i];
         panel *p = panel_for(panels, &np, s->panel);
-        if (!p || p->nlines == MAX_LINES || nleg == sizeof legends / sizeof legends[0])
+        if (!p || p->nlines == MAX_LINES || nleg == max_legends)
             continue;
         panel_labels(p, s);
         legend_words(legends[nleg], sizeof legends[0], s->name);
@@ -453,8 +457,11 @@ bv_status bv_plot_draw_run(const bv_plot_run *run, const bv_plot_options *o,
                                        strncmp(s->name, "test_", 5) == 0, false,
                                        legends[nleg++]};
     }
-    return write_files(panels, np, o, run->title, x_label(run->index, o), png_path,
-                       svg_path, err);
+    bv_status st = write_files(panels, np, o, run->title, x_label(run->index, o), png_path,
+                               svg_path, err);
+    free(panels);
+    free(legends);
+    return st;
 }
 
 /* The series compare draws by default: the validation ones, else every one. */
@@ -499,8 +506,13 @@ static void add_compare_lines(panel *panels, size_t *np, const bv_plot_run *r,
 bv_status bv_plot_draw_compare(const bv_plot_run *runs, size_t n, const bv_plot_options *o,
                                const char *png_path, const char *svg_path, bv_error *err)
 {
-    static panel panels[MAX_PANELS];
-    static char legends[MAX_LINES][200];
+    panel *panels = calloc(MAX_PANELS, sizeof *panels);
+    char(*legends)[200] = calloc(MAX_LINES, sizeof *legends);
+    if (!panels || !legends) {
+        free(panels);
+        free(legends);
+        return bv_error_set(err, BV_ERR_NOMEM, "out of memory");
+    }
     size_t np = 0;
     bool any_val = false;
     for (size_t r = 0; r < n; r++) {
@@ -535,8 +547,9 @@ bv_status bv_plot_draw_compare(const bv_plot_run *runs, size_t n, const bv_plot_
                               &used, any_val);
         }
     }
+    bv_status st = BV_OK;
     if (np == 0)
-        return bv_error_set(err, BV_ERR_INVALID, "none of the runs has the series asked for");
+        st = bv_error_set(err, BV_ERR_INVALID, "none of the runs has the series asked for");
     char title[400];
     if (n == 1)
         snprintf(title, sizeof title, "%s", runs[0].title);
@@ -550,8 +563,12 @@ bv_status bv_plot_draw_compare(const bv_plot_run *runs, size_t n, const bv_plot_
             len += (size_t)snprintf(title + len, sizeof title - len, "%s%s", r ? " vs " : "",
                                     runs[r].label);
         }
-    return write_files(panels, np, o, title, x_label(runs[0].index, o), png_path, svg_path,
-                       err);
+    if (st == BV_OK)
+        st = write_files(panels, np, o, title, x_label(runs[0].index, o), png_path, svg_path,
+                         err);
+    free(panels);
+    free(legends);
+    return st;
 }
 
 bv_status bv_plot_dir(const char *dir, const bv_plot_options *o, bv_error *err)
