@@ -6,7 +6,7 @@ set -euo pipefail
 packages=(
   build-essential cmake pkg-config
   libffi-dev libzmq3-dev libopenblas-dev libyaml-dev liblua5.4-dev
-  libcmocka-dev libcairo2-dev fonts-dejavu-core
+  libcmocka-dev libcairo2-dev libfontconfig-dev fonts-dejavu-core
 )
 
 missing=()

@@ -3,6 +3,7 @@
  * surface and an SVG surface, so the paper's figure is the README's. */
 #include <cairo-svg.h>
 #include <cairo.h>
+#include <fontconfig/fontconfig.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -345,9 +346,9 @@ static void render(cairo_t *cr, const panel *panels, size_t np, const bv_plot_op
                    TITLE_H + (double)(i / (size_t)cols) * PANEL_H, pw, PANEL_H, xmin, xmax);
 }
 
-static bv_status write_files(const panel *panels, size_t np, const bv_plot_options *o,
-                             const char *title, const char *xlabel, const char *png,
-                             const char *svg, bv_error *err)
+static bv_status write_surfaces(const panel *panels, size_t np, const bv_plot_options *o,
+                                const char *title, const char *xlabel, const char *png,
+                                const char *svg, bv_error *err)
 {
     int w, h;
     bv_plot_size((int)np, o, &w, &h);
@@ -384,6 +385,24 @@ static bv_status write_files(const panel *panels, size_t np, const bv_plot_optio
             return bv_error_set(err, BV_ERR_IO, "%s: %s", svg, cairo_status_to_string(cs));
     }
     return BV_OK;
+}
+
+/* cairo and fontconfig keep font caches for the life of the process; a picture is drawn
+ * once or twice a run, so they are let go after each one (a leak checker sees nothing;
+ * loading them again costs a few milliseconds). */
+static void release_fonts(void)
+{
+    cairo_debug_reset_static_data();
+    FcFini();
+}
+
+static bv_status write_files(const panel *panels, size_t np, const bv_plot_options *o,
+                             const char *title, const char *xlabel, const char *png,
+                             const char *svg, bv_error *err)
+{
+    bv_status st = write_surfaces(panels, np, o, title, xlabel, png, svg, err);
+    release_fonts();
+    return st;
 }
 
 /* The panel whose key is key, made if there is room. */
