@@ -66,6 +66,13 @@ check "without the plot module the run succeeds" "$rc" "0"
 check "and says so once" "$err" "bivouac: warning: no curves drawn (the plot module cannot be loaded: $tmp/none.so: cannot open shared object file: No such file or directory); the run's results are complete"
 check "its results are complete" "$([[ -f m/result.json && -f m/seed-42/result.json ]] && echo yes)" "yes"
 
+"$B" plot a --tensorboard tb >/dev/null
+check "plot --tensorboard writes one event file" "$(find tb -name 'events.out.tfevents.*' | wc -l)" "1"
+"$B" run "$quick" -s train.epochs=5 --repeat 2 --out tr --quiet --no-plot --tensorboard tbr >/dev/null
+check "run --tensorboard with --repeat: one event file a seed, no pictures" \
+    "$(find tbr -name 'events.out.tfevents.*' | sed 's|/events.*||' | sort | tr '\n' ' ')$(find tr -name 'curves.*' | wc -l)" \
+    "tbr/seed-42 tbr/seed-43 0"
+
 mkdir empty
 rc=0
 err=$("$B" plot empty 2>&1) || rc=$?

@@ -14,8 +14,12 @@
 #include <cairo.h>
 #include <cmocka.h>
 
+#include <dirent.h>
+
+#include "bivouac/wire.h"
 #include "json_read.h"
 #include "plot.h"
+#include "tensorboard.pb-c.h"
 #include "test_files.h"
 
 /* A graph run's metrics.jsonl: n epochs whose losses fall from `start`, accuracies rise. */
@@ -324,6 +328,75 @@ static void test_missing_and_damaged_metrics(void **state)
     free(root);
 }
 
+static uint32_t le32(const unsigned char *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static uint32_t masked(const void *d, size_t n)
+{
+    uint32_t c = bv_crc32c(0, d, n);
+    return ((c >> 15) | (c << 17)) + 0xa282ead8u;
+}
+
+/* --tensorboard: TFRecord frames whose checksums hold, a file_version first, then one
+ * scalar per point of every series, at its epoch. */
+static void test_tensorboard_events(void **state)
+{
+    (void)state;
+    assert_int_equal(bv_crc32c(0, "123456789", 9), 0xe3069283u); /* the standard check */
+    char *root = make_temp_dir();
+    char *dir = write_run(root, "tb", 10, 2.0, true);
+    char out[4300];
+    snprintf(out, sizeof out, "%s/events", root);
+    bv_error err = {0};
+    assert_int_equal(bv_plot_tensorboard_dir(dir, out, &err), BV_OK);
+    DIR *d = opendir(out);
+    assert_non_null(d);
+    struct dirent *e;
+    char path[4600] = "";
+    while ((e = readdir(d)))
+        if (!strncmp(e->d_name, "events.out.tfevents.", 20))
+            snprintf(path, sizeof path, "%s/%s", out, e->d_name);
+    closedir(d);
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    unsigned char head[12], buf[512], tail[4];
+    int records = 0, loss_points = 0, queue_points = 0;
+    while (fread(head, 1, 12, f) == 12) {
+        uint64_t len = le32(head) | (uint64_t)le32(head + 4) << 32;
+        assert_true(len < sizeof buf);
+        assert_int_equal(le32(head + 8), masked(head, 8));
+        assert_int_equal(fread(buf, 1, len, f), len);
+        assert_int_equal(fread(tail, 1, 4, f), 4);
+        assert_int_equal(le32(tail), masked(buf, len));
+        Bvtb__Event *ev = bvtb__event__unpack(NULL, len, buf);
+        assert_non_null(ev);
+        if (records == 0) {
+            assert_string_equal(ev->file_version, "brain.Event:2");
+        } else {
+            assert_non_null(ev->summary);
+            assert_int_equal(ev->summary->n_value, 1);
+            const Bvtb__SummaryValue *v = ev->summary->value[0];
+            assert_true(ev->step >= 1 && ev->step <= 10);
+            if (!strcmp(v->tag, "train_loss")) {
+                loss_points++;
+                assert_true(fabs(v->simple_value - 1.6 * exp(-0.05 * (double)ev->step)) < 1e-5);
+            }
+            queue_points += !strcmp(v->tag, "queue_depth");
+        }
+        bvtb__event__free_unpacked(ev, NULL);
+        records++;
+    }
+    fclose(f);
+    assert_int_equal(loss_points, 10);
+    assert_int_equal(queue_points, 10);
+    assert_int_equal(records, 1 + 10 * 8); /* 7 record fields and the reported series */
+    remove_tree(root);
+    free(root);
+    free(dir);
+}
+
 static void test_json_reader(void **state)
 {
     (void)state;
@@ -356,6 +429,7 @@ int main(void)
         cmocka_unit_test(test_reported_series_get_a_panel),
         cmocka_unit_test(test_compare_two_runs),
         cmocka_unit_test(test_missing_and_damaged_metrics),
+        cmocka_unit_test(test_tensorboard_events),
         cmocka_unit_test(test_json_reader),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

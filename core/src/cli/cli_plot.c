@@ -28,9 +28,13 @@ static int parse_x(const char *v, bv_plot_options *o)
 int bv_cli_plot(int argc, char **argv)
 {
     bv_plot_options o = {0};
-    const char *dir = NULL;
+    const char *dir = NULL, *tensorboard = NULL;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--x")) {
+        if (!strcmp(argv[i], "--tensorboard")) {
+            if (i + 1 >= argc)
+                return bv_cli_fail(BV_EXIT_USAGE, "--tensorboard needs a value");
+            tensorboard = argv[++i];
+        } else if (!strcmp(argv[i], "--x")) {
             if (i + 1 >= argc)
                 return bv_cli_fail(BV_EXIT_USAGE, "--x needs a value");
             if (parse_x(argv[++i], &o))
@@ -56,6 +60,11 @@ int bv_cli_plot(int argc, char **argv)
         return bv_cli_fail(err.status == BV_ERR_NOMEM ? BV_EXIT_FAILED : BV_EXIT_USAGE, "%s",
                            err.msg);
     printf("%s/curves.png, %s/curves.svg\n", dir, dir);
+    if (tensorboard) {
+        if (m->tensorboard_dir(dir, tensorboard, &err) != BV_OK)
+            return bv_cli_fail(BV_EXIT_FAILED, "%s", err.msg);
+        printf("%s/events.out.tfevents.*\n", tensorboard);
+    }
     return BV_EXIT_OK;
 }
 

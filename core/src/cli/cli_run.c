@@ -32,6 +32,7 @@ typedef struct run_args {
     int force; /* --force: replace the run DIR holds */
     int no_plot;
     int x_time; /* --x time: the curves against wall time */
+    const char *tensorboard; /* --tensorboard DIR: the series as TensorBoard event files */
 } run_args;
 
 static int mkdir_p(const char *path)
@@ -63,7 +64,8 @@ static int parse_args(int argc, char **argv, run_args *a, bool allow_run_flags)
         bool takes_value = !strcmp(arg, "-s") || !strcmp(arg, "--set") ||
                            !strcmp(arg, "--out") || !strcmp(arg, "--seed") ||
                            !strcmp(arg, "--repeat") || !strcmp(arg, "--resume") ||
-                           (allow_run_flags && !strcmp(arg, "--x"));
+                           (allow_run_flags && (!strcmp(arg, "--x") ||
+                                                !strcmp(arg, "--tensorboard")));
         if (takes_value && !val)
             return bv_cli_fail(BV_EXIT_USAGE, "%s needs a value", arg);
         if (!strcmp(arg, "-s") || !strcmp(arg, "--set")) {
@@ -84,6 +86,8 @@ static int parse_args(int argc, char **argv, run_args *a, bool allow_run_flags)
             a->quiet = 1;
         } else if (allow_run_flags && !strcmp(arg, "--force")) {
             a->force = 1;
+        } else if (allow_run_flags && !strcmp(arg, "--tensorboard")) {
+            a->tensorboard = argv[++i];
         } else if (allow_run_flags && !strcmp(arg, "--no-plot")) {
             a->no_plot = 1;
         } else if (allow_run_flags && !strcmp(arg, "--x")) {
@@ -239,8 +243,10 @@ static void plot_run(const char *dir, const run_args *a)
     }
     bv_plot_options o = {.x = a->x_time ? BV_PLOT_X_TIME : BV_PLOT_X_UNIT};
     bv_error err = {0};
-    if (m->plot_dir(dir, &o, &err) != BV_OK)
+    if (!a->no_plot && m->plot_dir(dir, &o, &err) != BV_OK)
         bv_log(BV_LOG_WARN, "no curves drawn for %s: %s", dir, err.msg);
+    if (a->tensorboard && m->tensorboard_dir(dir, a->tensorboard, &err) != BV_OK)
+        bv_log(BV_LOG_WARN, "no TensorBoard events written: %s", err.msg);
 }
 
 /* Trains seeds seed0 .. seed0+repeat-1 (into DIR/seed-N/ when more than one) and writes
@@ -294,8 +300,11 @@ static int train_all(bv_experiment *x, void *data, const char *out, const run_ar
             code = bv_cli_fail(BV_EXIT_FAILED, "run stopped: %s", runs[i].stop_reason);
         if (n > 1)
             bv_result_write(dir, x, &runs[i], &seeds[i], 1);
-        if (n > 1 && !a->no_plot && runs[i].units > 0) /* a seed's own; the run's below */
-            plot_run(dir, a);
+        if (n > 1 && !a->no_plot && runs[i].units > 0) { /* a seed's own; the run's below */
+            run_args seed_only = *a;
+            seed_only.tensorboard = NULL; /* written once, for every seed, below */
+            plot_run(dir, &seed_only);
+        }
         if (n > 1) {
             if (!a->quiet)
                 printf("seed %llu: %s\n", (unsigned long long)seeds[i], runs[i].brief);
@@ -307,7 +316,7 @@ static int train_all(bv_experiment *x, void *data, const char *out, const run_ar
             done++;
         if (done > 0 && bv_result_write(out, x, runs, seeds, (size_t)done) != 0)
             code = bv_cli_fail(BV_EXIT_FAILED, "cannot write %s/result.json", out);
-        else if (done > 0 && !a->no_plot) /* after result.json, which names the run */
+        else if (done > 0 && (!a->no_plot || a->tensorboard)) /* after result.json */
             plot_run(out, a);
         if (code == BV_EXIT_OK) {
             if (n == 1) {

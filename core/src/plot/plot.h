@@ -58,6 +58,12 @@ bv_status bv_plot_draw_compare(const bv_plot_run *runs, size_t n, const bv_plot_
 /* DIR/curves.png and DIR/curves.svg from DIR's metrics (bivouac plot, the end of a run). */
 bv_status bv_plot_dir(const char *dir, const bv_plot_options *o, bv_error *err);
 
+/* The run's series as a TensorBoard event file DIR/events.out.tfevents.<time>.<host>
+ * (a --repeat run: DIR/seed-N/ each), every point a scalar tagged with its series' name,
+ * at its epoch or step (tensorboard.c). */
+bv_status bv_plot_tensorboard(const bv_plot_run *run, const char *dir, bv_error *err);
+bv_status bv_plot_tensorboard_dir(const char *run_dir, const char *dir, bv_error *err);
+
 /* The size bv_plot_draw_run gives a picture of npanels panels, in pixels. */
 void bv_plot_size(int npanels, const bv_plot_options *o, int *width, int *height);
 
@@ -72,6 +78,7 @@ typedef struct bv_plot_module {
     void (*run_free)(bv_plot_run *run);
     bv_status (*draw_compare)(const bv_plot_run *runs, size_t n, const bv_plot_options *o,
                               const char *png_path, const char *svg_path, bv_error *err);
+    bv_status (*tensorboard_dir)(const char *run_dir, const char *dir, bv_error *err);
 } bv_plot_module;
 extern const bv_plot_module bv_plot_module_v1;
 

@@ -611,4 +611,5 @@ const bv_plot_module bv_plot_module_v1 = {
     .run_load = bv_plot_run_load,
     .run_free = bv_plot_run_free,
     .draw_compare = bv_plot_draw_compare,
+    .tensorboard_dir = bv_plot_tensorboard_dir,
 };
