@@ -72,21 +72,23 @@ static void write_record(FILE *f, const bv_record_kind *kind, const bv_record *r
  * follow: {"epoch": 3, "series": "queue_depth", "unit": "tasks", "value": 7, "seconds": 0.5} */
 static void write_series(FILE *f, const bv_record_kind *kind, const bv_record *rec)
 {
-    bv_series_point pts[32];
-    size_t n;
-    while ((n = bv_series_drain(pts, sizeof pts / sizeof pts[0])) > 0)
-        for (size_t i = 0; i < n; i++) {
-            fputc('{', f);
-            bv_json_string(f, kind->fields[0]);
-            fprintf(f, ": %lld, \"series\": ", (long long)rec->v[0]);
-            bv_json_string(f, pts[i].name);
-            fputs(", \"unit\": ", f);
-            bv_json_string(f, pts[i].unit);
-            bv_json_field(f, "value", pts[i].value);
-            bv_json_field(f, "seconds", rec->v[kind->nfields - 1]);
-            fputs("}\n", f);
-        }
-    fflush(f);
+    /* one drain of everything the sink can hold: a reporter that never pauses cannot
+     * keep the loop here */
+    bv_series_point pts[BV_SERIES_SINK_CAP];
+    size_t n = bv_series_drain(pts, BV_SERIES_SINK_CAP);
+    for (size_t i = 0; i < n; i++) {
+        fputc('{', f);
+        bv_json_string(f, kind->fields[0]);
+        fprintf(f, ": %lld, \"series\": ", (long long)rec->v[0]);
+        bv_json_string(f, pts[i].name);
+        fputs(", \"unit\": ", f);
+        bv_json_string(f, pts[i].unit);
+        bv_json_field(f, "value", pts[i].value);
+        bv_json_field(f, "seconds", rec->v[kind->nfields - 1]);
+        fputs("}\n", f);
+    }
+    if (n)
+        fflush(f);
 }
 
 static double *seconds_of(const bv_record_kind *kind, bv_record *rec)

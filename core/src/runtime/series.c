@@ -7,9 +7,7 @@
 #include "bivouac/log.h"
 #include "series_sink.h"
 
-/* Distinct series per unit; a plugin reporting more than this in one unit loses the rest
- * (with one warning) rather than growing the loop's memory without bound. */
-#define SINK_CAP 64
+#define SINK_CAP BV_SERIES_SINK_CAP
 
 static pthread_mutex_t sink_lock = PTHREAD_MUTEX_INITIALIZER;
 static bv_series_point sink[SINK_CAP];

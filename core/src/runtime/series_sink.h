@@ -6,6 +6,10 @@
 
 #include "bivouac/series.h"
 
+/* Distinct series kept per unit: a plugin reporting more in one unit loses the rest (with
+ * one warning) rather than growing the loop's memory without bound. */
+#define BV_SERIES_SINK_CAP 64
+
 typedef struct bv_series_point {
     char name[BV_SERIES_NAME_MAX];
     char unit[BV_SERIES_UNIT_MAX];
