@@ -6,7 +6,8 @@ set -euo pipefail
 packages=(
   build-essential cmake pkg-config
   libffi-dev libzmq3-dev libopenblas-dev libyaml-dev liblua5.4-dev
-  libcmocka-dev libmetis-dev
+  libcmocka-dev libmetis-dev libcairo2-dev libfontconfig-dev fonts-dejavu-core
+  libprotobuf-c-dev protobuf-c-compiler
 )
 
 missing=()

@@ -12,6 +12,7 @@
 #include "bivouac/plugin.h"
 #include "bivouac/resilience.h"
 #include "bivouac/schedule.h"
+#include "bivouac/series.h"
 #include "bivouac/tensor.h"
 #include "bivouac/transport.h"
 #include "bivouac/wire.h"

@@ -46,7 +46,7 @@ bivouac: info: resumed after step 40" bv run --resume "$dir" --quiet || s=1
     # entry alone, and let go of its lock
     dir_is "ckpt-00000020.bvck ckpt-00000030.bvck ckpt-00000040.bvck ckpt-00000050.bvck " \
         "$dir/checkpoints" || s=1
-    dir_is "checkpoints experiment.yaml metrics.jsonl result.json run.yaml " "$dir" || s=1
+    dir_is "checkpoints curves.png curves.svg experiment.yaml metrics.jsonl result.json run.yaml " "$dir" || s=1
     report $s bivouac run --resume "$dir" --quiet
 done
 

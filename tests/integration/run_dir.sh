@@ -47,7 +47,7 @@ a="$tmp/a"
 t "a run leaves its files and no lock behind"
 s=0
 outcome_exit 0 "" "$B" run "$tiny" --out "$a" --quiet || s=1
-dir_is "checkpoints experiment.yaml metrics.jsonl result.json run.yaml " "$a" || s=1
+dir_is "checkpoints curves.png curves.svg experiment.yaml metrics.jsonl result.json run.yaml " "$a" || s=1
 report $s "$B" run "$tiny" --out "$a" --quiet
 
 t "a second run into the directory of a finished one is refused; nothing changes"
@@ -76,7 +76,7 @@ mkdir -p "$tmp/empty" "$tmp/mine"
 echo notes >"$tmp/mine/notes.txt"
 outcome_exit 0 "" "$B" run "$tiny" --out "$tmp/empty" --quiet || s=1
 outcome_exit 0 "" "$B" run "$tiny" --out "$tmp/mine" --quiet || s=1
-dir_is "checkpoints experiment.yaml metrics.jsonl notes.txt result.json run.yaml " "$tmp/mine" || s=1
+dir_is "checkpoints curves.png curves.svg experiment.yaml metrics.jsonl notes.txt result.json run.yaml " "$tmp/mine" || s=1
 [[ $(cat "$tmp/mine/notes.txt") == notes ]] || { echo "notes.txt changed" >>"$why"; s=1; }
 report $s "$B" run "$tiny" --out "$tmp/mine" --quiet
 
@@ -84,7 +84,7 @@ t "--force replaces the old run: its higher checkpoints and result.json go, user
 echo notes >"$a/notes.txt"
 s=0
 outcome_exit 0 "" "$B" run "$tiny" -s train.steps=20 --out "$a" --force --quiet || s=1
-dir_is "checkpoints experiment.yaml metrics.jsonl notes.txt result.json run.yaml " "$a" || s=1
+dir_is "checkpoints curves.png curves.svg experiment.yaml metrics.jsonl notes.txt result.json run.yaml " "$a" || s=1
 # without the clearing, the stale 30 and 40 would be kept and the new 10 and 20 pruned
 dir_is "ckpt-00000010.bvck ckpt-00000020.bvck " "$a/checkpoints" || s=1
 grep -q '"steps": 20,' "$a/result.json" || { echo "result.json is not the new run's" >>"$why"; s=1; }
@@ -97,7 +97,7 @@ r="$tmp/repeat"
 s=0
 [[ -d $r/seed-7 && -d $r/seed-8 ]] || { echo "the --repeat run made no seed-7/ seed-8/" >>"$why"; s=1; }
 outcome_exit 0 "" "$B" run "$tiny" -s train.steps=10 --out "$r" --force --quiet || s=1
-dir_is "checkpoints experiment.yaml metrics.jsonl result.json run.yaml " "$r" || s=1
+dir_is "checkpoints curves.png curves.svg experiment.yaml metrics.jsonl result.json run.yaml " "$r" || s=1
 report $s "$B" run "$tiny" -s train.steps=10 --out "$r" --force --quiet
 
 t "--force refuses a run's directory holding something a run does not write"
@@ -154,7 +154,7 @@ bg_pid=""
 # a killed run cannot delete its .lock; the file alone locks nothing
 [[ -e $long/.lock ]] || { echo "$long/.lock is gone after SIGKILL" >>"$why"; s=1; }
 outcome_exit 0 "" "$B" run "$tiny" --out "$long" --force --quiet || s=1
-dir_is "checkpoints experiment.yaml metrics.jsonl result.json run.yaml " "$long" || s=1
+dir_is "checkpoints curves.png curves.svg experiment.yaml metrics.jsonl result.json run.yaml " "$long" || s=1
 report $s "$B" run "$tiny" --out "$long" --force --quiet
 
 finish

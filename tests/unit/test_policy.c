@@ -553,6 +553,30 @@ static void test_bad_actions_are_errors(void **state)
     bv_policy_free(p);
 }
 
+/* {report = {...}}: series for metrics.jsonl, sorted by name, with or without a unit. */
+static void test_report_action(void **state)
+{
+    bv_policy *p = load_ok(fixture("report.lua"), NULL, 0, NULL);
+    bv_policy_actions out;
+    call_ok(p, 1, &out);
+    assert_int_equal(out.nreports, 3);
+    assert_string_equal(out.reports[0].name, "alpha");
+    assert_string_equal(out.reports[0].unit, "s");
+    assert_true(out.reports[0].value == 0.5);
+    assert_string_equal(out.reports[1].name, "mid");
+    assert_string_equal(out.reports[1].unit, "");
+    assert_true(out.reports[1].value == 3);
+    assert_string_equal(out.reports[2].name, "zeta");
+    assert_true(out.reports[2].value == 2);
+    assert_call_fails(p, 2, ":5: on_epoch_end returned action 'report' as a number, expected a table");
+    assert_call_fails(p, 3, ":6: on_epoch_end returned report name 'bad name': expected 1 to 47 letters, digits, '_' or '.'");
+    assert_call_fails(p, 4, ":7: on_epoch_end returned report.x as a string, expected a number or {number, unit}");
+    assert_call_fails(p, 5, ":8: on_epoch_end returned report.x[2] as a number, expected a unit string");
+    assert_call_fails(p, 6, ":9: on_epoch_end returned report.x's unit of 30 bytes, expected at most 23");
+    assert_call_fails(p, 7, ":10: on_epoch_end returned report.x[1] as a string, expected a number");
+    bv_policy_free(p);
+}
+
 static void test_handlers_and_missing_handler(void **state)
 {
     bv_policy *p = load_ok(fixture("actions.lua"), NULL, 0, NULL);
@@ -699,6 +723,7 @@ int main(void)
         cmocka_unit_test(test_params_are_typed_and_visible),
         cmocka_unit_test(test_actions_are_parsed),
         cmocka_unit_test(test_bad_actions_are_errors),
+        cmocka_unit_test(test_report_action),
         cmocka_unit_test(test_handlers_and_missing_handler),
         cmocka_unit_test(test_backtracking_patterns_hit_budget),
         cmocka_unit_test(test_patterns_agree_with_lua),

@@ -16,6 +16,12 @@ int bv_cli_plugins(int argc, char **argv);
 int bv_cli_sample(int argc, char **argv); /* cli_sample.c: text from a sequence model */
 int bv_cli_role(int argc, char **argv);   /* cli_role.c: one role of a cluster run */
 int bv_cli_partition(int argc, char **argv); /* cli_partition.c: a graph split into parts */
+int bv_cli_plot(int argc, char **argv);    /* cli_plot.c: a run's curves */
+int bv_cli_compare(int argc, char **argv); /* cli_plot.c: runs side by side */
+
+/* plot_loader.c: the plot module, opened once; NULL (and *reason why) without it. */
+struct bv_plot_module;
+const struct bv_plot_module *bv_cli_plot_module(const char **reason);
 
 /* Prints every diagnostic as "file:line:col: error: msg" on stderr. */
 void bv_cli_print_diag(const bv_diag *d);

@@ -13,6 +13,7 @@
 #include "cli.h"
 #include "config.h"
 #include "experiment.h"
+#include "plot.h"
 #include "registry.h"
 #include "run_dir.h"
 #include "train.h"
@@ -29,6 +30,9 @@ typedef struct run_args {
     long long repeat;
     int quiet;
     int force; /* --force: replace the run DIR holds */
+    int no_plot;
+    int x_time; /* --x time: the curves against wall time */
+    const char *tensorboard; /* --tensorboard DIR: the series as TensorBoard event files */
 } run_args;
 
 static int mkdir_p(const char *path)
@@ -59,7 +63,9 @@ static int parse_args(int argc, char **argv, run_args *a, bool allow_run_flags)
         const char *val = i + 1 < argc ? argv[i + 1] : NULL;
         bool takes_value = !strcmp(arg, "-s") || !strcmp(arg, "--set") ||
                            !strcmp(arg, "--out") || !strcmp(arg, "--seed") ||
-                           !strcmp(arg, "--repeat") || !strcmp(arg, "--resume");
+                           !strcmp(arg, "--repeat") || !strcmp(arg, "--resume") ||
+                           (allow_run_flags && (!strcmp(arg, "--x") ||
+                                                !strcmp(arg, "--tensorboard")));
         if (takes_value && !val)
             return bv_cli_fail(BV_EXIT_USAGE, "%s needs a value", arg);
         if (!strcmp(arg, "-s") || !strcmp(arg, "--set")) {
@@ -80,6 +86,16 @@ static int parse_args(int argc, char **argv, run_args *a, bool allow_run_flags)
             a->quiet = 1;
         } else if (allow_run_flags && !strcmp(arg, "--force")) {
             a->force = 1;
+        } else if (allow_run_flags && !strcmp(arg, "--tensorboard")) {
+            a->tensorboard = argv[++i];
+        } else if (allow_run_flags && !strcmp(arg, "--no-plot")) {
+            a->no_plot = 1;
+        } else if (allow_run_flags && !strcmp(arg, "--x")) {
+            const char *x = argv[++i];
+            if (strcmp(x, "time") != 0 && strcmp(x, "step") != 0 && strcmp(x, "epoch") != 0)
+                return bv_cli_fail(BV_EXIT_USAGE, "--x takes 'step' (or 'epoch') or 'time', "
+                                   "got '%s'", x);
+            a->x_time = !strcmp(x, "time");
         } else if (arg[0] == '-') {
             return bv_cli_fail(BV_EXIT_USAGE, "unknown option '%s' (see bivouac --help)", arg);
         } else if (!a->experiment) {
@@ -211,6 +227,28 @@ static void headline_text(const bv_run_result *runs, long long n, char *buf, siz
     snprintf(buf, len, "%s %.4f +- %.4f", name, mean, std);
 }
 
+/* DIR/curves.png and .svg, after training and outside its timing: a picture that cannot
+ * be drawn (no fonts, a full disk) costs a warning, never the run. */
+static void plot_run(const char *dir, const run_args *a)
+{
+    static bool said; /* a missing module is said once, not once per seed */
+    const char *why = "";
+    const bv_plot_module *m = bv_cli_plot_module(&why);
+    if (!m) {
+        if (!said)
+            bv_log(BV_LOG_WARN, "no curves drawn (the plot module cannot be loaded: %s); "
+                   "the run's results are complete", why);
+        said = true;
+        return;
+    }
+    bv_plot_options o = {.x = a->x_time ? BV_PLOT_X_TIME : BV_PLOT_X_UNIT};
+    bv_error err = {0};
+    if (!a->no_plot && m->plot_dir(dir, &o, &err) != BV_OK)
+        bv_log(BV_LOG_WARN, "no curves drawn for %s: %s", dir, err.msg);
+    if (a->tensorboard && m->tensorboard_dir(dir, a->tensorboard, &err) != BV_OK)
+        bv_log(BV_LOG_WARN, "no TensorBoard events written: %s", err.msg);
+}
+
 /* Trains seeds seed0 .. seed0+repeat-1 (into DIR/seed-N/ when more than one) and writes
  * DIR/result.json over the seeds that produced something. */
 static int train_all(bv_experiment *x, void *data, const char *out, const run_args *a,
@@ -260,8 +298,14 @@ static int train_all(bv_experiment *x, void *data, const char *out, const run_ar
         }
         if (runs[i].failed)
             code = bv_cli_fail(BV_EXIT_FAILED, "run stopped: %s", runs[i].stop_reason);
-        if (n > 1) {
+        if (n > 1)
             bv_result_write(dir, x, &runs[i], &seeds[i], 1);
+        if (n > 1 && !a->no_plot && runs[i].units > 0) { /* a seed's own; the run's below */
+            run_args seed_only = *a;
+            seed_only.tensorboard = NULL; /* written once, for every seed, below */
+            plot_run(dir, &seed_only);
+        }
+        if (n > 1) {
             if (!a->quiet)
                 printf("seed %llu: %s\n", (unsigned long long)seeds[i], runs[i].brief);
         }
@@ -272,6 +316,8 @@ static int train_all(bv_experiment *x, void *data, const char *out, const run_ar
             done++;
         if (done > 0 && bv_result_write(out, x, runs, seeds, (size_t)done) != 0)
             code = bv_cli_fail(BV_EXIT_FAILED, "cannot write %s/result.json", out);
+        else if (done > 0 && (!a->no_plot || a->tensorboard)) /* after result.json */
+            plot_run(out, a);
         if (code == BV_EXIT_OK) {
             if (n == 1) {
                 printf("%s on %s: %s -> %s/result.json\n", x->model.plugin->name,

@@ -23,7 +23,20 @@ static const char usage[] =
     "      --resume DIR               continue the run in DIR from its newest good\n"
     "                                 checkpoint, with DIR's copy of the experiment\n"
     "      --quiet                    no progress line\n"
+    "      --no-plot                  do not draw DIR/curves.png and curves.svg at the end\n"
+    "      --x step|time              the curves' x-axis: epochs or steps (default), or\n"
+    "                                 wall time in seconds\n"
+    "      --tensorboard DIR          also write the series as TensorBoard event files\n"
+    "                                 (DIR/seed-N/ for each seed of --repeat)\n"
     "  check EXP.yaml [-s KEY=VALUE]...   validate the experiment; report every error\n"
+    "  plot RUN_DIR [--x step|time] [--tensorboard DIR]   draw RUN_DIR/curves.png and\n"
+    "                           curves.svg: loss, accuracy, learning rate and every\n"
+    "                           reported series (and TensorBoard event files into DIR)\n"
+    "  compare RUN_DIR... [options]   a table of the runs' results (mean +- std over a\n"
+    "                           --repeat run's seeds) and their series overlaid\n"
+    "      --series A,B,...           the series to draw (default: the val_ ones)\n"
+    "      --out FILE.png             the picture (default compare.png; .svg beside it)\n"
+    "      --x step|time              x-axis, as for run\n"
     "  plugins [--json]          list the plugins found, their options, and failures\n"
     "  sample --checkpoint DIR [options]   generate text from a sequence model's checkpoint\n"
     "      --prompt TEXT              text to continue (default: a newline)\n"
@@ -116,7 +129,8 @@ int main(int argc, char **argv)
     }
     /* `bivouac run --help` and friends: the one usage text covers every command. */
     bool known = !strcmp(cmd, "run") || !strcmp(cmd, "check") || !strcmp(cmd, "plugins") ||
-                 !strcmp(cmd, "sample") || !strcmp(cmd, "partition");
+                 !strcmp(cmd, "sample") || !strcmp(cmd, "partition") || !strcmp(cmd, "plot") ||
+                 !strcmp(cmd, "compare");
     for (int i = 2; known && i < argc; i++)
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             fputs(usage, stdout);
@@ -134,6 +148,10 @@ int main(int argc, char **argv)
         return bv_cli_role(argc - 1, argv + 1);
     if (!strcmp(cmd, "partition"))
         return bv_cli_partition(argc - 1, argv + 1);
+    if (!strcmp(cmd, "plot"))
+        return bv_cli_plot(argc - 1, argv + 1);
+    if (!strcmp(cmd, "compare"))
+        return bv_cli_compare(argc - 1, argv + 1);
     fprintf(stderr, "bivouac: error: unknown command '%s'\n\n%s", cmd, usage);
     return BV_EXIT_USAGE;
 }

@@ -86,8 +86,8 @@ void bv_run_dir_unlock(bv_run_lock *lock)
 /* ---- one run per directory ---- */
 
 /* What a name in a run directory is. A run writes run.yaml, experiment.yaml,
- * metrics.jsonl, result.json and checkpoints/ (and seed-N/ with --repeat, holding one
- * seed's metrics.jsonl, result.json and checkpoints/); anything else is the user's. */
+ * metrics.jsonl, result.json, curves.png, curves.svg and checkpoints/ (and seed-N/ with
+ * --repeat, holding one seed's files); anything else is the user's. */
 typedef enum { OTHER, RUN_FILE, CHECKPOINTS, SEED_DIR } entry_kind;
 
 static bool has_suffix(const char *s, const char *suffix)
@@ -99,7 +99,8 @@ static bool has_suffix(const char *s, const char *suffix)
 static entry_kind classify(const char *name, bool top)
 {
     static const char *const files[] = {"run.yaml", "run.yaml.tmp", "experiment.yaml",
-                                        "metrics.jsonl", "result.json"};
+                                        "metrics.jsonl", "result.json", "curves.png",
+                                        "curves.svg"};
     for (size_t i = 0; i < sizeof files / sizeof *files; i++)
         if (strcmp(name, files[i]) == 0)
             return RUN_FILE;

@@ -18,6 +18,7 @@
 #include "clock.h"
 #include "grow.h"
 #include "json_out.h"
+#include "series_sink.h"
 
 /* Records of one kind, in the order they were made. */
 typedef struct record_list {
@@ -66,6 +67,30 @@ static void write_record(FILE *f, const bv_record_kind *kind, const bv_record *r
     fflush(f);
 }
 
+/* The series reported since the last call (bivouac/series.h: plugins, the policy's
+ * `report` action), one metrics.jsonl line each, at the unit index of the record they
+ * follow: {"epoch": 3, "series": "queue_depth", "unit": "tasks", "value": 7, "seconds": 0.5} */
+static void write_series(FILE *f, const bv_record_kind *kind, const bv_record *rec)
+{
+    /* one drain of everything the sink can hold: a reporter that never pauses cannot
+     * keep the loop here */
+    bv_series_point pts[BV_SERIES_SINK_CAP];
+    size_t n = bv_series_drain(pts, BV_SERIES_SINK_CAP);
+    for (size_t i = 0; i < n; i++) {
+        fputc('{', f);
+        bv_json_string(f, kind->fields[0]);
+        fprintf(f, ": %lld, \"series\": ", (long long)rec->v[0]);
+        bv_json_string(f, pts[i].name);
+        fputs(", \"unit\": ", f);
+        bv_json_string(f, pts[i].unit);
+        bv_json_field(f, "value", pts[i].value);
+        bv_json_field(f, "seconds", rec->v[kind->nfields - 1]);
+        fputs("}\n", f);
+    }
+    if (n)
+        fflush(f);
+}
+
 static double *seconds_of(const bv_record_kind *kind, bv_record *rec)
 {
     return &rec->v[kind->nfields - 1];
@@ -100,6 +125,8 @@ static void policy_record(train_run *r, const bv_record_kind *kind, const bv_rec
     }
     if (a.set_lr && !replay)
         r->lr_set = a.lr;
+    for (size_t i = 0; i < a.nreports && !replay; i++)
+        bv_series_report(a.reports[i].name, a.reports[i].unit, a.reports[i].value);
     if (a.stop) {
         *stop = true;
         snprintf(reason, reason_len, "policy: %s", a.reason[0] ? a.reason : "stop");
@@ -364,6 +391,7 @@ static bv_status evaluate(train_run *r, int64_t done, bool final, bool *stop, ch
     if (r->o->progress)
         show_eval(r, &ev);
     policy_record(r, kind, &ev, false, stop, reason, reason_len);
+    write_series(r->metrics, kind, &ev);
     return BV_OK;
 }
 
@@ -380,6 +408,7 @@ bv_status bv_train(const bv_experiment *x, void *data, const bv_train_options *o
     size_t reason_len = sizeof res->stop_reason;
     snprintf(reason, reason_len, "reached %lld %ss", (long long)total, ops->unit);
     bool stop = false;
+    bv_series_reset(); /* nothing another seed's roles reported late */
     bv_status st = setup(&r, data, err);
     if (st == BV_OK)
         st = o->resume ? restore(&r, &stop, reason, reason_len, err) : ops->init(r.engine, err);
@@ -402,6 +431,7 @@ bv_status bv_train(const bv_experiment *x, void *data, const bv_train_options *o
         if (o->progress)
             show_progress(&r, total);
         policy_record(&r, kind, &rec, false, &stop, reason, reason_len);
+        write_series(r.metrics, kind, &rec);
         if (ops->eval_record && ops->eval_due(r.engine, unit + 1)) {
             st = evaluate(&r, unit + 1, false, &stop, reason, reason_len, err);
             if (st == BV_OK)

@@ -19,6 +19,7 @@
 #include "bivouac/log.h"
 #include "export_sig.h"
 #include "policy_pattern.h"
+#include "series_sink.h"
 
 /* Instructions between two runs of the count hook: small enough that a budget is
  * enforced to within this many instructions, large enough that the hook costs nothing. */
@@ -893,6 +894,63 @@ static void parse_sets(lua_State *L, bv_policy_actions *out)
     qsort(out->sets, out->nsets, sizeof out->sets[0], compare_set_names);
 }
 
+static int compare_report_names(const void *a, const void *b)
+{
+    return strcmp((const char *)a, (const char *)b); /* each entry starts with its name */
+}
+
+/* {report = {name = value, name = {value, "unit"}}}: series for metrics.jsonl and the
+ * plots (bivouac/series.h); the loop reports them, the policy only names them. */
+static void parse_reports(lua_State *L, bv_policy_actions *out)
+{
+    if (lua_type(L, -1) != LUA_TTABLE)
+        raise_action_error(L, "action 'report' as a %s, expected a table",
+                           luaL_typename(L, -1));
+    lua_pushnil(L);
+    while (lua_next(L, -2)) {
+        if (lua_type(L, -2) != LUA_TSTRING)
+            raise_action_error(L, "a 'report' entry with a %s key, expected a name",
+                               luaL_typename(L, -2));
+        size_t len;
+        const char *name = lua_tolstring(L, -2, &len);
+        if (strlen(name) != len || !bv_series_name_ok(name))
+            raise_action_error(L, "report name '%s': expected 1 to %d letters, digits, '_' "
+                               "or '.'", name, BV_SERIES_NAME_MAX - 1);
+        double value = 0;
+        const char *unit = "";
+        if (lua_type(L, -1) == LUA_TNUMBER) {
+            value = lua_tonumber(L, -1);
+        } else if (lua_type(L, -1) == LUA_TTABLE) {
+            if (lua_rawgeti(L, -1, 1) != LUA_TNUMBER)
+                raise_action_error(L, "report.%s[1] as a %s, expected a number", name,
+                                   luaL_typename(L, -1));
+            value = lua_tonumber(L, -1);
+            lua_pop(L, 1);
+            int ut = lua_rawgeti(L, -1, 2);
+            if (ut != LUA_TNIL && ut != LUA_TSTRING)
+                raise_action_error(L, "report.%s[2] as a %s, expected a unit string", name,
+                                   luaL_typename(L, -1));
+            if (ut == LUA_TSTRING)
+                unit = lua_tostring(L, -1);
+            if (strlen(unit) >= BV_SERIES_UNIT_MAX)
+                raise_action_error(L, "report.%s's unit of %zu bytes, expected at most %d",
+                                   name, strlen(unit), BV_SERIES_UNIT_MAX - 1);
+            lua_pop(L, 1);
+        } else {
+            raise_action_error(L, "report.%s as a %s, expected a number or {number, unit}",
+                               name, luaL_typename(L, -1));
+        }
+        if (out->nreports == BV_POLICY_MAX_SETS)
+            raise_action_error(L, "more than %d 'report' entries", BV_POLICY_MAX_SETS);
+        snprintf(out->reports[out->nreports].name, sizeof out->reports[0].name, "%s", name);
+        snprintf(out->reports[out->nreports].unit, sizeof out->reports[0].unit, "%s", unit);
+        out->reports[out->nreports].value = value;
+        out->nreports++;
+        lua_pop(L, 1);
+    }
+    qsort(out->reports, out->nreports, sizeof out->reports[0], compare_report_names);
+}
+
 /* The handler's result, on top of the stack: nil, or a table of actions. Raw access
  * only, so no script code runs here. */
 static void parse_actions(lua_State *L, bv_policy_actions *out)
@@ -932,6 +990,8 @@ static void parse_actions(lua_State *L, bv_policy_actions *out)
             out->lr = lr;
         } else if (strcmp(key, "set") == 0) {
             parse_sets(L, out);
+        } else if (strcmp(key, "report") == 0) {
+            parse_reports(L, out);
         } else {
             raise_action_error(L, "an unknown action '%s'", key);
         }

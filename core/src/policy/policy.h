@@ -54,6 +54,12 @@ typedef struct bv_policy_actions {
         char name[64];
         double value;
     } sets[BV_POLICY_MAX_SETS]; /* generic knobs: {set = {workers = 8}} */
+    size_t nreports; /* sorted by name too */
+    struct {
+        char name[48]; /* BV_SERIES_NAME_MAX */
+        char unit[24]; /* BV_SERIES_UNIT_MAX */
+        double value;
+    } reports[BV_POLICY_MAX_SETS]; /* series: {report = {patience_left = {4, "epochs"}}} */
 } bv_policy_actions;
 
 /* A plugin export as the engine hands it to a policy: policy/ sits below plugin/ in the
