@@ -22,9 +22,10 @@ extern "C" {
  *        .stage_size, bv_seq_model_ops .layer_size/.param_size, the resilience hooks after
  *        restore, the cloud kind's ops table (cloud.h).
  *   1.5: export signatures: the 'b' (bool) type and the '!' (effectful) prefix, and
- *        bv_export_error; 'p' is refused from 1.5 on (docs/plugins.md, "Exports"). */
+ *        bv_export_error; 'p' is refused from 1.5 on (docs/plugins.md, "Exports").
+ *   1.6: bv_transport_ops.counters and bv_transport_counters (transport.h). */
 #define BV_ABI_MAJOR 1
-#define BV_ABI_MINOR 5
+#define BV_ABI_MINOR 6
 
 typedef enum bv_plugin_kind {
     BV_KIND_MODEL = 1,
