@@ -232,13 +232,14 @@ static bool zap_serve_one(bv_transport *t)
         else
             zmq_msg_close(&f);
     }
-    if (alive && n >= REQUEST_ID + 1) {
+    if (alive) { /* a REP socket must answer every request, even a malformed one */
         bool ok = n == N_FRAMES && zmq_msg_size(&frames[MECHANISM]) == 5 &&
                   memcmp(zmq_msg_data(&frames[MECHANISM]), "CURVE", 5) == 0 &&
                   client_key_allowed(t, &frames[KEY]);
+        const void *id = n > REQUEST_ID ? zmq_msg_data(&frames[REQUEST_ID]) : "";
+        size_t id_len = n > REQUEST_ID ? zmq_msg_size(&frames[REQUEST_ID]) : 0;
         alive = zap_send(t->zap_socket, "1.0", 3, true) &&
-                zap_send(t->zap_socket, zmq_msg_data(&frames[REQUEST_ID]),
-                         zmq_msg_size(&frames[REQUEST_ID]), true) &&
+                zap_send(t->zap_socket, id, id_len, true) &&
                 zap_send(t->zap_socket, ok ? "200" : "400", 3, true) &&
                 zap_send(t->zap_socket, ok ? "OK" : "client key not allowed",
                          ok ? 2 : 22, true) &&
