@@ -47,6 +47,11 @@ golden() {
 
 golden gcn-cora gcn-cora.yaml 'params_crc32c: "12ff1c84"' 'epochs: 200' \
     'test_accuracy: 0.805' -- --seed 42
+# The transport's ipc/tcp options (CURVE with its ZAP handler thread, bounded sends) leave
+# the embedded run over inproc bit for bit as it was.
+golden gcn-cora-curve gcn-cora.yaml 'params_crc32c: "12ff1c84"' 'epochs: 200' \
+    'test_accuracy: 0.805' -- --seed 42 -s transport.send_timeout_ms=100 \
+    -s 'transport.curve_secret_key=0rJua1Qkhq2)}4G4gS)W5Ft->6=4P585:Cl9uDpB'
 golden gat-cora gat-cora.yaml 'params_crc32c: "0ea73533"' 'epochs: 50' \
     'test_accuracy: 0.788' -- --seed 42 -s train.epochs=50
 golden transformer transformer-shakespeare.yaml 'params_crc32c: "34f29c0a"' 'steps: 100' \

@@ -259,6 +259,21 @@ static void null_slots_get_the_core_defaults(void **state)
     sent_payloads = 0;
     assert_int_equal(t.send_owned(NULL, "h", 1, payload, 4, &err), BV_OK); /* frees it */
     assert_int_equal(sent_payloads, 1);
+    /* ABI 1.6: counters defaults to zeros, written only as far as the caller's size. */
+    bv_transport_counters tc;
+    memset(&tc, 0x7f, sizeof tc);
+    tc.size = sizeof tc;
+    t.counters(NULL, &tc);
+    assert_int_equal(tc.size, sizeof tc);
+    assert_int_equal(tc.frames_malformed, 0);
+    assert_int_equal(tc.auth_rejected, 0);
+    assert_int_equal(tc.send_timeouts, 0);
+    memset(&tc, 0x7f, sizeof tc);
+    tc.size = offsetof(bv_transport_counters, auth_rejected); /* an older caller */
+    t.counters(NULL, &tc);
+    assert_int_equal(tc.size, offsetof(bv_transport_counters, auth_rejected));
+    assert_int_equal(tc.frames_malformed, 0);
+    assert_int_equal(tc.auth_rejected, 0x7f7f7f7f7f7f7f7fu);
 
     bv_cloud_ops c13 = {0};
     bv_plugin pc = {.kind = BV_KIND_CLOUD, .ops = &c13,

@@ -24,6 +24,7 @@ extern "C" {
  *   1.5: export signatures: the 'b' (bool) type and the '!' (effectful) prefix, and
  *        bv_export_error; 'p' is refused from 1.5 on (docs/plugins.md, "Exports").
  *   1.6: bv_node_request .label and .host, bv_cloud_event .wait_status (cloud.h);
+ *        bv_transport_ops.counters and bv_transport_counters (transport.h);
  *        bv_series_report (bivouac/series.h): a plugin that reports series needs a core
  *        that has the function, so it declares 1.6. */
 #define BV_ABI_MAJOR 1

@@ -28,6 +28,19 @@ typedef struct bv_msg {
 
 #define BV_TIMEOUT_FOREVER (-1)
 
+/* What an endpoint refused or could not do, since it was opened (ABI 1.6, the `counters`
+ * slot). The caller sets `size` to sizeof(bv_transport_counters) as it was compiled; the
+ * transport fills the fields that size covers and zeroes those it does not count. Fields
+ * are only ever appended. */
+typedef struct bv_transport_counters {
+    size_t size;
+    uint64_t frames_malformed; /* inbox: messages dropped whole by the transport (not two
+                                  frames, or cut off) before the core saw them */
+    uint64_t auth_rejected;    /* inbox: connections refused in the handshake (no keys,
+                                  wrong keys, a client key not allowed, a foreign protocol) */
+    uint64_t send_timeouts;    /* outbox: sends no peer accepted within the send bound */
+} bv_transport_counters;
+
 typedef struct bv_transport_ops {
     bv_transport *(*create)(const bv_opts *opts, bv_error *err);
     void (*destroy)(bv_transport *t); /* all endpoints must be closed first */
@@ -37,7 +50,9 @@ typedef struct bv_transport_ops {
     /* An outbox to one bound inbox. Sends to an inproc inbox bound later are queued. */
     bv_endpoint *(*connect)(bv_transport *t, const char *address, bv_error *err);
 
-    /* Sends header + payload as one message (copies both). Blocks while the queue is full. */
+    /* Sends header + payload as one message (copies both). Blocks while the queue is full,
+     * up to the transport's send bound if it has one (zmq: send_timeout_ms for ipc and
+     * tcp), then fails with BV_ERR_IO saying the peer is unreachable. */
     bv_status (*send)(bv_endpoint *ep, const void *header, size_t header_len,
                       const void *payload, size_t payload_len, bv_error *err);
     /* Receives one message. timeout_ms < 0 waits forever. A timeout returns
@@ -59,6 +74,10 @@ typedef struct bv_transport_ops {
      * copied again on the way out. */
     bv_status (*send_owned)(bv_endpoint *ep, const void *header, size_t header_len,
                             void *payload, size_t payload_len, bv_error *err);
+
+    /* ABI 1.6, optional (the core's default reports zeros): the endpoint's counters, see
+     * bv_transport_counters. Called by the thread that uses the endpoint. */
+    void (*counters)(bv_endpoint *ep, bv_transport_counters *out);
 } bv_transport_ops;
 
 #ifdef __cplusplus

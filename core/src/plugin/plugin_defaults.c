@@ -3,6 +3,7 @@
 
 #include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "bivouac/cloud.h"
 #include "bivouac/resilience.h"
@@ -102,8 +103,18 @@ static send_owned_fn send_owned_for(send_fn send)
     return fn;
 }
 
+static void tr_counters(bv_endpoint *ep, bv_transport_counters *out)
+{
+    (void)ep;
+    size_t size = out->size < sizeof *out ? out->size : sizeof *out;
+    memset(out, 0, size); /* a transport that counts nothing */
+    out->size = size;
+}
+
 static void transport_defaults(bv_transport_ops *o, size_t size)
 {
+    if (COVERS(bv_transport_ops, counters, size) && !o->counters)
+        o->counters = tr_counters;
     if (COVERS(bv_transport_ops, bound_address, size) && !o->bound_address)
         o->bound_address = tr_bound_address;
     if (COVERS(bv_transport_ops, send_owned, size) && !o->send_owned && o->send)

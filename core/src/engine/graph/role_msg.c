@@ -6,6 +6,15 @@
 #include <time.h>
 
 #include "bivouac/log.h"
+#include "task_hdr.h"
+
+/* Frames bv_role_recv refused (bv_role_frames_dropped). */
+static _Atomic uint64_t frames_dropped;
+
+uint64_t bv_role_frames_dropped(void)
+{
+    return frames_dropped;
+}
 
 static double role_now_ms(void)
 {
@@ -18,7 +27,7 @@ bv_status bv_role_send(const bv_transport_ops *t, bv_endpoint *ep, uint16_t type
                        uint32_t sender, const bv_task_hdr *hdr, const void *a, size_t na,
                        const void *b, size_t nb, const void *c, size_t nc, bv_error *err)
 {
-    size_t len = sizeof(bv_task_hdr) + na + nb + nc;
+    size_t len = BV_TASK_HDR_WIRE_SIZE + na + nb + nc;
     uint8_t *payload = malloc(len);
     if (!payload)
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory for a %zu-byte message", len);
@@ -26,8 +35,8 @@ bv_status bv_role_send(const bv_transport_ops *t, bv_endpoint *ep, uint16_t type
     h.na = na;
     h.nb = nb;
     h.nc = nc;
-    memcpy(payload, &h, sizeof h);
-    size_t off = sizeof h;
+    bv_task_hdr_encode(&h, payload); /* field by field, little-endian (task_hdr.h) */
+    size_t off = BV_TASK_HDR_WIRE_SIZE;
     if (na)
         memcpy(payload + off, a, na);
     off += na;
@@ -50,28 +59,21 @@ bv_status bv_role_recv(const bv_transport_ops *t, bv_endpoint *ep, bv_role_msg *
 {
     memset(m, 0, sizeof *m);
     bv_status st = t->recv(ep, &m->raw, timeout_ms, err);
+    if (st == BV_ERR_CORRUPT) /* the transport dropped it (e.g. not two frames) */
+        frames_dropped++;
     if (st != BV_OK)
         return st;
     st = bv_wire_check(m->raw.header, m->raw.header_len, m->raw.payload, m->raw.payload_len, 0,
                        &m->wire, err);
-    if (st == BV_OK && m->raw.payload_len < sizeof(bv_task_hdr))
-        st = bv_error_set(err, BV_ERR_CORRUPT, "message of type %u is %zu bytes, too short",
-                          m->wire.type, m->raw.payload_len);
-    if (st == BV_OK) {
-        memcpy(&m->hdr, m->raw.payload, sizeof m->hdr);
-        uint64_t want = sizeof(bv_task_hdr) + m->hdr.na + m->hdr.nb + m->hdr.nc;
-        if (m->hdr.na > m->raw.payload_len || m->hdr.nb > m->raw.payload_len ||
-            m->hdr.nc > m->raw.payload_len || want != m->raw.payload_len)
-            st = bv_error_set(err, BV_ERR_CORRUPT,
-                              "message of type %u: array sizes do not add up to %zu bytes",
-                              m->wire.type, m->raw.payload_len);
-    }
+    if (st == BV_OK)
+        st = bv_task_hdr_decode(m->raw.payload, m->raw.payload_len, &m->hdr, err);
     if (st != BV_OK) {
+        frames_dropped++;
         t->release(&m->raw);
         memset(m, 0, sizeof *m);
         return st;
     }
-    const uint8_t *p = (const uint8_t *)m->raw.payload + sizeof(bv_task_hdr);
+    const uint8_t *p = (const uint8_t *)m->raw.payload + BV_TASK_HDR_WIRE_SIZE;
     m->a = p;
     m->b = p + m->hdr.na;
     m->c = p + m->hdr.na + m->hdr.nb;

@@ -55,7 +55,9 @@ typedef struct bv_array_ref {
     uint64_t bytes;
 } bv_array_ref;
 
-/* Fixed part of every payload; multiple of 8 bytes so the arrays stay aligned. */
+/* Fixed part of every payload; multiple of 8 bytes so the arrays stay aligned. On the
+ * wire it is not this struct's memory image but a fixed 200-byte little-endian layout
+ * written field by field (task_hdr.h, docs/wire-protocol.md). */
 typedef struct bv_task_hdr {
     int64_t epoch;
     int64_t row_begin;
@@ -105,7 +107,10 @@ typedef struct bv_role_msg {
 bv_status bv_role_send(const bv_transport_ops *t, bv_endpoint *ep, uint16_t type,
                        uint32_t sender, const bv_task_hdr *hdr, const void *a, size_t na,
                        const void *b, size_t nb, const void *c, size_t nc, bv_error *err);
-/* Receives and validates one message (wire checks, header, array sizes). */
+/* Receives and validates one message (wire checks, header, array sizes). A frame that
+ * fails (malformed, truncated, oversized for its header, another wire version, or
+ * dropped by the transport as not two frames) returns BV_ERR_CORRUPT, is released
+ * unread and is counted in bv_role_frames_dropped(). */
 bv_status bv_role_recv(const bv_transport_ops *t, bv_endpoint *ep, bv_role_msg *m,
                        int timeout_ms, bv_error *err);
 void bv_role_release(const bv_transport_ops *t, bv_role_msg *m);
@@ -115,6 +120,9 @@ void bv_role_release(const bv_transport_ops *t, bv_role_msg *m);
  * failure. */
 bv_status bv_role_recv_valid(const bv_transport_ops *t, bv_endpoint *ep, bv_role_msg *m,
                              int timeout_ms, _Atomic uint64_t *dropped, bv_error *err);
+/* Frames bv_role_recv has refused in this process so far (every role of the process
+ * together: one role per process when roles run as processes). */
+uint64_t bv_role_frames_dropped(void);
 /* Receives on `inbox` until a message of `type` arrives (the caller releases it). An ERROR
  * fails with its text; invalid messages are dropped and counted (bv_role_recv_valid); any
  * other message is logged as `who`'s and dropped. The graph server waits for its

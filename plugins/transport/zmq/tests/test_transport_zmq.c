@@ -14,7 +14,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/time.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -45,6 +47,43 @@ static bv_transport *transport_new(void)
         fail_msg("create: %s", err.msg);
     bv_opts_free(&opts);
     return t;
+}
+
+/* A transport with some options changed: pairs of name, YAML text, ending in NULL. */
+static bv_transport *transport_with(const char *name, ...)
+{
+    bv_opts opts;
+    bv_error err;
+    bv_error_clear(&err);
+    assert_int_equal(
+        bv_opts_defaults(&opts, "transport", bv_transport_zmq_plugin()->options, &err), BV_OK);
+    va_list ap;
+    va_start(ap, name);
+    for (const char *n = name; n; n = va_arg(ap, const char *)) {
+        const char *text = va_arg(ap, const char *);
+        bv_opt_value *v = (bv_opt_value *)bv_opts_find(&opts, n);
+        assert_non_null(v);
+        bv_opt_value parsed = {0};
+        if (bv_opt_parse(v->decl, text, &parsed, &err) != BV_OK)
+            fail_msg("%s=%s: %s", n, text, err.msg);
+        if (v->decl->type == BV_OPT_STRING)
+            free(v->v.s);
+        v->v = parsed.v;
+    }
+    va_end(ap);
+    bv_transport *t = ops()->create(&opts, &err);
+    if (!t)
+        fail_msg("create: %s", err.msg);
+    bv_opts_free(&opts);
+    return t;
+}
+
+static bv_transport_counters counters_of(bv_endpoint *ep)
+{
+    bv_transport_counters c = {.size = sizeof c};
+    ops()->counters(ep, &c);
+    assert_int_equal(c.size, sizeof c);
+    return c;
 }
 
 static bv_endpoint *bind_ok(bv_transport *t, const char *address)
@@ -126,7 +165,7 @@ static void descriptor_names_the_plugin_and_its_options(void **state)
     assert_int_equal(p->struct_size, sizeof(bv_plugin));
     assert_int_equal(p->kind, BV_KIND_TRANSPORT);
     assert_string_equal(p->name, "zmq");
-    assert_string_equal(p->version, "0.1.0");
+    assert_string_equal(p->version, "0.2.0");
     assert_int_equal(p->ops_size, sizeof(bv_transport_ops));
     const bv_transport_ops *o = p->ops;
     assert_non_null(o->create);
@@ -138,8 +177,20 @@ static void descriptor_names_the_plugin_and_its_options(void **state)
     assert_non_null(o->release);
     assert_non_null(o->close);
     assert_non_null(o->bound_address);
+    assert_non_null(o->counters);
+    assert_non_null(p->get_proc_address("bv_zmq_curve_keypair"));
+    assert_null(p->get_proc_address("nothing"));
 
-    assert_int_equal(bv_schema_count(p->options), 3);
+    assert_int_equal(bv_schema_count(p->options), 8);
+    const bv_option *send_timeout = bv_schema_find(p->options, "send_timeout_ms");
+    assert_non_null(send_timeout);
+    assert_string_equal(send_timeout->default_value, "5000");
+    const bv_option *max_msg = bv_schema_find(p->options, "max_message_bytes");
+    assert_non_null(max_msg);
+    assert_string_equal(max_msg->default_value, "1073741824");
+    assert_non_null(bv_schema_find(p->options, "curve_secret_key"));
+    assert_non_null(bv_schema_find(p->options, "curve_server_key"));
+    assert_non_null(bv_schema_find(p->options, "curve_client_keys"));
     const bv_option *io = bv_schema_find(p->options, "io_threads");
     const bv_option *hwm = bv_schema_find(p->options, "hwm");
     const bv_option *linger = bv_schema_find(p->options, "linger_ms");
@@ -151,7 +202,7 @@ static void descriptor_names_the_plugin_and_its_options(void **state)
     assert_string_equal(hwm->default_value, "1000");
     assert_true(hwm->min == 1 && hwm->max == 1e7);
     assert_string_equal(linger->default_value, "1000");
-    assert_true(linger->min == -1 && linger->max == 1e7);
+    assert_true(linger->min == 0 && linger->max == 1e7); /* close never waits forever */
 }
 
 /* ---- inproc ------------------------------------------------------------------------ */
@@ -408,13 +459,18 @@ static void ipc_round_trip_in_a_private_directory(void **state)
     assert_string_equal(ops()->bound_address(in), address);
     bv_endpoint *out = connect_ok(t, address);
     round_trip_sizes(in, out);
+    char path[128];
+    snprintf(path, sizeof path, "%s/inbox", dir);
+    struct stat st;
+    assert_int_equal(stat(path, &st), 0);
+    assert_true(S_ISSOCK(st.st_mode));
     ops()->close(out);
     ops()->close(in);
     ops()->destroy(t);
 
-    char path[128];
-    snprintf(path, sizeof path, "%s/inbox", dir);
-    unlink(path); /* zmq removes it on close; this is only belt and braces */
+    /* Closing the inbox removed its socket file: the directory is empty again. */
+    assert_int_equal(stat(path, &st), -1);
+    assert_int_equal(errno, ENOENT);
     assert_int_equal(rmdir(dir), 0);
 }
 
@@ -540,6 +596,7 @@ static void messages_without_two_frames_are_rejected_whole(void **state)
     bv_wire_header got = recv_framed(in, 8, &msg);
     assert_int_equal(got.tag, 42);
     ops()->release(&msg);
+    assert_int_equal(counters_of(in).frames_malformed, 2);
 
     zmq_close(raw);
     zmq_ctx_term(ctx);
@@ -593,6 +650,304 @@ static void a_damaged_frame_arrives_and_fails_the_wire_check(void **state)
     ops()->destroy(t);
 }
 
+/* ---- two processes ----------------------------------------------------------------- */
+
+enum { CHILD_MESSAGES = 50 };
+
+/* In a forked child: a transport of its own (never the parent's context), an outbox to
+ * address, CHILD_MESSAGES framed messages; exits 0 when all were sent. */
+static void child_sends(const char *address)
+{
+    bv_transport *t = transport_new();
+    bv_error err;
+    bv_error_clear(&err);
+    bv_endpoint *out = ops()->connect(t, address, &err);
+    if (!out)
+        _exit(2);
+    for (uint32_t i = 0; i < CHILD_MESSAGES; i++) {
+        unsigned char payload[1000];
+        fill_pattern(payload, sizeof payload, i);
+        bv_wire_header h;
+        bv_wire_header_make(&h, 7, (uint32_t)getpid(), i, payload, sizeof payload);
+        if (ops()->send(out, &h, sizeof h, payload, sizeof payload, &err) != BV_OK)
+            _exit(3);
+    }
+    ops()->close(out);
+    ops()->destroy(t);
+    _exit(0);
+}
+
+static void receive_from_a_child_process(const char *bind_address, bool check_port)
+{
+    bv_transport *t = transport_new();
+    bv_endpoint *in = bind_ok(t, bind_address);
+    const char *bound = ops()->bound_address(in);
+    if (check_port) {
+        int port = 0;
+        assert_int_equal(sscanf(bound, "tcp://127.0.0.1:%d", &port), 1);
+        assert_true(port > 0 && port < 65536);
+    }
+    fflush(NULL);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0)
+        child_sends(bound);
+
+    for (uint32_t i = 0; i < CHILD_MESSAGES; i++) {
+        bv_msg msg;
+        bv_wire_header h = recv_framed(in, 7, &msg);
+        assert_int_equal(h.sender, (uint32_t)pid);
+        assert_int_equal(h.tag, i);
+        unsigned char want[1000];
+        fill_pattern(want, sizeof want, i);
+        assert_int_equal(msg.payload_len, sizeof want);
+        assert_memory_equal(msg.payload, want, sizeof want);
+        ops()->release(&msg);
+    }
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+    bv_transport_counters c = counters_of(in);
+    assert_int_equal(c.frames_malformed, 0);
+    assert_int_equal(c.auth_rejected, 0);
+    ops()->close(in);
+    ops()->destroy(t);
+}
+
+static void frames_cross_processes_over_ipc(void **state)
+{
+    char dir[] = "/tmp/bivouac-zmq-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char address[128], path[128];
+    snprintf(address, sizeof address, "ipc://%s/inbox", dir);
+    snprintf(path, sizeof path, "%s/inbox", dir);
+    receive_from_a_child_process(address, false);
+    assert_int_equal(access(path, F_OK), -1); /* no socket file left behind */
+    assert_int_equal(rmdir(dir), 0);
+}
+
+static void frames_cross_processes_over_tcp_on_a_wildcard_port(void **state)
+{
+    receive_from_a_child_process("tcp://127.0.0.1:*", true);
+}
+
+/* ---- bounded sends ----------------------------------------------------------------- */
+
+/* Nobody listens on the port: the send fails after send_timeout_ms, naming the peer as
+ * unreachable, and is counted; close and destroy return at once. */
+static void a_send_nobody_takes_fails_as_unreachable_within_the_bound(void **state)
+{
+    bv_transport *probe = transport_new();
+    bv_endpoint *gone = bind_ok(probe, "tcp://127.0.0.1:*");
+    char address[256];
+    snprintf(address, sizeof address, "%s", ops()->bound_address(gone));
+    ops()->close(gone); /* a port that was just free: nothing listens there now */
+    ops()->destroy(probe);
+
+    bv_transport *t = transport_with("send_timeout_ms", "300", NULL);
+    bv_endpoint *out = connect_ok(t, address);
+    bv_wire_header h;
+    bv_wire_header_make(&h, 1, 0, 0, "x", 1);
+    bv_error err;
+    bv_error_clear(&err);
+    struct timespec start;
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    assert_int_equal(ops()->send(out, &h, sizeof h, "x", 1, &err), BV_ERR_IO);
+    double waited = elapsed_ms(&start);
+    char message[600];
+    snprintf(message, sizeof message,
+             "cannot send to %s: peer unreachable (no connected peer took the message within "
+             "300 ms: it is down, not listening, refused our keys, or not reading)",
+             address);
+    assert_string_equal(err.msg, message);
+    assert_true(waited >= 299.0 && waited <= 2000.0);
+    assert_int_equal(counters_of(out).send_timeouts, 1);
+
+    /* send_owned takes the same path (and frees the payload: ASan checks). */
+    void *owned = malloc(4096);
+    assert_non_null(owned);
+    memset(owned, 1, 4096);
+    bv_wire_header_make(&h, 1, 0, 1, owned, 4096);
+    assert_int_equal(ops()->send_owned(out, &h, sizeof h, owned, 4096, &err), BV_ERR_IO);
+    assert_non_null(strstr(err.msg, "peer unreachable"));
+    assert_int_equal(counters_of(out).send_timeouts, 2);
+
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    ops()->close(out);
+    ops()->destroy(t);
+    assert_true(elapsed_ms(&start) < 1000.0); /* nothing queued: no linger wait */
+}
+
+/* ---- frame size limit -------------------------------------------------------------- */
+
+/* A frame over max_message_bytes never reaches recv (zmq refuses it before allocating it
+ * and drops that connection); frames within the limit on a new connection still arrive. */
+static void a_frame_over_max_message_bytes_is_refused(void **state)
+{
+    bv_transport *t = transport_with("max_message_bytes", "4096", NULL);
+    bv_endpoint *in = bind_ok(t, "tcp://127.0.0.1:*");
+    bv_transport *peer = transport_new();
+    bv_endpoint *out = connect_ok(peer, ops()->bound_address(in));
+    unsigned char *big = calloc(1, 8192);
+    assert_non_null(big);
+    send_framed(out, 1, 0, 0, big, 8192);
+    free(big);
+    bv_msg msg;
+    bv_error err;
+    bv_error_clear(&err);
+    assert_int_equal(ops()->recv(in, &msg, 500, &err), BV_ERR_IO);
+    assert_non_null(strstr(err.msg, "timeout"));
+    ops()->close(out);
+
+    bv_endpoint *again = connect_ok(peer, ops()->bound_address(in));
+    send_framed(again, 1, 0, 9, "small", 5);
+    bv_wire_header h = recv_framed(in, 1, &msg);
+    assert_int_equal(h.tag, 9);
+    ops()->release(&msg);
+    ops()->close(again);
+    ops()->destroy(peer);
+    ops()->close(in);
+    ops()->destroy(t);
+}
+
+/* ---- CURVE ------------------------------------------------------------------------- */
+
+typedef int (*keypair_fn)(char *public_z85, char *secret_z85);
+
+static void keypair(char public_z85[41], char secret_z85[41])
+{
+    keypair_fn fn = (keypair_fn)bv_transport_zmq_plugin()->get_proc_address(
+        "bv_zmq_curve_keypair");
+    assert_non_null(fn);
+    assert_int_equal(fn(public_z85, secret_z85), 0);
+    assert_int_equal(strlen(public_z85), 40);
+    assert_int_equal(strlen(secret_z85), 40);
+}
+
+/* Polls the inbox's counters until `want` handshakes were refused (they are reported
+ * asynchronously) or 10 s pass. */
+static uint64_t wait_rejected(bv_endpoint *in, uint64_t want)
+{
+    for (int i = 0; i < 1000; i++) {
+        uint64_t n = counters_of(in).auth_rejected;
+        if (n >= want)
+            return n;
+        struct timespec ms10 = {0, 10 * 1000 * 1000};
+        nanosleep(&ms10, NULL);
+    }
+    return counters_of(in).auth_rejected;
+}
+
+/* One keypair for the run: a client holding it delivers; a client with another keypair
+ * (that knows the server's public key) and a client without CURVE are refused in the
+ * handshake, counted, and their sends time out as unreachable. */
+static void curve_lets_in_only_the_runs_key(void **state)
+{
+    char run_public[41], run_secret[41], other_public[41], other_secret[41];
+    keypair(run_public, run_secret);
+    keypair(other_public, other_secret);
+
+    bv_transport *server = transport_with("curve_secret_key", run_secret, NULL);
+    bv_endpoint *in = bind_ok(server, "tcp://127.0.0.1:*");
+    const char *address = ops()->bound_address(in);
+
+    bv_transport *good = transport_with("curve_secret_key", run_secret, NULL);
+    bv_endpoint *good_out = connect_ok(good, address);
+    send_framed(good_out, 2, 1, 11, "secret", 6);
+    bv_msg msg;
+    bv_wire_header h = recv_framed(in, 2, &msg);
+    assert_int_equal(h.tag, 11);
+    assert_memory_equal(msg.payload, "secret", 6);
+    ops()->release(&msg);
+    assert_int_equal(counters_of(in).auth_rejected, 0);
+
+    bv_transport *stranger = transport_with("curve_secret_key", other_secret,
+                                            "curve_server_key", run_public,
+                                            "send_timeout_ms", "300", NULL);
+    bv_endpoint *stranger_out = connect_ok(stranger, address);
+    bv_wire_header_make(&h, 2, 9, 12, "intruder", 8);
+    bv_error err;
+    bv_error_clear(&err);
+    assert_int_equal(ops()->send(stranger_out, &h, sizeof h, "intruder", 8, &err), BV_ERR_IO);
+    assert_non_null(strstr(err.msg, "peer unreachable"));
+    assert_true(wait_rejected(in, 1) >= 1);
+
+    bv_transport *plain = transport_with("send_timeout_ms", "300", NULL);
+    bv_endpoint *plain_out = connect_ok(plain, address);
+    uint64_t before = counters_of(in).auth_rejected;
+    assert_int_equal(ops()->send(plain_out, &h, sizeof h, "intruder", 8, &err), BV_ERR_IO);
+    assert_non_null(strstr(err.msg, "peer unreachable"));
+    assert_true(wait_rejected(in, before + 1) >= before + 1);
+
+    /* Nothing of theirs arrived; the good client still gets through. */
+    assert_int_equal(ops()->recv(in, &msg, 200, &err), BV_ERR_IO);
+    send_framed(good_out, 2, 1, 13, "again", 5);
+    h = recv_framed(in, 2, &msg);
+    assert_int_equal(h.tag, 13);
+    ops()->release(&msg);
+    assert_int_equal(counters_of(in).frames_malformed, 0);
+
+    ops()->close(plain_out);
+    ops()->destroy(plain);
+    ops()->close(stranger_out);
+    ops()->destroy(stranger);
+    ops()->close(good_out);
+    ops()->destroy(good);
+    ops()->close(in);
+    ops()->destroy(server);
+}
+
+/* A client key listed in curve_client_keys is let in too (its holder has its own keypair
+ * and knows the server's public key). */
+static void curve_client_keys_extend_the_allowed_set(void **state)
+{
+    char run_public[41], run_secret[41], other_public[41], other_secret[41];
+    keypair(run_public, run_secret);
+    keypair(other_public, other_secret);
+    bv_transport *server = transport_with("curve_secret_key", run_secret,
+                                          "curve_client_keys", other_public, NULL);
+    bv_endpoint *in = bind_ok(server, "tcp://127.0.0.1:*");
+    bv_transport *client = transport_with("curve_secret_key", other_secret,
+                                          "curve_server_key", run_public, NULL);
+    bv_endpoint *out = connect_ok(client, ops()->bound_address(in));
+    send_framed(out, 3, 2, 21, "listed", 6);
+    bv_msg msg;
+    bv_wire_header h = recv_framed(in, 3, &msg);
+    assert_int_equal(h.tag, 21);
+    ops()->release(&msg);
+    assert_int_equal(counters_of(in).auth_rejected, 0);
+    ops()->close(out);
+    ops()->destroy(client);
+    ops()->close(in);
+    ops()->destroy(server);
+}
+
+static void bad_curve_options_are_refused_at_create(void **state)
+{
+    bv_opts opts;
+    bv_error err;
+    bv_error_clear(&err);
+    assert_int_equal(
+        bv_opts_defaults(&opts, "transport", bv_transport_zmq_plugin()->options, &err), BV_OK);
+    bv_opt_value *v = (bv_opt_value *)bv_opts_find(&opts, "curve_secret_key");
+    free(v->v.s);
+    v->v.s = strdup("not-a-key");
+    assert_null(ops()->create(&opts, &err));
+    assert_int_equal(err.status, BV_ERR_INVALID);
+    assert_string_equal(err.msg,
+                        "zmq transport: curve_secret_key is not a Z85 key of 40 characters");
+    free(v->v.s);
+    v->v.s = strdup("");
+    v = (bv_opt_value *)bv_opts_find(&opts, "curve_server_key");
+    free(v->v.s);
+    v->v.s = strdup("rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7");
+    assert_null(ops()->create(&opts, &err));
+    assert_string_equal(err.msg, "zmq transport: curve_server_key and curve_client_keys need "
+                                 "curve_secret_key");
+    bv_opts_free(&opts);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -609,6 +964,13 @@ int main(void)
         cmocka_unit_test(send_on_an_inbox_and_recv_on_an_outbox_are_refused),
         cmocka_unit_test(messages_without_two_frames_are_rejected_whole),
         cmocka_unit_test(a_damaged_frame_arrives_and_fails_the_wire_check),
+        cmocka_unit_test(frames_cross_processes_over_ipc),
+        cmocka_unit_test(frames_cross_processes_over_tcp_on_a_wildcard_port),
+        cmocka_unit_test(a_send_nobody_takes_fails_as_unreachable_within_the_bound),
+        cmocka_unit_test(a_frame_over_max_message_bytes_is_refused),
+        cmocka_unit_test(curve_lets_in_only_the_runs_key),
+        cmocka_unit_test(curve_client_keys_extend_the_allowed_set),
+        cmocka_unit_test(bad_curve_options_are_refused_at_create),
     };
     return cmocka_run_group_tests_name("transport_zmq", tests, NULL, NULL);
 }
