@@ -70,9 +70,9 @@ dropped() { # PREFIX: N from "PREFIX ... dropped N message(s) that failed their 
 check "coordinator counted all it was sent" \
     "$(dropped 'bivouac: warning: the coordinator')" "$(sent_to coord)"
 check "graph server counted all it was sent" \
-    "$(dropped '\[graph server\] bivouac: warning: graph server:')" "$(sent_to gs)"
+    "$(dropped '\[graph server\] bivouac: warning: graph server:')" "$(sent_to gs0)"
 check "parameter server counted all it was sent" \
-    "$(dropped '\[parameter server\] bivouac: warning: parameter server:')" "$(sent_to ps)"
+    "$(dropped '\[parameter server\] bivouac: warning: parameter server:')" "$(sent_to ps0)"
 for i in 0 1; do
     n=$(dropped "\[tensor worker $i\] bivouac: warning: tensor worker $i:")
     lo=$(sent_to "tw$i")
