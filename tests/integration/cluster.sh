@@ -153,6 +153,11 @@ for role in graph param tensor; do
     done
 done
 
+# ---- --repeat: each seed's roles load the run's one copy of the experiment ----
+run "$tmp/rep" run "$tmp/gcn.yaml" --out "$tmp/rep" --quiet --repeat 2 -s train.epochs=5 "${procs[@]}"
+check "--repeat 2 on a cluster exits 0" "$rc" 0
+check "--repeat 2 on a cluster: nothing left" "$(leftovers "$pgid")" "processes 0, socket dirs 0"
+
 # ---- SIGKILL of the coordinator: the roles end and clean up ----
 out="$tmp/kcoord"
 (run "$out" run "$tmp/long.yaml" --out "$out" --quiet) 2>/dev/null & # no "Killed" notice

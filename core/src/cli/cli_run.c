@@ -283,6 +283,7 @@ static int train_all(bv_experiment *x, void *data, const char *out, const run_ar
         bool started = n == 1 || (stat(ckpt, &ck) == 0 && S_ISDIR(ck.st_mode));
         bv_train_options o = {
             .out_dir = dir,
+            .run_dir = out,
             .seed = seeds[i],
             .resume = a->resume != NULL && started,
             .progress = !a->quiet && isatty(STDERR_FILENO),

@@ -84,6 +84,7 @@ typedef struct bv_engine bv_engine; /* one run's engine, defined by each engine 
 typedef struct bv_engine_run {
     const char *out_dir;
     uint64_t seed;
+    const char *run_dir; /* holds the run's experiment.yaml (role processes load it) */
 } bv_engine_run;
 
 typedef struct bv_engine_ops {

@@ -303,7 +303,8 @@ static void show_eval(const train_run *r, const bv_record *ev)
 static bv_status setup(train_run *r, void *data, bv_error *err)
 {
     const bv_experiment *x = r->x;
-    bv_engine_run run = {r->o->out_dir, r->o->seed};
+    bv_engine_run run = {r->o->out_dir, r->o->seed,
+                         r->o->run_dir ? r->o->run_dir : r->o->out_dir};
     bv_status st = r->ops->create(x, data, &run, &r->engine, err);
     if (st != BV_OK)
         return st;

@@ -12,6 +12,8 @@
 
 typedef struct bv_train_options {
     const char *out_dir; /* exists; metrics.jsonl and checkpoints go here */
+    const char *run_dir; /* holds the run's experiment.yaml (out_dir's parent with --repeat);
+                            NULL: out_dir */
     uint64_t seed;
     bool resume;         /* restore from the resilience plugins' newest good state */
     bool progress;       /* live progress line on stderr */
