@@ -102,7 +102,7 @@ cat >"$tmp/long.yaml" <<'EOF'
 name: gcn-cluster-long
 model: {plugin: gcn, hidden: 16, layers: 2, dropout: 0.5}
 dataset: {name: cora, normalize_features: true}
-train: {epochs: 60, lr: 0.01, weight_decay: 5e-4, seed: 7}
+train: {epochs: 300, lr: 0.01, weight_decay: 5e-4, seed: 7}
 compute: {plugin: cpu, threads: 1}
 engine: {intervals: 4}
 resilience: [{plugin: checkpoint, every: 5, keep: 2}]
