@@ -4,9 +4,13 @@
  * magic, version, checksums, the task header's array sizes), so a role must drop and
  * count each one and go on as if nothing had come.
  *
- *   frame_fuzz BOOK SECONDS SEED
+ *   frame_fuzz BOOK SECONDS SEED [SEND_TIMEOUT_MS]
  *
- * BOOK is the run's address book (docs/cluster.md). Prints "ADDRESS SENT" per inbox. */
+ * BOOK is the run's address book (docs/cluster.md), or any file with one address per
+ * line. Prints "ADDRESS SENT" per inbox. SEND_TIMEOUT_MS (default: wait) bounds each
+ * send, for an inbox that refuses the connection (CURVE: tests/integration/
+ * cluster_hosts.sh), where a send would otherwise wait forever; SENT counts the messages
+ * tried. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -104,10 +108,11 @@ static void send_bad(void *sock)
 
 int main(int argc, char **argv)
 {
-    if (argc != 4) {
-        fprintf(stderr, "usage: frame_fuzz BOOK SECONDS SEED\n");
+    if (argc != 4 && argc != 5) {
+        fprintf(stderr, "usage: frame_fuzz BOOK SECONDS SEED [SEND_TIMEOUT_MS]\n");
         return 2;
     }
+    int send_timeout = argc == 5 ? atoi(argv[4]) : -1;
     double seconds = atof(argv[2]);
     rng_state = strtoull(argv[3], NULL, 10);
     FILE *f = fopen(argv[1], "r");
@@ -134,6 +139,7 @@ int main(int argc, char **argv)
         socks[i] = zmq_socket(ctx, ZMQ_PUSH);
         int linger = 2000;
         zmq_setsockopt(socks[i], ZMQ_LINGER, &linger, sizeof linger);
+        zmq_setsockopt(socks[i], ZMQ_SNDTIMEO, &send_timeout, sizeof send_timeout);
         if (zmq_connect(socks[i], addr[i]) != 0) {
             fprintf(stderr, "cannot connect to %s: %s\n", addr[i], zmq_strerror(zmq_errno()));
             return 1;

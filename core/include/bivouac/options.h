@@ -94,6 +94,11 @@ const bv_option *bv_schema_find(const bv_option *schema, const char *name);
 bv_status bv_opts_defaults(bv_opts *o, const char *section, const bv_option *schema,
                            bv_error *err);
 void bv_opts_free(bv_opts *o);
+/* A copy of src that owns its own strings (free it with bv_opts_free). */
+bv_status bv_opts_copy(const bv_opts *src, bv_opts *dst, bv_error *err);
+/* Sets one option from text, parsed and checked as its declaration says (position: none):
+ * what the core sets for a plugin, such as a run's CURVE key for the transport. */
+bv_status bv_opts_set(bv_opts *o, const char *name, const char *text, bv_error *err);
 
 #ifdef __cplusplus
 }

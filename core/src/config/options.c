@@ -183,6 +183,41 @@ void bv_opts_free(bv_opts *o)
     o->count = 0;
 }
 
+bv_status bv_opts_copy(const bv_opts *src, bv_opts *dst, bv_error *err)
+{
+    *dst = (bv_opts){.section = src->section, .count = src->count};
+    dst->values = bv_calloc(src->count ? src->count : 1, sizeof *dst->values);
+    if (!dst->values)
+        return bv_error_set(err, BV_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; i < src->count; i++) {
+        dst->values[i] = src->values[i];
+        if (src->values[i].decl && owns_string(src->values[i].decl) && src->values[i].v.s &&
+            !(dst->values[i].v.s = strdup(src->values[i].v.s))) {
+            dst->values[i].decl = NULL; /* not owned: nothing for free to release */
+            bv_opts_free(dst);
+            return bv_error_set(err, BV_ERR_NOMEM, "out of memory");
+        }
+    }
+    return BV_OK;
+}
+
+bv_status bv_opts_set(bv_opts *o, const char *name, const char *text, bv_error *err)
+{
+    bv_opt_value *v = (bv_opt_value *)bv_opts_find(o, name);
+    if (!v)
+        return bv_error_set(err, BV_ERR_INVALID, "section '%s' has no option '%s'",
+                            o->section ? o->section : "?", name);
+    bv_opt_value parsed = {0};
+    bv_status st = bv_opt_parse(v->decl, text, &parsed, err);
+    if (st != BV_OK)
+        return st;
+    if (owns_string(v->decl))
+        free(v->v.s);
+    v->v = parsed.v;
+    v->from_user = false;
+    return BV_OK;
+}
+
 const bv_opt_value *bv_opts_find(const bv_opts *o, const char *name)
 {
     for (size_t i = 0; o && i < o->count; i++)

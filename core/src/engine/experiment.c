@@ -39,6 +39,22 @@ static const bv_option cluster_schema[] = {
     BV_OPT_INT_RANGE("param_servers", "1", 1, 16,
                      "parameter server processes (P), each with all the weights"),
     BV_OPT_INT_RANGE("tensor_workers", "1", 1, 64, "tensor worker processes (T)"),
+    BV_OPT_CHOICE("partition", "metis", "metis|range",
+                  "how the graph is split between graph servers: METIS's edge cut, or "
+                  "contiguous vertex ranges (docs/partitioning.md)"),
+    BV_OPT_INT_RANGE("partition_seed", "0", 0, 2147483647, "METIS's seed"),
+    BV_OPT_CHOICE("links", "ipc", "ipc|tcp",
+                  "how the roles reach each other: unix sockets in a private directory "
+                  "(one host), or TCP with the run's CURVE keys (hosts)"),
+    BV_OPT_STR("address", "127.0.0.1",
+               "links: tcp: the address of this host (the coordinator's) that the roles "
+               "placed on it bind and the others reach"),
+    BV_OPT_STR("graph_server_hosts", "",
+               "links: tcp: where graph servers 0, 1, ... run, comma-separated, each "
+               "'HOST@ADDRESS' (HOST a network namespace for the local cloud) or empty for "
+               "the coordinator's host"),
+    BV_OPT_STR("param_server_hosts", "", "the same for the parameter servers"),
+    BV_OPT_STR("tensor_worker_hosts", "", "the same for the tensor workers"),
     BV_OPT_END,
 };
 

@@ -10,6 +10,7 @@
 
 #include "bivouac/log.h"
 #include "engine_graph_internal.h"
+#include "graph_partition.h"
 #include "role_loop.h"
 #include "plugin_arrays.h"
 #include "rng.h"
@@ -289,6 +290,54 @@ const void *bv_engine_task_array(const bv_graph_engine *e, const bv_role_msg *m,
     return p[which];
 }
 
+/* The transport instance of this process: with links over tcp, every link of the run is
+ * CURVE-authenticated and encrypted with the run's key (the transport's own options
+ * otherwise as the experiment gives them). */
+static bv_status engine_transport(bv_graph_engine *e, bv_error *err)
+{
+    const bv_graph_engine_cfg *c = &e->cfg;
+    bv_opts keyed = {0};
+    const bv_opts *opts = c->transport_opts;
+    bv_status st = BV_OK;
+    if (c->curve_secret[0]) {
+        st = bv_opts_copy(c->transport_opts, &keyed, err);
+        if (st == BV_OK)
+            st = bv_opts_set(&keyed, "curve_secret_key", c->curve_secret, err);
+        opts = &keyed;
+    }
+    if (st == BV_OK) {
+        e->transport = c->transport_ops->create(opts, err);
+        if (!e->transport)
+            st = err->status ? err->status : BV_ERR_PLUGIN;
+    }
+    bv_opts_free(&keyed);
+    return st;
+}
+
+/* A graph server's part of the graph: it derives the partition itself, from the dataset
+ * and the experiment alone (METIS is deterministic for its input and seed), and READY
+ * tells the coordinator which one it got (graph_partition.h: the fingerprint). */
+static bv_status make_part(bv_graph_engine *e, int part, bv_error *err)
+{
+    bv_partition_opts o = {.method = (bv_partition_method)e->cfg.partition,
+                           .parts = e->ngs, .seed = e->cfg.partition_seed};
+    bv_partition *pt = NULL;
+    bv_status st = bv_partition_new(&e->cfg.data->adj, &o, &pt, err);
+    if (st == BV_OK)
+        st = bv_graph_view_make(e->cfg.data, pt->part_of, e->ngs, part, true, &e->view, err);
+    if (st == BV_OK) {
+        e->cfg.data = e->view.local;
+        e->part_info = (bv_task_hdr){
+            .version = (int64_t)pt->fingerprint,
+            .row_begin = e->view.local->num_nodes - e->view.owned,
+            .rows = e->view.edge_cut,
+            .interval = part,
+        };
+    }
+    bv_partition_free(pt);
+    return st;
+}
+
 /* What every process of the engine derives from cfg alone, the same bits everywhere:
  * the parameter and stage layout, the intervals; with graph_arrays, also the graph
  * server's adjacency arrays; then the transport. */
@@ -313,18 +362,16 @@ static bv_status engine_prepare(const bv_graph_engine_cfg *cfg, bool graph_array
     if (cfg->cloud_ops) /* roles in other processes cannot read each other's arrays */
         e->cfg.share_arrays = false;
     /* Every graph server has as many intervals, cut from the smallest part's size, so
-     * that every process agrees on the count without knowing the parts. */
-    int64_t smallest = e->cfg.data->num_nodes / e->ngs;
+     * that every process agrees on the count without knowing the parts: a METIS part may
+     * be a few per cent under n / G, so with G > 1 the bound is half of that. */
+    int64_t smallest = e->cfg.data->num_nodes / (e->ngs > 1 ? 2 * e->ngs : 1);
     if (e->cfg.intervals == 0)
         e->cfg.intervals = bv_graph_auto_intervals(smallest);
     if (e->cfg.intervals > smallest)
         e->cfg.intervals = (int)(smallest > 0 ? smallest : 1);
     bv_status st = BV_OK;
-    if (graph_arrays && e->ngs > 1) { /* this graph server's part is its whole graph */
-        st = bv_graph_view_make(cfg->data, e->ngs, part, true, &e->view, err);
-        if (st == BV_OK)
-            e->cfg.data = e->view.local;
-    }
+    if (graph_arrays && e->ngs > 1) /* this graph server's part is its whole graph */
+        st = make_part(e, part, err);
     if (st == BV_OK)
         st = engine_layout(e, err);
     if (st == BV_OK)
@@ -352,11 +399,8 @@ static bv_status engine_prepare(const bv_graph_engine_cfg *cfg, bool graph_array
         if (!e->adj_loops_t)
             st = bv_error_set(err, BV_ERR_NOMEM, "out of memory for the graph with self loops");
     }
-    if (st == BV_OK) {
-        e->transport = cfg->transport_ops->create(cfg->transport_opts, err);
-        if (!e->transport)
-            st = err->status ? err->status : BV_ERR_PLUGIN;
-    }
+    if (st == BV_OK)
+        st = engine_transport(e, err);
     return st;
 }
 
@@ -392,9 +436,12 @@ bv_status bv_graph_engine_start(const bv_graph_engine_cfg *cfg, bv_graph_engine 
 bv_status bv_graph_engine_serve(const bv_graph_engine_cfg *cfg, bv_graph_role_kind kind,
                                 int index, const char *book, bv_error *err)
 {
-    bv_graph_engine *e;
-    bv_status st = engine_prepare(cfg, kind == BV_GRAPH_ROLE_GRAPH,
-                                  kind == BV_GRAPH_ROLE_GRAPH ? index : 0, &e, err);
+    bv_graph_engine *e = NULL;
+    bv_graph_engine_cfg keyed = *cfg; /* the run's CURVE key, when the book has one */
+    bv_status st = bv_engine_book_key(book, keyed.curve_secret, err);
+    if (st == BV_OK)
+        st = engine_prepare(&keyed, kind == BV_GRAPH_ROLE_GRAPH,
+                            kind == BV_GRAPH_ROLE_GRAPH ? index : 0, &e, err);
     if (st == BV_OK) {
         e->cfg.share_arrays = false; /* the other roles are other processes */
         e->serving = true;
@@ -427,7 +474,8 @@ bv_status bv_graph_engine_serve(const bv_graph_engine_cfg *cfg, bv_graph_role_ki
             st = bv_error_set(err, BV_ERR_INTERNAL, "the role failed (its error went to the "
                               "coordinator)");
     }
-    e->cfg.cloud_ops = NULL; /* this process started nothing */
+    if (e)
+        e->cfg.cloud_ops = NULL; /* this process started nothing */
     bv_graph_engine_stop(e);
     return st;
 }
@@ -692,6 +740,27 @@ static bv_status run_pass(bv_graph_engine *e, int64_t epoch, bool training, bv_t
     return BV_OK;
 }
 
+bool bv_stage_read_across_edges(const bv_graph_engine *e, size_t s)
+{
+    for (size_t r = s + 1; r < e->nstages; r++)
+        if (e->vin[r] == (int)s && e->stages[r]->kind != BV_STAGE_TENSOR)
+            return true;
+    return false;
+}
+
+bv_graph_boundary bv_graph_engine_boundary(const bv_graph_engine *e)
+{
+    bv_graph_boundary b = {.parts = e->ngs, .edge_cut = e->edge_cut,
+                           .measured_bytes = e->train_ghost_bytes};
+    int64_t width = 0; /* floats per ghost row exchanged, over the arrays read across edges */
+    for (size_t s = 0; s < e->nstages; s++)
+        if (bv_stage_read_across_edges(e, s))
+            width += e->stages[s]->out_dim;
+    /* forward each ghost row comes from its owner; backward its gradient goes back */
+    b.predicted_bytes = 2 * e->ghosts_total * width * (int64_t)sizeof(float);
+    return b;
+}
+
 bv_status bv_graph_engine_train_epoch(bv_graph_engine *e, int64_t epoch, float lr,
                                       bv_epoch_stats *stats, bv_error *err)
 {
@@ -699,6 +768,7 @@ bv_status bv_graph_engine_train_epoch(bv_graph_engine *e, int64_t epoch, float l
     bv_status st = run_pass(e, epoch, true, &done, err);
     if (st != BV_OK)
         return st;
+    e->train_ghost_bytes = e->ghost_bytes;
     bv_task_hdr step = {.epoch = epoch, .lr = lr, .step = done.step}, reply;
     st = ask_servers(e, BV_MSG_STEP, &step, NULL, NULL, NULL, 0, &reply, err);
     if (st != BV_OK)

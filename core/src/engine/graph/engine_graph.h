@@ -31,6 +31,8 @@ typedef struct bv_graph_engine_cfg {
     int param_servers;  /* parameter servers (roles as processes only; 0 means 1) */
     int graph_servers;  /* graph servers, each owning a part (processes only; 0 means 1) */
     bool share_arrays;  /* vertex tasks pass arrays by reference, not by copy */
+    int partition;      /* bv_partition_method: how G > 1 graph servers split the graph */
+    uint32_t partition_seed;
     float beta1, beta2, eps, weight_decay;
     /* Roles as processes (`cluster:` on a `cloud:`, docs/cluster.md); cloud_ops NULL: the
      * roles are threads of this process (the embedded default). */
@@ -41,7 +43,20 @@ typedef struct bv_graph_engine_cfg {
     const char *role_exe;        /* the program that serves a role (`bivouac role`); NULL:
                                     this process's own executable */
     double peer_timeout, start_timeout; /* seconds (engine.peer_timeout, start_timeout) */
+    /* cluster.links: tcp (docs/cluster.md, "Hosts"): this host's address, where each
+     * kind of role runs (cluster.*_hosts: graph, param, tensor), and the run's CURVE
+     * secret key (Z85) that every link then uses; empty: links over ipc, no key. */
+    bool tcp;
+    const char *address;
+    const char *hosts[3];
+    char curve_secret[41];
 } bv_graph_engine_cfg;
+
+/* Where role `index` of a kind runs, from a cluster.*_hosts list ("ns-a@10.0.0.1,,
+ * ns-b@10.0.0.2"): 1 and host / address filled when the list places it, 0 when it runs
+ * on the coordinator's host, -1 when the list is malformed (err says why). */
+int bv_cluster_place(const char *list, int index, char *host, size_t host_len, char *addr,
+                     size_t addr_len, bv_error *err);
 
 /* Per-split results of one pass: index 0 train, 1 val, 2 test. */
 typedef struct bv_epoch_stats {
@@ -97,6 +112,16 @@ bv_status bv_graph_engine_train_epoch(bv_graph_engine *e, int64_t epoch, float l
 /* Forward without dropout over all vertices; loss and accuracy per split. */
 bv_status bv_graph_engine_evaluate(bv_graph_engine *e, int64_t epoch, bv_epoch_stats *stats,
                                    bv_error *err);
+
+/* Several graph servers: the partition's edge cut (undirected edges between parts), and
+ * the boundary rows' bytes of the last training epoch (forward activations and backward
+ * gradients, frame headers not counted) against what the parts' ghost counts predict. */
+typedef struct bv_graph_boundary {
+    int parts;
+    int64_t edge_cut;
+    int64_t measured_bytes, predicted_bytes;
+} bv_graph_boundary;
+bv_graph_boundary bv_graph_engine_boundary(const bv_graph_engine *e);
 
 /* Layout of the parameters (shared by the roles). */
 size_t bv_graph_engine_param_floats(const bv_graph_engine *e);

@@ -79,10 +79,23 @@ struct bv_graph_engine {
      * truncated, oversized, not of this protocol): never trusted, only counted. */
     _Atomic uint64_t frames_dropped;
     bool serving; /* this process serves one role of a cluster (bv_graph_engine_serve) */
+    bool rendezvous; /* links over tcp: the roles' ports are known once they have bound */
+    /* where each role slot runs: a host (network namespace) name, "" for this host */
+    char slot_host[BV_MAX_GRAPH_SERVERS + BV_MAX_PARAM_SERVERS + BV_MAX_TENSOR_WORKERS][32];
     int64_t ghost_bytes; /* the last pass's boundary rows sent between graph servers */
+    /* Several graph servers (docs/cluster.md): the partition a graph server's process
+     * derived (READY carries it: version = fingerprint, row_begin = its ghosts, rows =
+     * the edge cut), and at the coordinator what they reported. */
+    bv_task_hdr part_info;
+    int64_t edge_cut, ghosts_total;
+    int64_t train_ghost_bytes; /* the last training pass's boundary bytes, all servers */
     int64_t version;    /* weights version the PS last reported */
     double decay_now;   /* sum of squares of the decayed weights, as of that version */
 };
+
+/* Whether stage s's vertex array is read across edges (by a GATHER or EDGE stage), and so
+ * has ghost rows to exchange between graph servers. */
+bool bv_stage_read_across_edges(const bv_graph_engine *e, size_t s);
 
 /* The arrays a bv_array_ref may name. */
 enum { BV_SHARED_FEATURES, BV_SHARED_LABELS, BV_SHARED_SPLIT, BV_SHARED_STAGES };
@@ -137,8 +150,15 @@ bv_status bv_engine_coord_wait(bv_graph_engine *e, uint16_t type, double deadlin
 /* Ends every role process (SHUTDOWN, then the cloud's terminate for those that do not
  * exit within peer_timeout; at once after a failure), removes the private directory. */
 void bv_engine_land(bv_graph_engine *e);
-/* Reads the address book `path` into e's addresses (a role process). */
+/* Reads the address book `path` into e's addresses (a role process); an address with
+ * the port `*` (links over tcp) is this role's to bind, and sets e->rendezvous: the whole
+ * book then comes from the coordinator (BV_MSG_BOOK) once every role has bound. */
 bv_status bv_engine_read_book(bv_graph_engine *e, const char *path, bv_error *err);
+/* The address book as text (`len` bytes), as BV_MSG_BOOK carries it. */
+bv_status bv_engine_parse_book(bv_graph_engine *e, const char *text, size_t len,
+                               bv_error *err);
+/* The run's CURVE secret key from the book's `curve` line into key (41 bytes), or "". */
+bv_status bv_engine_book_key(const char *path, char *key, bv_error *err);
 double bv_engine_now(void); /* CLOCK_MONOTONIC seconds */
 /* In a role process: SIGTERM removes the run's socket files, the book and its directory,
  * then exits 128 + SIGTERM. */

@@ -11,6 +11,7 @@
 #include "bivouac/model.h"
 #include "bivouac/wire.h"
 #include "engine_graph.h"
+#include "graph_partition.h"
 #include "plugin_arrays.h"
 
 /* The fields of a unit record, in metrics.jsonl order (the indices below follow it). */
@@ -120,6 +121,15 @@ static bv_graph_engine_cfg engine_cfg(bv_engine *g, const bv_graph_dataset *d, u
         cfg.tensor_workers = (int)bv_opts_int(&x->cluster, "tensor_workers");
         cfg.param_servers = (int)bv_opts_int(&x->cluster, "param_servers");
         cfg.graph_servers = (int)bv_opts_int(&x->cluster, "graph_servers");
+        bv_partition_method method = BV_PARTITION_METIS;
+        bv_partition_method_parse(bv_opts_str(&x->cluster, "partition"), &method);
+        cfg.partition = (int)method;
+        cfg.partition_seed = (uint32_t)bv_opts_int(&x->cluster, "partition_seed");
+        cfg.tcp = strcmp(bv_opts_str(&x->cluster, "links"), "tcp") == 0;
+        cfg.address = bv_opts_str(&x->cluster, "address");
+        cfg.hosts[0] = bv_opts_str(&x->cluster, "graph_server_hosts");
+        cfg.hosts[1] = bv_opts_str(&x->cluster, "param_server_hosts");
+        cfg.hosts[2] = bv_opts_str(&x->cluster, "tensor_worker_hosts");
         cfg.cloud_ops = &x->cloud_ops;
         cfg.cloud_opts = &x->cloud.opts;
         cfg.run_info = (bv_run_info){out_dir, g->config_dir, seed};
@@ -144,6 +154,20 @@ static bv_status create(const bv_experiment *x, void *data, const bv_engine_run 
     if (x->cloud.plugin) /* the run's copy of the experiment, which the roles load */
         snprintf(g->experiment_file, sizeof g->experiment_file, "%s/experiment.yaml",
                  run->run_dir ? run->run_dir : run->out_dir);
+    if (cfg.tcp) { /* a fresh CURVE keypair for the run: only its roles hold the secret */
+        const bv_plugin *tp = x->transport.plugin;
+        void *fn = tp && tp->get_proc_address ? tp->get_proc_address("bv_zmq_curve_keypair")
+                                              : NULL;
+        int (*keypair)(char *public_z85, char *secret_z85);
+        memcpy(&keypair, &fn, sizeof keypair);
+        char public_z85[41];
+        if (!fn)
+            return bv_error_set(err, BV_ERR_INVALID, "cluster.links: tcp needs a transport "
+                                "with CURVE keys (zmq); %s has none",
+                                tp ? tp->name : "the built-in transport");
+        if (keypair(public_z85, cfg.curve_secret) != 0)
+            return bv_error_set(err, BV_ERR_INTERNAL, "cannot make the run's CURVE keys");
+    }
     return bv_graph_engine_start(&cfg, &g->engine, err);
 }
 
@@ -285,6 +309,13 @@ static void result(bv_engine *g, const bv_history *h, bv_run_result *res)
     bv_result_add(res, "test_accuracy", test, false, BV_RESULT_MEAN | BV_RESULT_HEADLINE);
     bv_result_add(res, "train_loss", last->v[F_TRAIN_LOSS], false, 0);
     bv_result_add(res, "val_loss", last->v[F_VAL_LOSS], false, 0);
+    bv_graph_boundary b = bv_graph_engine_boundary(g->engine);
+    if (b.parts > 1) { /* several graph servers: what crossed between them */
+        bv_result_add(res, "edge_cut", (double)b.edge_cut, true, 0);
+        bv_result_add(res, "boundary_bytes_per_epoch", (double)b.measured_bytes, true, 0);
+        bv_result_add(res, "predicted_boundary_bytes_per_epoch", (double)b.predicted_bytes,
+                      true, 0);
+    }
     snprintf(res->summary, sizeof res->summary,
              "test accuracy %.4f (best val %.4f at epoch %lld), %lld epochs in %.2f s; %s",
              test, best_val, (long long)h->units[best].v[F_EPOCH], (long long)epochs,

@@ -731,16 +731,6 @@ static bv_status gs_exchange(graph_server *gs, const bv_task_hdr *cmd, int v, bo
     return st;
 }
 
-/* Whether stage s's vertex array is read across edges (by a GATHER or EDGE stage), and so
- * has ghost rows to exchange. */
-static bool read_across_edges(const bv_graph_engine *e, size_t s)
-{
-    for (size_t r = s + 1; r < e->nstages; r++)
-        if (e->vin[r] == (int)s && e->stages[r]->kind != BV_STAGE_TENSOR)
-            return true;
-    return false;
-}
-
 /* Whether GATHER or EDGE stage s is the first to read its input across edges. */
 static bool first_reader(const bv_graph_engine *e, size_t s)
 {
@@ -775,7 +765,7 @@ static bv_status gs_epoch(graph_server *gs, const bv_task_hdr *cmd, bv_task_hdr 
     for (size_t s = e->nstages; cmd->training && rc == BV_OK && s-- > 0;) {
         if ((rc = grads_for(gs, s, err)) != BV_OK)
             break;
-        if (e->ngs > 1 && read_across_edges(e, s) &&
+        if (e->ngs > 1 && bv_stage_read_across_edges(e, s) &&
             (rc = gs_exchange(gs, cmd, (int)s, true, err)) != BV_OK)
             break;
         switch (e->stages[s]->kind) {
@@ -892,6 +882,8 @@ void *bv_graph_server_main(void *engine)
         .compute = &gs.compute,
         .worker_addrs = gs.e->addr_tw, .to_workers = gs.to_tw,
         .to_coord = &gs.to_coord, .report_to = &gs.to_coord,
+        .ready = gs.e->ngs > 1 ? &gs.e->part_info : NULL,
+        .book_key = "gs", .index = gs.e->gs_index,
     };
     bv_role_run(&role);
     return NULL;

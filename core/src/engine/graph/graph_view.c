@@ -20,30 +20,19 @@ static int compare_col(const void *a, const void *b)
     return (x->col > y->col) - (x->col < y->col);
 }
 
-static int part_of(const int64_t *begin, int parts, int64_t u)
+/* Rows take[0 .. ntake) of a (values optional), columns through local_of, each row
+ * sorted by its new columns; `rows` rows in all (the rest empty). */
+static bv_csr *remap_rows(const bv_csr *a, const int64_t *take, int64_t ntake,
+                          const int32_t *local_of, int64_t rows, int64_t cols)
 {
-    int lo = 0, hi = parts - 1; /* the last p with begin[p] <= u */
-    while (lo < hi) {
-        int mid = (lo + hi + 1) / 2;
-        if (begin[mid] <= u)
-            lo = mid;
-        else
-            hi = mid - 1;
+    int64_t nnz = 0, widest = 1;
+    for (int64_t i = 0; i < ntake; i++) {
+        int64_t len = a->rowptr[take[i] + 1] - a->rowptr[take[i]];
+        nnz += len;
+        if (len > widest)
+            widest = len;
     }
-    return lo;
-}
-
-/* Rows [lo, hi) of a (values optional), columns through local_of, each row sorted by
- * its new columns; `rows` rows in all (the rest empty). */
-static bv_csr *remap_rows(const bv_csr *a, int64_t lo, int64_t hi, const int32_t *local_of,
-                          int64_t rows, int64_t cols)
-{
-    int64_t nnz = a->rowptr[hi] - a->rowptr[lo];
     bv_csr *m = bv_csr_new(rows, cols, nnz);
-    int64_t widest = 1;
-    for (int64_t r = lo; r < hi; r++)
-        if (a->rowptr[r + 1] - a->rowptr[r] > widest)
-            widest = a->rowptr[r + 1] - a->rowptr[r];
     col_val *row = malloc((size_t)widest * sizeof *row);
     if (!m || !row) {
         bv_csr_free(m);
@@ -57,10 +46,10 @@ static bv_csr *remap_rows(const bv_csr *a, int64_t lo, int64_t hi, const int32_t
     int64_t out = 0;
     for (int64_t r = 0; r < rows; r++) {
         m->rowptr[r] = out;
-        if (r >= hi - lo)
+        if (r >= ntake)
             continue;
         int64_t k = 0;
-        for (int64_t e = a->rowptr[lo + r]; e < a->rowptr[lo + r + 1]; e++)
+        for (int64_t e = a->rowptr[take[r]]; e < a->rowptr[take[r] + 1]; e++)
             row[k++] = (col_val){local_of[a->colidx[e]], a->values ? a->values[e] : 0.0f};
         qsort(row, (size_t)k, sizeof *row, compare_col);
         for (int64_t i = 0; i < k; i++, out++) {
@@ -75,24 +64,25 @@ static bv_csr *remap_rows(const bv_csr *a, int64_t lo, int64_t hi, const int32_t
     return m;
 }
 
-/* The vertices `from` keeps as ghosts that `to` owns, ascending: mark[] set for them. */
-static void mark_ghosts(const bv_csr *a, const int64_t *begin, int from, int to, uint8_t *mark)
+/* The vertices part `from` keeps as ghosts that part `to` owns: mark[] set for them. */
+static void mark_ghosts(const bv_csr *a, const int32_t *part_of, int from, int to,
+                        uint8_t *mark)
 {
-    for (int64_t r = begin[from]; r < begin[from + 1]; r++)
-        for (int64_t e = a->rowptr[r]; e < a->rowptr[r + 1]; e++)
-            if (a->colidx[e] >= begin[to] && a->colidx[e] < begin[to + 1])
-                mark[a->colidx[e]] = 1;
+    for (int64_t r = 0; r < a->nrows; r++)
+        if (part_of[r] == from)
+            for (int64_t e = a->rowptr[r]; e < a->rowptr[r + 1]; e++)
+                if (part_of[a->colidx[e]] == to)
+                    mark[a->colidx[e]] = 1;
 }
 
-static bv_status make_lists(bv_graph_view *v, const bv_graph_dataset *g, const int64_t *begin,
-                            const int32_t *local_of, uint8_t *mark)
+static bv_status make_lists(bv_graph_view *v, const bv_graph_dataset *g,
+                            const int32_t *part_of, const int32_t *local_of, uint8_t *mark)
 {
     int parts = v->parts, me = v->part;
     v->send_off = calloc((size_t)parts + 1, sizeof *v->send_off);
     v->recv_off = calloc((size_t)parts + 1, sizeof *v->recv_off);
-    int64_t ghosts = v->local->num_nodes - v->owned, sends = 0;
-    for (int q = 0; q < parts; q++) /* an upper bound: all my owned rows to every part */
-        sends += q == me ? 0 : begin[me + 1] - begin[me];
+    int64_t ghosts = v->local->num_nodes - v->owned;
+    int64_t sends = v->owned * (parts - 1); /* an upper bound: all my rows to every part */
     v->send_idx = malloc((size_t)(sends + 1) * sizeof *v->send_idx);
     v->recv_idx = malloc((size_t)(ghosts + 1) * sizeof *v->recv_idx);
     if (!v->send_off || !v->recv_off || !v->send_idx || !v->recv_idx)
@@ -103,13 +93,14 @@ static bv_status make_lists(bv_graph_view *v, const bv_graph_dataset *g, const i
         v->recv_off[q] = nr;
         if (q == me)
             continue;
-        memset(mark + begin[me], 0, (size_t)(begin[me + 1] - begin[me]));
-        mark_ghosts(&g->adj, begin, q, me, mark);
-        for (int64_t u = begin[me]; u < begin[me + 1]; u++)
-            if (mark[u])
-                v->send_idx[ns++] = u - begin[me];
+        for (int64_t k = 0; k < v->owned; k++)
+            mark[v->global_of[k]] = 0;
+        mark_ghosts(&g->adj, part_of, q, me, mark);
+        for (int64_t k = 0; k < v->owned; k++) /* owned rows are in global order */
+            if (mark[v->global_of[k]])
+                v->send_idx[ns++] = k;
         for (int64_t k = v->owned; k < v->local->num_nodes; k++)
-            if (v->global_of[k] >= begin[q] && v->global_of[k] < begin[q + 1])
+            if (part_of[v->global_of[k]] == q)
                 v->recv_idx[nr++] = local_of[v->global_of[k]];
     }
     v->send_off[parts] = ns;
@@ -117,8 +108,8 @@ static bv_status make_lists(bv_graph_view *v, const bv_graph_dataset *g, const i
     return BV_OK;
 }
 
-bv_status bv_graph_view_make(const bv_graph_dataset *g, int parts, int part, bool with_norm,
-                             bv_graph_view *out, bv_error *err)
+bv_status bv_graph_view_make(const bv_graph_dataset *g, const int32_t *part_of, int parts,
+                             int part, bool with_norm, bv_graph_view *out, bv_error *err)
 {
     memset(out, 0, sizeof *out);
     int64_t n = g->num_nodes, f = g->num_features;
@@ -127,20 +118,25 @@ bv_status bv_graph_view_make(const bv_graph_dataset *g, int parts, int part, boo
                             "%lld vertices", part, parts, (long long)n);
     out->parts = parts;
     out->part = part;
-    int64_t *begin = malloc((size_t)(parts + 1) * sizeof *begin);
     int32_t *local_of = malloc((size_t)n * sizeof *local_of);
     uint8_t *mark = calloc((size_t)n + 1, 1);
     bv_graph_dataset *d = out->local = calloc(1, sizeof *d);
-    bv_status st = begin && local_of && mark && d ? BV_OK : BV_ERR_NOMEM;
+    bv_status st = local_of && mark && d ? BV_OK : BV_ERR_NOMEM;
     if (st == BV_OK) {
-        for (int p = 0; p <= parts; p++)
-            begin[p] = bv_graph_part_begin(n, parts, p);
-        int64_t lo = begin[part], hi = begin[part + 1];
-        out->owned = hi - lo;
-        for (int64_t r = lo; r < hi; r++)
-            for (int64_t e = g->adj.rowptr[r]; e < g->adj.rowptr[r + 1]; e++)
-                if (g->adj.colidx[e] < lo || g->adj.colidx[e] >= hi)
-                    mark[g->adj.colidx[e]] = 1;
+        for (int64_t u = 0; u < n; u++)
+            out->owned += part_of[u] == part;
+        if (out->owned == 0) {
+            free(local_of);
+            free(mark);
+            bv_graph_view_free(out);
+            return bv_error_set(err, BV_ERR_INVALID, "part %d of %d of the graph is empty: "
+                                "use fewer graph servers", part, parts);
+        }
+        for (int64_t r = 0; r < n; r++)
+            if (part_of[r] == part)
+                for (int64_t e = g->adj.rowptr[r]; e < g->adj.rowptr[r + 1]; e++)
+                    if (part_of[g->adj.colidx[e]] != part)
+                        mark[g->adj.colidx[e]] = 1;
         int64_t ghosts = 0;
         for (int64_t u = 0; u < n; u++)
             ghosts += mark[u];
@@ -148,10 +144,10 @@ bv_status bv_graph_view_make(const bv_graph_dataset *g, int parts, int part, boo
         out->global_of = malloc((size_t)rows * sizeof *out->global_of);
         if (!out->global_of)
             st = BV_ERR_NOMEM;
-        for (int64_t u = 0, k = 0; st == BV_OK && u < n; u++) {
+        for (int64_t u = 0, k = 0, o = 0; st == BV_OK && u < n; u++) {
             local_of[u] = -1;
-            if (u >= lo && u < hi)
-                local_of[u] = (int32_t)(u - lo);
+            if (part_of[u] == part)
+                local_of[u] = (int32_t)o++;
             else if (mark[u])
                 local_of[u] = (int32_t)(out->owned + k++);
             if (local_of[u] >= 0)
@@ -161,7 +157,7 @@ bv_status bv_graph_view_make(const bv_graph_dataset *g, int parts, int part, boo
             out->train_total += g->split[u] == BV_SPLIT_TRAIN && g->labels[u] >= 0;
             for (int64_t e = g->adj.rowptr[u]; e < g->adj.rowptr[u + 1]; e++)
                 out->edge_cut += /* once per undirected edge: from its lower part */
-                    part_of(begin, parts, u) < part_of(begin, parts, g->adj.colidx[e]);
+                    part_of[u] < part_of[g->adj.colidx[e]];
         }
         size_t name_len = strlen(g->name ? g->name : "graph") + 16;
         d->name = malloc(name_len);
@@ -171,7 +167,9 @@ bv_status bv_graph_view_make(const bv_graph_dataset *g, int parts, int part, boo
         d->features = bv_alloc_aligned((size_t)(rows * f + 1) * sizeof(float));
         d->labels = bv_alloc_aligned((size_t)(rows + 1) * sizeof(int32_t));
         d->split = bv_alloc_aligned((size_t)rows + 1);
-        bv_csr *adj = st == BV_OK ? remap_rows(&g->adj, lo, hi, local_of, rows, rows) : NULL;
+        bv_csr *adj = st == BV_OK ? remap_rows(&g->adj, out->global_of, out->owned, local_of,
+                                               rows, rows)
+                                  : NULL;
         if (st != BV_OK || !d->name || !d->features || !d->labels || !d->split || !adj) {
             bv_csr_free(adj);
             st = BV_ERR_NOMEM;
@@ -202,15 +200,15 @@ bv_status bv_graph_view_make(const bv_graph_dataset *g, int parts, int part, boo
         }
         if (st == BV_OK && with_norm) {
             bv_csr *norm = bv_graph_gcn_norm_adj(g);
-            out->adj_norm = norm ? remap_rows(norm, lo, hi, local_of, rows, rows) : NULL;
+            out->adj_norm =
+                norm ? remap_rows(norm, out->global_of, out->owned, local_of, rows, rows) : NULL;
             bv_csr_free(norm);
             if (!out->adj_norm)
                 st = BV_ERR_NOMEM;
         }
         if (st == BV_OK)
-            st = make_lists(out, g, begin, local_of, mark);
+            st = make_lists(out, g, part_of, local_of, mark);
     }
-    free(begin);
     free(local_of);
     free(mark);
     if (st != BV_OK) {

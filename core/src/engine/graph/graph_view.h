@@ -33,15 +33,11 @@ typedef struct bv_graph_view {
     int64_t edge_cut; /* edges (one direction each) whose ends are in different parts */
 } bv_graph_view;
 
-/* The range partition: part p owns the vertices [n p / parts, n (p + 1) / parts). */
-static inline int64_t bv_graph_part_begin(int64_t n, int parts, int p)
-{
-    return n * p / parts;
-}
-
-/* Part `part` of `parts` of g; with_norm: also adj_norm (GCN's Gather). */
-bv_status bv_graph_view_make(const bv_graph_dataset *g, int parts, int part, bool with_norm,
-                             bv_graph_view *out, bv_error *err);
+/* Part `part` of `parts` of g, where part_of[v] is the part that owns vertex v (a
+ * bv_partition's, METIS or ranges); with_norm: also adj_norm (GCN's Gather). An empty
+ * part is an error. */
+bv_status bv_graph_view_make(const bv_graph_dataset *g, const int32_t *part_of, int parts,
+                             int part, bool with_norm, bv_graph_view *out, bv_error *err);
 void bv_graph_view_free(bv_graph_view *v);
 
 #endif

@@ -232,6 +232,7 @@ void *bv_param_server_main(void *arg)
         .inbox = &ps.inbox, .compute = &ps.compute,
         .worker_addrs = ps.e->addr_tw_weights, .to_workers = ps.to_tw, /* WEIGHTS go there */
         .to_coord = &ps.to_coord, .report_to = &ps.to_coord,
+        .book_key = "ps", .index = ps.index,
     };
     bv_role_run(&role);
     return NULL;

@@ -6,6 +6,7 @@
  * ended and the directory removed. */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -74,20 +75,42 @@ static void handlers_off(void)
 
 /* ---- the address book ---- */
 
-static bv_status write_book(const bv_graph_engine *e, const char *path, bv_error *err)
+/* The book as text: every role's addresses, and (with_key) the run's CURVE secret, which
+ * only the book file in the private directory holds, never a message. */
+static char *book_text(const bv_graph_engine *e, bool with_key, size_t *len)
 {
-    FILE *f = fopen(path, "w");
+    char *text = NULL;
+    FILE *f = open_memstream(&text, len);
     if (!f)
-        return bv_error_set(err, BV_ERR_IO, "cannot write %s: %s", path, strerror(errno));
+        return NULL;
     fprintf(f, "%s\ncoord %s\n", BOOK_MAGIC, e->addr_coord);
+    if (with_key && e->cfg.curve_secret[0])
+        fprintf(f, "curve %s\n", e->cfg.curve_secret);
     for (int i = 0; i < e->ngs; i++)
         fprintf(f, "gs %d %s\n", i, e->addr_gs[i]);
     for (int i = 0; i < e->nps; i++)
         fprintf(f, "ps %d %s\n", i, e->addr_ps[i]);
     for (int i = 0; i < e->cfg.tensor_workers; i++)
         fprintf(f, "tw %d %s\ntww %d %s\n", i, e->addr_tw[i], i, e->addr_tw_weights[i]);
-    if (fclose(f) != 0)
-        return bv_error_set(err, BV_ERR_IO, "cannot write %s: %s", path, strerror(errno));
+    if (fclose(f) != 0) {
+        free(text);
+        return NULL;
+    }
+    return text;
+}
+
+static bv_status write_book(const bv_graph_engine *e, const char *path, bv_error *err)
+{
+    size_t len = 0;
+    char *text = book_text(e, true, &len);
+    int fd = text ? open(path, O_WRONLY | O_CREAT | O_EXCL, 0600) : -1;
+    bool ok = fd >= 0 && write(fd, text, len) == (ssize_t)len;
+    int errnum = errno;
+    if (fd >= 0 && close(fd) != 0)
+        ok = false;
+    free(text);
+    if (!ok)
+        return bv_error_set(err, BV_ERR_IO, "cannot write %s: %s", path, strerror(errnum));
     return BV_OK;
 }
 
@@ -104,44 +127,129 @@ static bool set_addr(char *dst, const char *src)
     return true;
 }
 
-bv_status bv_engine_read_book(bv_graph_engine *e, const char *path, bv_error *err)
+typedef struct book_seen {
+    int coord, gs, ps, tw, tww;
+} book_seen;
+
+/* One line of the book ("gs 1 ipc://...", "coord ...", "curve KEY"): false if it is not
+ * one of this run's. */
+static bool book_line(bv_graph_engine *e, const char *line, book_seen *seen)
+{
+    char key[8], addr[BV_ADDR_LEN * 2];
+    int i = -1;
+    if (strncmp(line, "curve ", 6) == 0)
+        return true; /* bv_engine_book_key reads it (a Z85 key may begin with a digit) */
+    if (sscanf(line, "%7s %d %190s", key, &i, addr) == 3) {
+        if (strcmp(key, "tw") == 0 || strcmp(key, "tww") == 0) {
+            bool weights = key[2] == 'w';
+            bool ok = i >= 0 && i < e->cfg.tensor_workers &&
+                      set_addr(weights ? e->addr_tw_weights[i] : e->addr_tw[i], addr);
+            *(weights ? &seen->tww : &seen->tw) += ok;
+            return ok;
+        }
+        if (strcmp(key, "ps") == 0 && i >= 0 && i < e->nps && set_addr(e->addr_ps[i], addr))
+            return ++seen->ps;
+        if (strcmp(key, "gs") == 0 && i >= 0 && i < e->ngs && set_addr(e->addr_gs[i], addr))
+            return ++seen->gs;
+        return false;
+    }
+    if (sscanf(line, "%7s %190s", key, addr) == 2)
+        return strcmp(key, "coord") == 0 && set_addr(e->addr_coord, addr) && ++seen->coord;
+    return false;
+}
+
+static bool is_wildcard(const char *addr)
+{
+    size_t n = strlen(addr);
+    return n > 2 && strcmp(addr + n - 2, ":*") == 0;
+}
+
+bv_status bv_engine_parse_book(bv_graph_engine *e, const char *text, size_t len,
+                               bv_error *err)
+{
+    book_seen seen = {0};
+    size_t at = 0;
+    int lineno = 1;
+    char line[512];
+    bool ok = true;
+    for (; ok && at < len; lineno++) {
+        size_t n = 0;
+        while (at + n < len && text[at + n] != '\n')
+            n++;
+        if (n >= sizeof line) {
+            ok = false;
+            break;
+        }
+        memcpy(line, text + at, n);
+        line[n] = '\0';
+        at += n + 1;
+        ok = lineno == 1 ? strcmp(line, BOOK_MAGIC) == 0 : book_line(e, line, &seen);
+    }
+    if (!ok || lineno == 1)
+        return bv_error_set(err, BV_ERR_CORRUPT, "the address book: line %d is not an address "
+                            "of this run", lineno > 1 ? lineno - 1 : 1);
+    if (!seen.coord || seen.gs != e->ngs || seen.ps != e->nps ||
+        seen.tw != e->cfg.tensor_workers || seen.tww != e->cfg.tensor_workers)
+        return bv_error_set(err, BV_ERR_CORRUPT, "the address book lacks addresses for this "
+                            "run's %d graph servers, %d parameter servers and %d tensor "
+                            "workers", e->ngs, e->nps, e->cfg.tensor_workers);
+    e->rendezvous = false;
+    for (int i = 0; i < e->ngs; i++)
+        e->rendezvous |= is_wildcard(e->addr_gs[i]);
+    for (int i = 0; i < e->nps; i++)
+        e->rendezvous |= is_wildcard(e->addr_ps[i]);
+    for (int i = 0; i < e->cfg.tensor_workers; i++)
+        e->rendezvous |= is_wildcard(e->addr_tw[i]) || is_wildcard(e->addr_tw_weights[i]);
+    return BV_OK;
+}
+
+/* The whole file (at most 1 MiB), NUL-terminated. */
+static char *read_small_file(const char *path, size_t *len, bv_error *err)
 {
     FILE *f = fopen(path, "r");
-    if (!f)
-        return bv_error_set(err, BV_ERR_IO, "cannot read the address book %s: %s", path,
-                            strerror(errno));
-    char line[512], key[8], addr[BV_ADDR_LEN * 2];
-    int lineno = 0, tw_seen = 0, tww_seen = 0, ps_seen = 0, gs_seen = 0;
-    bool ok = fgets(line, sizeof line, f) && strncmp(line, BOOK_MAGIC, strlen(BOOK_MAGIC)) == 0;
-    for (lineno = 2; ok && fgets(line, sizeof line, f); lineno++) {
-        int i = -1;
-        if (sscanf(line, "%7s %d %190s", key, &i, addr) == 3 &&
-            (strcmp(key, "tw") == 0 || strcmp(key, "tww") == 0)) {
-            bool weights = key[2] == 'w';
-            ok = i >= 0 && i < e->cfg.tensor_workers &&
-                 set_addr(weights ? e->addr_tw_weights[i] : e->addr_tw[i], addr);
-            *(weights ? &tww_seen : &tw_seen) += ok;
-        } else if (sscanf(line, "%7s %d %190s", key, &i, addr) == 3 && strcmp(key, "ps") == 0) {
-            ok = i >= 0 && i < e->nps && set_addr(e->addr_ps[i], addr);
-            ps_seen += ok;
-        } else if (sscanf(line, "%7s %d %190s", key, &i, addr) == 3 && strcmp(key, "gs") == 0) {
-            ok = i >= 0 && i < e->ngs && set_addr(e->addr_gs[i], addr);
-            gs_seen += ok;
-        } else if (sscanf(line, "%7s %190s", key, addr) == 2) {
-            ok = strcmp(key, "coord") == 0 && set_addr(e->addr_coord, addr);
-        } else {
-            ok = false;
-        }
+    if (!f) {
+        bv_error_set(err, BV_ERR_IO, "cannot read the address book %s: %s", path,
+                     strerror(errno));
+        return NULL;
     }
+    size_t cap = 1 << 20;
+    char *text = malloc(cap + 1);
+    *len = text ? fread(text, 1, cap, f) : 0;
     fclose(f);
-    if (!ok)
-        return bv_error_set(err, BV_ERR_CORRUPT, "address book %s: line %d is not an address "
-                            "of this run", path, lineno > 1 ? lineno - 1 : 1);
-    if (!e->addr_coord[0] || gs_seen != e->ngs || ps_seen != e->nps ||
-        tw_seen != e->cfg.tensor_workers || tww_seen != e->cfg.tensor_workers)
-        return bv_error_set(err, BV_ERR_CORRUPT, "address book %s lacks addresses for this "
-                            "run's %d graph servers, %d parameter servers and %d tensor "
-                            "workers", path, e->ngs, e->nps, e->cfg.tensor_workers);
+    if (!text) {
+        bv_error_set(err, BV_ERR_NOMEM, "out of memory");
+        return NULL;
+    }
+    text[*len] = '\0';
+    return text;
+}
+
+bv_status bv_engine_read_book(bv_graph_engine *e, const char *path, bv_error *err)
+{
+    size_t len;
+    char *text = read_small_file(path, &len, err);
+    if (!text)
+        return err->status;
+    bv_status st = bv_engine_parse_book(e, text, len, err);
+    free(text);
+    if (st != BV_OK) { /* name the file */
+        bv_error why = *err;
+        bv_error_set(err, st, "%s (%s)", why.msg, path);
+    }
+    return st;
+}
+
+bv_status bv_engine_book_key(const char *path, char *key, bv_error *err)
+{
+    key[0] = '\0';
+    size_t len;
+    char *text = read_small_file(path, &len, err);
+    if (!text)
+        return err->status;
+    const char *line = strstr(text, "\ncurve ");
+    if (line && sscanf(line + 7, "%40s", key) != 1)
+        key[0] = '\0';
+    free(text);
     return BV_OK;
 }
 
@@ -226,6 +334,110 @@ static void ipc_addresses(bv_graph_engine *e)
     }
 }
 
+int bv_cluster_place(const char *list, int index, char *host, size_t host_len, char *addr,
+                     size_t addr_len, bv_error *err)
+{
+    const char *p = list ? list : "";
+    for (int i = 0; i < index && *p; i++) { /* to entry `index` */
+        p += strcspn(p, ",");
+        if (*p == ',')
+            p++;
+    }
+    while (*p == ' ')
+        p++;
+    size_t n = strcspn(p, ",");
+    while (n > 0 && p[n - 1] == ' ')
+        n--;
+    if (n == 0)
+        return 0;
+    const char *at = memchr(p, '@', n);
+    size_t hn = at ? (size_t)(at - p) : 0, an = at ? n - hn - 1 : 0;
+    bool plain = at && hn > 0 && an > 0 && hn < host_len && an < addr_len;
+    for (size_t i = 0; plain && i < n; i++)
+        plain = p[i] > ' ' && p[i] != '/' && p[i] != ':' && p[i] != '*';
+    if (!plain) {
+        bv_error_set(err, BV_ERR_INVALID, "'%.*s' is not HOST@ADDRESS (a network namespace "
+                     "and its IPv4 address, e.g. ns-a@10.0.0.1)", (int)(n > 60 ? 60 : n), p);
+        return -1;
+    }
+    memcpy(host, p, hn);
+    host[hn] = '\0';
+    memcpy(addr, at + 1, an);
+    addr[an] = '\0';
+    return 1;
+}
+
+/* Links over tcp: every role binds a port of its host's address that the system picks
+ * ("tcp://ADDRESS:*"); HELLO tells the coordinator which (rendezvous). */
+static bv_status tcp_addresses(bv_graph_engine *e, bv_error *err)
+{
+    const bv_graph_engine_cfg *c = &e->cfg;
+    snprintf(e->addr_coord, BV_ADDR_LEN, "tcp://%s:*", c->address);
+    for (int s = 0; s < bv_role_slots(e); s++) {
+        int ps0 = bv_slot_ps(e, 0), tw0 = bv_slot_tw(e, 0);
+        int kind = s < ps0 ? 0 : s < tw0 ? 1 : 2, index = s - (kind == 0 ? 0 : kind == 1 ? ps0 : tw0);
+        char addr[64];
+        int placed = bv_cluster_place(c->hosts[kind], index, e->slot_host[s],
+                                      sizeof e->slot_host[s], addr, sizeof addr, err);
+        if (placed < 0)
+            return err->status;
+        if (placed == 0)
+            e->slot_host[s][0] = '\0';
+        char *dst = kind == 0 ? e->addr_gs[index] : kind == 1 ? e->addr_ps[index] : e->addr_tw[index];
+        snprintf(dst, BV_ADDR_LEN, "tcp://%s:*", placed ? addr : c->address);
+        if (kind == 2)
+            snprintf(e->addr_tw_weights[index], BV_ADDR_LEN, "tcp://%s:*",
+                     placed ? addr : c->address);
+    }
+    return BV_OK;
+}
+
+/* The coordinator's side of the rendezvous: a HELLO from every role with the addresses it
+ * bound, then the whole book to each. */
+static bv_status tcp_rendezvous(bv_graph_engine *e, double deadline, bv_error *err)
+{
+    const bv_transport_ops *t = e->cfg.transport_ops;
+    book_seen seen = {0};
+    for (int hello = 0; hello < bv_role_slots(e); hello++) {
+        bv_role_msg m;
+        bv_status st = bv_engine_coord_wait(e, BV_MSG_HELLO, deadline, &m, err);
+        if (st != BV_OK)
+            return st;
+        char text[2 * BV_ADDR_LEN + 64];
+        size_t n = m.hdr.na < sizeof text - 1 ? (size_t)m.hdr.na : sizeof text - 1;
+        memcpy(text, m.a, n);
+        text[n] = '\0';
+        bv_role_release(t, &m);
+        bool ok = n > 0;
+        for (char *line = strtok(text, "\n"); ok && line; line = strtok(NULL, "\n"))
+            ok = strncmp(line, "coord", 5) != 0 && strncmp(line, "curve", 5) != 0 &&
+                 book_line(e, line, &seen) && !is_wildcard(strrchr(line, ' ') + 1);
+        if (!ok)
+            return bv_error_set(err, BV_ERR_CORRUPT, "a role's HELLO is not an address of "
+                                "this run");
+    }
+    if (seen.gs != e->ngs || seen.ps != e->nps || seen.tw != e->cfg.tensor_workers ||
+        seen.tww != e->cfg.tensor_workers)
+        return bv_error_set(err, BV_ERR_CORRUPT, "the roles' HELLOs do not cover every role");
+    bv_status st;
+    if ((st = bv_engine_connect_graph_servers(e, e->to_gs, err)) != BV_OK ||
+        (st = bv_engine_connect_servers(e, e->to_ps, err)) != BV_OK ||
+        (st = bv_engine_connect_workers(e, e->addr_tw, e->to_tw, err)) != BV_OK)
+        return st;
+    size_t len = 0;
+    char *book = book_text(e, false, &len);
+    if (!book)
+        return bv_error_set(err, BV_ERR_NOMEM, "out of memory");
+    bv_endpoint **to[] = {e->to_gs, e->to_ps, e->to_tw};
+    int count[] = {e->ngs, e->nps, e->cfg.tensor_workers};
+    for (int k = 0; k < 3 && st == BV_OK; k++)
+        for (int i = 0; i < count[k] && st == BV_OK; i++)
+            st = bv_role_send(t, to[k][i], BV_MSG_BOOK, BV_ROLE_COORD, NULL, book, len, NULL,
+                              0, NULL, 0, err);
+    free(book);
+    return st;
+}
+
 static bv_status launch_role(bv_graph_engine *e, int slot, const char *exe, const char *book,
                              bv_error *err)
 {
@@ -239,7 +451,8 @@ static bv_status launch_role(bv_graph_engine *e, int slot, const char *exe, cons
                           "--role", kind,   "--index",      index,
                           "--seed", seed,   "--book",       book,
                           NULL};
-    bv_node_request req = {.size = sizeof req, .role = kind, .argv = argv, .label = label};
+    bv_node_request req = {.size = sizeof req, .role = kind, .argv = argv, .label = label,
+                           .host = e->slot_host[slot][0] ? e->slot_host[slot] : NULL};
     char address[BV_ADDR_LEN];
     e->node[slot] = e->cfg.cloud_ops->launch(e->cloud, &req, address, sizeof address, err);
     if (e->node[slot] < 0)
@@ -261,7 +474,19 @@ bv_status bv_engine_launch(bv_graph_engine *e, bv_error *err)
     bv_status st = make_dir(e, err);
     if (st != BV_OK)
         return st;
-    ipc_addresses(e);
+    if (c->tcp) {
+        if ((st = tcp_addresses(e, err)) != BV_OK)
+            return st;
+    } else {
+        ipc_addresses(e);
+    }
+    if (!(e->coord_in = c->transport_ops->bind(e->transport, e->addr_coord, err)))
+        return err->status;
+    if (c->tcp && !set_addr(e->addr_coord, c->transport_ops->bound_address
+                                               ? c->transport_ops->bound_address(e->coord_in)
+                                               : ""))
+        return bv_error_set(err, BV_ERR_PLUGIN, "the transport cannot tell the address it "
+                            "bound, which links over tcp need");
     char book[sizeof e->dir + 8], exe[4096];
     snprintf(book, sizeof book, "%s/book", e->dir);
     if ((st = write_book(e, book, err)) != BV_OK)
@@ -275,8 +500,6 @@ bv_status bv_engine_launch(bv_graph_engine *e, bv_error *err)
                                 "%s", strerror(errno));
         exe[n] = '\0';
     }
-    if (!(e->coord_in = c->transport_ops->bind(e->transport, e->addr_coord, err)))
-        return err->status;
     e->cloud = c->cloud_ops->create(c->cloud_opts, &c->run_info, err);
     if (!e->cloud)
         return err->status ? err->status : BV_ERR_PLUGIN;
@@ -286,16 +509,44 @@ bv_status bv_engine_launch(bv_graph_engine *e, bv_error *err)
         st = launch_role(e, s, exe, book, err);
     if (st != BV_OK)
         return st;
-    if ((st = bv_engine_connect_graph_servers(e, e->to_gs, err)) != BV_OK ||
-        (st = bv_engine_connect_servers(e, e->to_ps, err)) != BV_OK ||
-        (st = bv_engine_connect_workers(e, e->addr_tw, e->to_tw, err)) != BV_OK)
-        return st;
     double deadline = bv_engine_now() + c->start_timeout;
-    for (int ready = 0; ready < bv_role_slots(e); ready++) {
+    if (c->tcp) {
+        st = tcp_rendezvous(e, deadline, err);
+        for (int sl = 0; sl < bv_role_slots(e) && st == BV_OK; sl++) { /* who runs where */
+            int ps0 = bv_slot_ps(e, 0), tw0 = bv_slot_tw(e, 0);
+            char name[48];
+            bv_role_slot_name(e, sl, name, sizeof name);
+            bv_log(BV_LOG_INFO, "%s: node %lld on %s, inbox %s", name, (long long)e->node[sl],
+                   e->slot_host[sl][0] ? e->slot_host[sl] : "localhost",
+                   sl < ps0 ? e->addr_gs[sl] : sl < tw0 ? e->addr_ps[sl - ps0]
+                                                     : e->addr_tw[sl - tw0]);
+        }
+    } else if ((st = bv_engine_connect_graph_servers(e, e->to_gs, err)) == BV_OK &&
+               (st = bv_engine_connect_servers(e, e->to_ps, err)) == BV_OK) {
+        st = bv_engine_connect_workers(e, e->addr_tw, e->to_tw, err);
+    }
+    if (st != BV_OK)
+        return st;
+    uint64_t fingerprint = 0;
+    for (int ready = 0, parts = 0; ready < bv_role_slots(e); ready++) {
         bv_role_msg m;
         if ((st = bv_engine_coord_wait(e, BV_MSG_READY, deadline, &m, err)) != BV_OK)
             return st;
+        bv_task_hdr h = m.hdr;
+        bool part = e->ngs > 1 && m.wire.sender == BV_ROLE_GS;
         bv_role_release(c->transport_ops, &m);
+        if (!part)
+            continue;
+        /* every graph server must have derived the same partition (graph_partition.h) */
+        if (parts++ > 0 && (uint64_t)h.version != fingerprint)
+            return bv_error_set(err, BV_ERR_INTERNAL, "graph server %d derived another "
+                                "partition of the graph than the others (fingerprint "
+                                "%016llx, not %016llx): are their METIS builds the same?",
+                                h.interval, (unsigned long long)h.version,
+                                (unsigned long long)fingerprint);
+        fingerprint = (uint64_t)h.version;
+        e->ghosts_total += h.row_begin;
+        e->edge_cut = h.rows;
     }
     return BV_OK;
 }
@@ -365,8 +616,9 @@ static bv_status watch(bv_graph_engine *e, double deadline, uint16_t type, bv_er
         describe_exit(status, how, sizeof how);
         if (status >= 0 && WIFEXITED(status) && late_error(e, err))
             return err->status;
-        return bv_error_set(err, BV_ERR_IO, "lost the %s (node %lld on localhost): it %s",
-                            name, (long long)ev[i].node, how);
+        return bv_error_set(err, BV_ERR_IO, "lost the %s (node %lld on %s): it %s", name,
+                            (long long)ev[i].node,
+                            e->slot_host[slot][0] ? e->slot_host[slot] : "localhost", how);
     }
     if (interrupted)
         return bv_error_set(err, BV_ERR_IO, "interrupted (%s): stopping the roles",

@@ -2,18 +2,68 @@
  * deadlines, peer failures) is made once, not in each role. */
 #include "role_loop.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "bivouac/log.h"
 
-/* What every role has: its inbox, outboxes to the tensor workers (if it sends them
+/* Links over tcp (docs/cluster.md, "Hosts"): the role bound its inboxes on a port the
+ * system picked, tells the coordinator where (HELLO) and waits for the whole address book
+ * (BOOK), as long as the run's start may take. */
+static bv_status rendezvous(const bv_role *r, bv_error *err)
+{
+    bv_graph_engine *e = r->e;
+    const bv_transport_ops *t = e->cfg.transport_ops;
+    const char *a1 = t->bound_address ? t->bound_address(*r->inbox) : NULL;
+    const char *a2 = r->inbox2 && t->bound_address ? t->bound_address(*r->inbox2) : NULL;
+    if (!a1 || (r->inbox2 && !a2))
+        return bv_error_set(err, BV_ERR_PLUGIN, "%s: the transport cannot tell the address "
+                            "it bound, which links over tcp need", r->name);
+    char hello[2 * BV_ADDR_LEN + 64];
+    int n = snprintf(hello, sizeof hello, "%s %d %s\n", r->book_key, r->index, a1);
+    if (a2)
+        snprintf(hello + n, sizeof hello - (size_t)n, "%sw %d %s\n", r->book_key, r->index, a2);
+    bv_status st = bv_role_send(t, *r->to_coord, BV_MSG_HELLO, r->id, NULL, hello,
+                                strlen(hello), NULL, 0, NULL, 0, err);
+    double deadline = bv_engine_now() + e->cfg.start_timeout;
+    while (st == BV_OK) {
+        double left = deadline - bv_engine_now();
+        if (left <= 0)
+            return bv_error_set(err, BV_ERR_IO, "%s: no address book from the coordinator "
+                                "within %.1f s (engine.start_timeout)", r->name,
+                                e->cfg.start_timeout);
+        bv_role_msg m;
+        if (bv_role_recv_valid(t, *r->inbox, &m, (int)(left * 1000) + 1, &e->frames_dropped,
+                               err) != BV_OK)
+            continue;
+        uint16_t type = m.wire.type;
+        if (type == BV_MSG_BOOK)
+            st = bv_engine_parse_book(e, (const char *)m.a, (size_t)m.hdr.na, err);
+        bv_role_release(t, &m);
+        if (type == BV_MSG_BOOK)
+            return st;
+        if (type == BV_MSG_SHUTDOWN)
+            return bv_error_set(err, BV_ERR_IO, "%s: stopped before the run started",
+                                r->name);
+    }
+    return st;
+}
+
+/* What every role has: its inboxes, outboxes to the tensor workers (if it sends them
  * anything), its compute instance. */
 static bv_status role_open(const bv_role *r, bv_error *err)
 {
     bv_graph_engine *e = r->e;
     if (!(*r->inbox = e->cfg.transport_ops->bind(e->transport, r->inbox_addr, err)))
         return err->status;
+    if (r->inbox2 && !(*r->inbox2 = e->cfg.transport_ops->bind(e->transport, r->inbox2_addr, err)))
+        return err->status;
+    if (e->rendezvous) {
+        bv_status st = rendezvous(r, err);
+        if (st != BV_OK)
+            return st;
+    }
     bv_status st = r->worker_addrs
                        ? bv_engine_connect_workers(e, r->worker_addrs, r->to_workers, err)
                        : BV_OK;
@@ -25,16 +75,40 @@ static bv_status role_open(const bv_role *r, bv_error *err)
     return BV_OK;
 }
 
+/* A role process says what its inboxes refused: connections without the run's keys
+ * (links over tcp) and messages the transport dropped whole. */
+static void report_refused(const bv_role *r)
+{
+    const bv_transport_ops *t = r->e->cfg.transport_ops;
+    bv_transport_counters c = {.size = sizeof c}, c2 = {.size = sizeof c2};
+    if (!r->e->serving || !t->counters || !*r->inbox)
+        return;
+    t->counters(*r->inbox, &c);
+    if (r->inbox2 && *r->inbox2)
+        t->counters(*r->inbox2, &c2);
+    uint64_t auth = c.auth_rejected + c2.auth_rejected;
+    uint64_t malformed = c.frames_malformed + c2.frames_malformed;
+    if (auth)
+        bv_log(BV_LOG_WARN, "%s: refused %llu connection%s without the run's keys", r->name,
+               (unsigned long long)auth, auth == 1 ? "" : "s");
+    if (malformed)
+        bv_log(BV_LOG_WARN, "%s: the transport dropped %llu malformed message%s", r->name,
+               (unsigned long long)malformed, malformed == 1 ? "" : "s");
+}
+
 /* After the role's teardown: what role_open opened, and the outbox to the coordinator. */
 static void role_close(const bv_role *r)
 {
     const bv_graph_engine *e = r->e;
+    report_refused(r);
     if (*r->compute)
         e->cfg.compute_ops->destroy(*r->compute);
     if (r->worker_addrs)
         bv_engine_close_all(e, r->to_workers, (size_t)e->cfg.tensor_workers);
     bv_engine_close_all(e, r->to_coord, 1);
     bv_engine_close_all(e, r->inbox, 1);
+    if (r->inbox2)
+        bv_engine_close_all(e, r->inbox2, 1);
 }
 
 /* Fault injection for the tests of a failed start (tests/integration/role_failure.sh):
@@ -52,12 +126,13 @@ void bv_role_run(const bv_role *r)
 {
     const bv_transport_ops *t = r->e->cfg.transport_ops;
     bv_error err = {0};
-    bv_status st = role_open(r, &err);
+    /* the coordinator's inbox first: it is bound already, and a rendezvous needs it */
+    *r->to_coord = bv_engine_connect(r->e, r->e->addr_coord, &err);
+    bv_status st = *r->to_coord ? role_open(r, &err) : err.status;
     if (st == BV_OK)
         st = r->setup(r->self, &err);
     if (st == BV_OK)
         st = injected_setup_fault(r, &err);
-    *r->to_coord = bv_engine_connect(r->e, r->e->addr_coord, &err);
     if (st != BV_OK || !*r->to_coord)
         atomic_store(&r->e->role_failed, 1);
     if (!*r->to_coord) { /* nobody to tell */
@@ -72,8 +147,8 @@ void bv_role_run(const bv_role *r)
     } else if (!atomic_compare_exchange_strong(r->life, &starting, BV_ROLE_LISTENING)) {
         /* the engine is stopping already: nobody will send this role anything */
     } else {
-        bv_role_send(t, *r->to_coord, BV_MSG_READY, r->id, NULL, NULL, 0, NULL, 0, NULL, 0,
-                     &err);
+        bv_role_send(t, *r->to_coord, BV_MSG_READY, r->id, r->ready, NULL, 0, NULL, 0, NULL,
+                     0, &err);
         for (;;) {
             bv_role_msg m;
             if (bv_role_recv_valid(t, *r->inbox, &m, BV_TIMEOUT_FOREVER, &r->e->frames_dropped,

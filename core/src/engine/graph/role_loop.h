@@ -33,12 +33,17 @@ typedef struct bv_role {
     void (*teardown)(void *self);
     const char *inbox_addr;
     bv_endpoint **inbox;      /* bound at inbox_addr */
+    const char *inbox2_addr;  /* NULL, or a second inbox (a tensor worker's for WEIGHTS) */
+    bv_endpoint **inbox2;
+    const char *book_key;     /* its lines in the address book: "gs", "ps", "tw" (HELLO) */
+    int index;
     bv_compute **compute;     /* the role's own compute plugin instance */
     char (*worker_addrs)[BV_ADDR_LEN]; /* NULL, or an outbox to every tensor worker: */
     bv_endpoint **to_workers;          /* to_workers[i] at worker_addrs[i] */
     bv_endpoint **to_coord;
     bv_endpoint **report_to;  /* whoever waits on this role's results: gets ERROR */
     _Atomic int *life;        /* enum bv_role_life, shared with the coordinator */
+    const bv_task_hdr *ready; /* NULL, or the header READY carries */
 } bv_role;
 
 /* Runs the role until SHUTDOWN, then tears it down. Returns when the thread may end. */

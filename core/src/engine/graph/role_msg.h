@@ -39,9 +39,13 @@ enum bv_msg_type {
     BV_MSG_EDGE_BWD_TASK,   /* GS -> TW: a = src windows, b = dst windows,
                                c = forward values then their gradient, per edge */
     BV_MSG_EDGE_BWD_RESULT, /* TW -> GS: a = d(src windows), b = d(dst windows) */
-    BV_MSG_GHOSTS           /* GS -> GS: a = boundary rows of stage `stage`'s vertex array
+    BV_MSG_GHOSTS,          /* GS -> GS: a = boundary rows of stage `stage`'s vertex array
                                (flags BV_TASK_GRADS: of its gradient) for the receiver;
                                interval = the sender's part */
+    BV_MSG_HELLO,           /* role -> coord (links over tcp): a = the address-book lines
+                               of the inboxes it bound ("gs 0 tcp://10.0.0.1:40123") */
+    BV_MSG_BOOK             /* coord -> role: a = the whole address book, once every role
+                               has said HELLO; the role then connects and sets up */
 };
 
 /* Roles that share one address space (the engine's threads) pass the large arrays of

@@ -467,9 +467,6 @@ static bv_status tw_setup(void *self, bv_error *err)
     w->t = e->cfg.transport_ops;
     w->id = BV_ROLE_TW + (uint32_t)w->index;
     w->version = -1;
-    w->weights_in = w->t->bind(e->transport, e->addr_tw_weights[w->index], err);
-    if (!w->weights_in)
-        return err->status;
     if (bv_engine_connect_graph_servers(e, w->to_gs, err) != BV_OK)
         return err->status;
     bv_status st = bv_engine_connect_servers(e, w->to_ps, err);
@@ -496,9 +493,7 @@ static bv_status tw_setup(void *self, bv_error *err)
 static void tw_teardown(void *self)
 {
     tensor_worker *w = self;
-    bv_endpoint *eps[] = {w->weights_in};
-    bv_engine_close_all(w->e, w->to_gs, BV_MAX_GRAPH_SERVERS);
-    bv_engine_close_all(w->e, eps, sizeof eps / sizeof eps[0]);
+    bv_engine_close_all(w->e, w->to_gs, BV_MAX_GRAPH_SERVERS); /* weights_in: the loop's */
     bv_engine_close_all(w->e, w->to_ps, BV_MAX_PARAM_SERVERS);
     free(w->weights);
     free(w->grads);
@@ -542,6 +537,8 @@ void *bv_tensor_worker_main(void *arg)
         .to_coord = &w.to_coord,
         .report_to = &w.to_gs[0], /* the graph server waits on its tasks (the first, of
                                      several: any failure ends the run) */
+        .inbox2_addr = w.e->addr_tw_weights[w.index], .inbox2 = &w.weights_in,
+        .book_key = "tw", .index = w.index,
     };
     bv_role_run(&role);
     return NULL;
