@@ -7,7 +7,7 @@
 #   bench/cluster_epoch.sh [--build-dir build] [--reps 3] [--epochs 6] [--graph-servers 2]
 #                          [--param-servers 1] [--tensor-workers 1] [--partition metis]
 #                          [--nodes 1000000] [--edges 10000000]
-# Each run's first epoch is left out of its median (allocation, first-touch).
+# Each run's first epoch is left out of its median (start-up, allocation, first touch).
 set -euo pipefail
 
 build=build reps=3 epochs=6 gs=2 ps=1 tw=1 partition=metis nodes=1000000 edges=10000000
@@ -46,12 +46,14 @@ cloud: {plugin: local}
 engine: {start_timeout: 600}
 EOF
 
-# the median of a run's epoch seconds, its first epoch left out
+# the median of a run's epoch times: metrics.jsonl's "seconds" is the time since the run
+# started, so an epoch's is the difference from the one before (the first, which has the
+# start-up in it, is left out)
 epoch_median() {
     python3 - "$1/metrics.jsonl" <<'EOF'
 import json, statistics, sys
 s = [json.loads(l)["seconds"] for l in open(sys.argv[1]) if '"epoch"' in l]
-print(f"{statistics.median(s[1:] if len(s) > 1 else s):.4f}")
+print(f"{statistics.median([b - a for a, b in zip(s, s[1:])]):.4f}")
 EOF
 }
 

@@ -357,6 +357,77 @@ void bv_experiment_dir(const bv_experiment *x, char *buf, size_t len)
         snprintf(buf, len, ".");
 }
 
+int bv_cluster_place(const char *list, int index, char *host, size_t host_len, char *addr,
+                     size_t addr_len, bv_error *err)
+{
+    const char *p = list ? list : "";
+    for (int i = 0; i < index && *p; i++) { /* to entry `index` */
+        p += strcspn(p, ",");
+        if (*p == ',')
+            p++;
+    }
+    while (*p == ' ')
+        p++;
+    size_t n = strcspn(p, ",");
+    while (n > 0 && p[n - 1] == ' ')
+        n--;
+    if (n == 0)
+        return 0;
+    const char *at = memchr(p, '@', n);
+    size_t hn = at ? (size_t)(at - p) : 0, an = at ? n - hn - 1 : 0;
+    bool plain = at && hn > 0 && an > 0 && hn < host_len && an < addr_len;
+    for (size_t i = 0; plain && i < n; i++)
+        plain = p[i] > ' ' && p[i] != '/' && p[i] != ':' && p[i] != '*';
+    if (!plain) {
+        bv_error_set(err, BV_ERR_INVALID, "'%.*s' is not HOST@ADDRESS (a network namespace "
+                     "and its IPv4 address, e.g. ns-a@10.0.0.1)", (int)(n > 60 ? 60 : n), p);
+        return -1;
+    }
+    memcpy(host, p, hn);
+    host[hn] = '\0';
+    memcpy(addr, at + 1, an);
+    addr[an] = '\0';
+    return 1;
+}
+
+/* cluster.*_hosts: each list well formed, no longer than its kind has roles, and only
+ * with links over tcp (a unix socket does not cross hosts). */
+static void check_hosts(const bv_experiment *x, bv_diag *diag)
+{
+    static const char *const lists[] = {"graph_server_hosts", "param_server_hosts",
+                                        "tensor_worker_hosts"};
+    static const char *const counts[] = {"graph_servers", "param_servers", "tensor_workers"};
+    bool tcp = strcmp(bv_opts_str(&x->cluster, "links"), "tcp") == 0;
+    for (int k = 0; k < 3; k++) {
+        const bv_opt_value *v = bv_opts_find(&x->cluster, lists[k]);
+        const char *list = v->v.s ? v->v.s : "";
+        if (!list[0])
+            continue;
+        if (!tcp) {
+            bv_diag_add(diag, &v->pos, "'%s' places roles on other hosts, which needs "
+                        "'links: tcp' (links: ipc is one host)", lists[k]);
+            continue;
+        }
+        int64_t roles = bv_opts_int(&x->cluster, counts[k]);
+        int entries = 1;
+        for (const char *p = list; *p; p++)
+            entries += *p == ',';
+        if (entries > roles) {
+            bv_diag_add(diag, &v->pos, "'%s' places %d roles, but the cluster has %lld %s",
+                        lists[k], entries, (long long)roles, counts[k]);
+            continue;
+        }
+        for (int i = 0; i < entries; i++) {
+            char host[32], addr[64];
+            bv_error err = {0};
+            if (bv_cluster_place(list, i, host, sizeof host, addr, sizeof addr, &err) < 0) {
+                bv_diag_add(diag, &v->pos, "'%s': %s", lists[k], err.msg);
+                break;
+            }
+        }
+    }
+}
+
 /* `cluster:` and `cloud:` come together: a cluster's roles are processes that a cloud
  * starts; without both, the run is the one-process embedded default. */
 static void load_cluster(bv_experiment *x, bv_registry *reg, bv_diag *diag)
@@ -372,6 +443,8 @@ static void load_cluster(bv_experiment *x, bv_registry *reg, bv_diag *diag)
     if ((cluster || cloud) && x->engine_ops && strcmp(x->engine_ops->name, "graph") != 0)
         bv_diag_add(diag, &(cluster ? cluster : cloud)->pos, "the %s engine runs in one "
                     "process; only graph models run on a cluster", x->engine_ops->name);
+    if (cluster && x->cluster.values)
+        check_hosts(x, diag);
 }
 
 bv_status bv_experiment_load(const char *path, char *const *overrides, size_t noverrides,

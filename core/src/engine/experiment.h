@@ -81,4 +81,10 @@ void *bv_experiment_take_data(bv_experiment *x);
 const bv_pos *bv_experiment_value_pos(const bv_opts *o, const char *name,
                                       const bv_node *fallback);
 
+/* Where role `index` of a kind runs, from a cluster.*_hosts list ("ns-a@10.0.0.1,,
+ * ns-b@10.0.0.2"): 1 and host / address filled when the list places it, 0 when it runs
+ * on the coordinator's host, -1 when the list is malformed (err says why). */
+int bv_cluster_place(const char *list, int index, char *host, size_t host_len, char *addr,
+                     size_t addr_len, bv_error *err);
+
 #endif

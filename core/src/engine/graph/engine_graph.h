@@ -52,11 +52,6 @@ typedef struct bv_graph_engine_cfg {
     char curve_secret[41];
 } bv_graph_engine_cfg;
 
-/* Where role `index` of a kind runs, from a cluster.*_hosts list ("ns-a@10.0.0.1,,
- * ns-b@10.0.0.2"): 1 and host / address filled when the list places it, 0 when it runs
- * on the coordinator's host, -1 when the list is malformed (err says why). */
-int bv_cluster_place(const char *list, int index, char *host, size_t host_len, char *addr,
-                     size_t addr_len, bv_error *err);
 
 /* Per-split results of one pass: index 0 train, 1 val, 2 test. */
 typedef struct bv_epoch_stats {

@@ -22,7 +22,7 @@ typedef struct graph_server {
     float grad_scale;
     bool *input_sent; /* per interval: its static input is at its tensor worker */
     bool *graph_sent; /* per interval: its edges are at its tensor worker */
-    bool keep_features; /* sparse features: tensor workers keep them (dense: sent each time) */
+    bool keep_features; /* tensor workers keep the features (sparse, or roles as processes) */
     /* Several graph servers (e->ngs > 1): outboxes to the others, the boundary rows that
      * came before this server asked for them, and what this pass sent. */
     bv_endpoint *to_peer[BV_MAX_GRAPH_SERVERS];
@@ -818,7 +818,10 @@ static bv_status gs_setup(void *self, bv_error *err)
     int64_t nonzero = 0, total = n * e->cfg.data->num_features;
     for (int64_t i = 0; i < total; i++)
         nonzero += e->cfg.data->features[i] != 0.0f;
-    gs->keep_features = nonzero * 4 <= total; /* as the worker's sparse_rows decides */
+    /* Sparse features: the workers keep them (as their sparse_rows decides). Dense ones
+     * too when the roles are processes: a worker process holds the dataset anyway, and
+     * sending them costs every epoch (threads read them in place instead). */
+    gs->keep_features = nonzero * 4 <= total || e->serving;
     int64_t train = 0;
     for (int64_t i = 0; i < n; i++)
         train += e->cfg.data->split[i] == BV_SPLIT_TRAIN && e->cfg.data->labels[i] >= 0;

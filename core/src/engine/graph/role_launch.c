@@ -18,6 +18,7 @@
 
 #include "bivouac/log.h"
 #include "engine_graph_internal.h"
+#include "experiment.h"
 
 #define BOOK_MAGIC "bivouac-address-book 1"
 #define WATCH_SLICE_MS 50
@@ -332,39 +333,6 @@ static void ipc_addresses(bv_graph_engine *e)
         snprintf(e->addr_tw[i], BV_ADDR_LEN, "ipc://%s/tw%d", e->dir, i);
         snprintf(e->addr_tw_weights[i], BV_ADDR_LEN, "ipc://%s/tw%d-weights", e->dir, i);
     }
-}
-
-int bv_cluster_place(const char *list, int index, char *host, size_t host_len, char *addr,
-                     size_t addr_len, bv_error *err)
-{
-    const char *p = list ? list : "";
-    for (int i = 0; i < index && *p; i++) { /* to entry `index` */
-        p += strcspn(p, ",");
-        if (*p == ',')
-            p++;
-    }
-    while (*p == ' ')
-        p++;
-    size_t n = strcspn(p, ",");
-    while (n > 0 && p[n - 1] == ' ')
-        n--;
-    if (n == 0)
-        return 0;
-    const char *at = memchr(p, '@', n);
-    size_t hn = at ? (size_t)(at - p) : 0, an = at ? n - hn - 1 : 0;
-    bool plain = at && hn > 0 && an > 0 && hn < host_len && an < addr_len;
-    for (size_t i = 0; plain && i < n; i++)
-        plain = p[i] > ' ' && p[i] != '/' && p[i] != ':' && p[i] != '*';
-    if (!plain) {
-        bv_error_set(err, BV_ERR_INVALID, "'%.*s' is not HOST@ADDRESS (a network namespace "
-                     "and its IPv4 address, e.g. ns-a@10.0.0.1)", (int)(n > 60 ? 60 : n), p);
-        return -1;
-    }
-    memcpy(host, p, hn);
-    host[hn] = '\0';
-    memcpy(addr, at + 1, an);
-    addr[an] = '\0';
-    return 1;
 }
 
 /* Links over tcp: every role binds a port of its host's address that the system picks
