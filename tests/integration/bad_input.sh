@@ -186,4 +186,25 @@ f="$EXP/dataset_path_file.yaml"
 expect_fail 2 "$f:3:17: error: $EXP/base.yaml is not a directory (a regular file)
 $f: 1 error" "$B" check "$f"
 
+t "cluster hosts: other hosts need links over tcp, HOST@ADDRESS, no more than the roles"
+f="$tmp/hosts.yaml"
+cat >"$f" <<'EOF'
+model: {plugin: gcn}
+dataset: {name: cora}
+cluster: {graph_servers: 2, graph_server_hosts: "ns-a@10.0.0.1"}
+cloud: {plugin: local}
+EOF
+expect_fail 2 "$f:3:49: error: 'graph_server_hosts' places roles on other hosts, which needs 'links: tcp' (links: ipc is one host)
+$f: 1 error" "$B" check "$f"
+cat >"$f" <<'EOF'
+model: {plugin: gcn}
+dataset: {name: cora}
+cluster: {links: tcp, graph_servers: 2, graph_server_hosts: "ns-a@10.0.0.1, 10.0.0.2",
+          param_server_hosts: "a@10.0.0.1, b@10.0.0.2"}
+cloud: {plugin: local}
+EOF
+expect_fail 2 "$f:3:61: error: 'graph_server_hosts': '10.0.0.2' is not HOST@ADDRESS (a network namespace and its IPv4 address, e.g. ns-a@10.0.0.1)
+$f:4:31: error: 'param_server_hosts' places 2 roles, but the cluster has 1 param_servers
+$f: 2 errors" "$B" check "$f"
+
 finish

@@ -45,7 +45,7 @@ int bv_cli_role(int argc, char **argv)
     bv_diag_init(&d);
     bv_experiment *x = NULL;
     int code = BV_EXIT_OK;
-    if (bv_experiment_load(experiment, NULL, 0, reg, &x, &d) != BV_OK) {
+    if (bv_experiment_load_for_role(experiment, reg, &x, &d) != BV_OK) {
         bv_cli_print_diag(&d);
         code = BV_EXIT_FAILED;
     }

@@ -447,8 +447,8 @@ static void load_cluster(bv_experiment *x, bv_registry *reg, bv_diag *diag)
         check_hosts(x, diag);
 }
 
-bv_status bv_experiment_load(const char *path, char *const *overrides, size_t noverrides,
-                             bv_registry *reg, bv_experiment **out, bv_diag *diag)
+static bv_status load(const char *path, char *const *overrides, size_t noverrides,
+                      bv_registry *reg, bool policy_script, bv_experiment **out, bv_diag *diag)
 {
     *out = NULL;
     unsigned long failures_before = bv_alloc_failures();
@@ -540,7 +540,7 @@ bv_status bv_experiment_load(const char *path, char *const *overrides, size_t no
         }
         if (policy->kind == BV_NODE_MAP)
             load_policy_params(x, policy, diag);
-        if (x->has_policy && diag->count == before) {
+        if (x->has_policy && policy_script && diag->count == before) {
             collect_exports(x, diag);
             check_policy_script(x, diag);
         }
@@ -574,4 +574,16 @@ bv_status bv_experiment_load(const char *path, char *const *overrides, size_t no
                     x->resilience[i].plugin);
     *out = x;
     return BV_OK;
+}
+
+bv_status bv_experiment_load(const char *path, char *const *overrides, size_t noverrides,
+                             bv_registry *reg, bv_experiment **out, bv_diag *diag)
+{
+    return load(path, overrides, noverrides, reg, true, out, diag);
+}
+
+bv_status bv_experiment_load_for_role(const char *path, bv_registry *reg, bv_experiment **out,
+                                      bv_diag *diag)
+{
+    return load(path, NULL, 0, reg, false, out, diag);
 }

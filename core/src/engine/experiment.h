@@ -66,6 +66,11 @@ typedef struct bv_experiment {
  * failure *out is NULL and diag holds every problem found, each with file:line:column. */
 bv_status bv_experiment_load(const char *path, char *const *overrides, size_t noverrides,
                              bv_registry *reg, bv_experiment **out, bv_diag *diag);
+/* The same for a role process of a cluster run (`bivouac role`): the run's own copy of the
+ * experiment, already checked by its coordinator; the policy script is not compiled or
+ * run (its callbacks run only in the coordinator), so its top level runs once per run. */
+bv_status bv_experiment_load_for_role(const char *path, bv_registry *reg, bv_experiment **out,
+                                      bv_diag *diag);
 void bv_experiment_free(bv_experiment *x);
 
 /* The policy validation set up, for one run to own (bv_train_options.policy); NULL when
