@@ -6,11 +6,14 @@
 # prediction from the partition's ghosts, and the edge cut (issue 11; docs/cluster.md).
 #   bench/cluster_epoch.sh [--build-dir build] [--reps 3] [--epochs 6] [--graph-servers 2]
 #                          [--param-servers 1] [--tensor-workers 1] [--partition metis]
-#                          [--nodes 1000000] [--edges 10000000]
+#                          [--nodes 1000000] [--edges 10000000] [--share-arrays true]
+# --share-arrays false: the roles send vertex rows in messages instead of sharing the graph
+# servers' arrays through memory (docs/cluster.md, "Shared memory on one host").
 # Each run's first epoch is left out of its median (start-up, allocation, first touch).
 set -euo pipefail
 
 build=build reps=3 epochs=6 gs=2 ps=1 tw=1 partition=metis nodes=1000000 edges=10000000
+share=true
 while [ $# -gt 0 ]; do
     case "$1" in
     --build-dir) build=$2 ;;
@@ -22,7 +25,8 @@ while [ $# -gt 0 ]; do
     --partition) partition=$2 ;;
     --nodes) nodes=$2 ;;
     --edges) edges=$2 ;;
-    -h | --help) sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --share-arrays) share=$2 ;;
+    -h | --help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "cluster_epoch.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
     esac
     shift 2
@@ -43,7 +47,7 @@ cp "$tmp/one.yaml" "$tmp/cluster.yaml"
 cat >>"$tmp/cluster.yaml" <<EOF
 cluster: {graph_servers: $gs, param_servers: $ps, tensor_workers: $tw, partition: $partition}
 cloud: {plugin: local}
-engine: {start_timeout: 600}
+engine: {start_timeout: 600, share_arrays: $share}
 EOF
 
 # the median of a run's epoch times: metrics.jsonl's "seconds" is the time since the run
@@ -72,15 +76,15 @@ for r in $(seq "$reps"); do
 done
 
 python3 - "$tmp/cluster-1/result.json" "${one[*]}" "${multi[*]}" "$gs" "$ps" "$tw" \
-    "$partition" <<'EOF'
+    "$partition" "$share" <<'EOF'
 import json, statistics, sys
 res = json.load(open(sys.argv[1]))
 one = [float(x) for x in sys.argv[2].split()]
 multi = [float(x) for x in sys.argv[3].split()]
-g, p, t, method = sys.argv[4:8]
+g, p, t, method, share = sys.argv[4:9]
 a, b = statistics.median(one), statistics.median(multi)
 print(f"one process: median {a:.3f} s/epoch over {len(one)} runs {one}")
-print(f"G={g} P={p} T={t} processes ({method}): median {b:.3f} s/epoch {multi}")
+print(f"G={g} P={p} T={t} processes ({method}, share_arrays {share}): median {b:.3f} s/epoch {multi}")
 print(f"ratio processes / one process: {b / a:.2f}x")
 if "edge_cut" in res:
     m, pr = res["boundary_bytes_per_epoch"], res["predicted_boundary_bytes_per_epoch"]

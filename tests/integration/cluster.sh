@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Roles as processes (`cluster:` on `cloud: {plugin: local}`, docs/cluster.md):
 #  - GCN and GAT on Cora, with 2 tensor workers and 2 parameter servers, end with
-#    bit-identical weights and the same accuracies as the one-process run (the same seed);
+#    bit-identical weights and the same accuracies as the one-process run (the same seed),
+#    with the graph server's arrays in shared memory (the default) and in messages;
 #  - on 2 graph servers (each its part of the graph), without dropout, the losses of the
 #    one-process run to 1e-6;
 #  - SIGKILL of any role of a G = P = T = 2 run at a seeded random point (3 per role kind): exit
@@ -76,6 +77,14 @@ for m in gcn gat; do
     done
     check "$m: nothing left" "$(leftovers "$pgid")" "processes 0, socket dirs 0"
 done
+# the roles above share the graph server's stage arrays through memory (links over ipc);
+# without engine.share_arrays they travel in the messages, to the same bits
+run "$tmp/gcn-copies" run "$tmp/gcn.yaml" --out "$tmp/gcn-copies" --quiet "${procs[@]}" \
+    -s engine.share_arrays=false
+check "gcn, arrays in messages: exits 0" "$rc" 0
+check "gcn, arrays in messages: params_crc32c as in one process" \
+    "$(field "$tmp/gcn-copies" params_crc32c)" "$(field "$tmp/gcn-one" params_crc32c)"
+check "gcn, arrays in messages: nothing left" "$(leftovers "$pgid")" "processes 0, socket dirs 0"
 
 # ---- two graph servers, each with its part of the graph and its ghosts ----
 # Without dropout the parts compute what the whole graph does, up to the order of the

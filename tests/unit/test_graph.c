@@ -795,28 +795,28 @@ static void test_shared_window_checks_every_reference(void **state)
     bv_graph_engine e = {.nstages = 1, .cfg.share_arrays = true, .shared = table};
     bv_error err;
     bv_array_ref ref = {bv_shared_act(0), 8, 16};
-    assert_ptr_equal(bv_engine_shared_window(&e, &ref, 16, true, &err), act + 2);
+    assert_ptr_equal(bv_engine_shared_window(&e, 0, &ref, 16, true, &err), act + 2);
     ref = (bv_array_ref){BV_SHARED_FEATURES, 0, 160};
-    assert_ptr_equal(bv_engine_shared_window(&e, &ref, 160, false, &err), features);
-    assert_null(bv_engine_shared_window(&e, &ref, 160, true, &err));
+    assert_ptr_equal(bv_engine_shared_window(&e, 0, &ref, 160, false, &err), features);
+    assert_null(bv_engine_shared_window(&e, 0, &ref, 160, true, &err));
     assert_string_equal(err.msg, "task names shared array 0, which is not one");
     ref = (bv_array_ref){bv_shared_dact(0) + 1, 0, 4};
-    assert_null(bv_engine_shared_window(&e, &ref, 4, false, &err));
+    assert_null(bv_engine_shared_window(&e, 0, &ref, 4, false, &err));
     assert_string_equal(err.msg, "task names shared array 5, which is not one");
     ref = (bv_array_ref){bv_shared_dact(0), 0, 4}; /* no gradient array right now */
-    assert_null(bv_engine_shared_window(&e, &ref, 4, false, &err));
+    assert_null(bv_engine_shared_window(&e, 0, &ref, 4, false, &err));
     assert_string_equal(err.msg,
                         "task names bytes [0, +4) of shared array 4 (0 bytes, want 4)");
     ref = (bv_array_ref){bv_shared_act(0), 40, 16}; /* runs 8 bytes past the end */
-    assert_null(bv_engine_shared_window(&e, &ref, 16, false, &err));
+    assert_null(bv_engine_shared_window(&e, 0, &ref, 16, false, &err));
     assert_string_equal(err.msg,
                         "task names bytes [40, +16) of shared array 3 (48 bytes, want 16)");
     ref = (bv_array_ref){bv_shared_act(0), UINT64_MAX - 3, 8}; /* offset + bytes wraps */
-    assert_null(bv_engine_shared_window(&e, &ref, 8, false, &err));
+    assert_null(bv_engine_shared_window(&e, 0, &ref, 8, false, &err));
     ref = (bv_array_ref){bv_shared_act(0), 0, 8};
-    assert_null(bv_engine_shared_window(&e, &ref, 12, false, &err)); /* not the size wanted */
+    assert_null(bv_engine_shared_window(&e, 0, &ref, 12, false, &err)); /* not the size wanted */
     e.cfg.share_arrays = false; /* a run that copies accepts no references */
-    assert_null(bv_engine_shared_window(&e, &ref, 8, false, &err));
+    assert_null(bv_engine_shared_window(&e, 0, &ref, 8, false, &err));
     assert_string_equal(err.msg, "task names shared array 3, which is not one");
 
     /* bv_engine_task_array: the message's own bytes, or the window a reference names */
@@ -833,6 +833,56 @@ static void test_shared_window_checks_every_reference(void **state)
     m.hdr.nb = 8; /* a reference that is not one */
     assert_null(bv_engine_task_array(&e, &m, 1, 8, &err));
     assert_string_equal(err.msg, "task's array reference is 8 bytes, not 24");
+}
+
+/* Roles as processes on one host: a tensor worker maps the segment a graph server offers
+ * (BV_MSG_SEGMENT) and resolves windows against it; what it writes there the graph server
+ * reads in its own mapping. An offer that lies, comes twice or names arrays outside the
+ * segment is refused, and a window of a server that offered nothing is not one. */
+static void test_segment_maps_the_graph_servers_arrays(void **state)
+{
+    (void)state;
+    size_t bytes[BV_SHARED_STAGES + 2] = {[BV_SHARED_STAGES] = 48, [BV_SHARED_STAGES + 1] = 8};
+    size_t off[BV_SHARED_STAGES + 2];
+    bv_segment made;
+    bv_error err;
+    assert_int_equal(bv_segment_create(&made, "test", bytes, BV_SHARED_STAGES + 2, off, &err),
+                     BV_OK);
+    assert_int_equal(off[bv_shared_act(0)], 0);
+    assert_int_equal(off[bv_shared_dact(0)], (size_t)sysconf(_SC_PAGESIZE));
+    bv_array_ref refs[2] = {{bv_shared_act(0), off[bv_shared_act(0)], 48},
+                            {bv_shared_dact(0), off[bv_shared_dact(0)], 8}};
+    bv_role_msg m = {.hdr = {.version = getpid(), .row_begin = made.fd,
+                             .rows = (int64_t)made.bytes, .reply_to = 0, .na = sizeof refs},
+                     .a = (const uint8_t *)refs};
+    bv_graph_engine e = {.nstages = 1, .ngs = 2, .cfg.share_arrays = true, .shm = true,
+                         .serving = true};
+    assert_int_equal(bv_engine_map_segment(&e, &m, &err), BV_OK);
+    bv_array_ref ref = {bv_shared_act(0), 8, 16};
+    float *w = bv_engine_shared_window(&e, 0, &ref, 16, true, &err);
+    assert_non_null(w);
+    w[1] = 2.5f;
+    assert_true(((float *)made.base)[3] == 2.5f); /* the maker sees the worker's write */
+    assert_null(bv_engine_shared_window(&e, 1, &ref, 16, true, &err));
+    assert_string_equal(err.msg,
+                        "task names the shared arrays of graph server 1, which has offered none");
+    assert_int_equal(bv_engine_map_segment(&e, &m, &err), BV_ERR_CORRUPT); /* twice */
+    assert_string_equal(err.msg, "unexpected shared arrays from graph server 0");
+    m.hdr.reply_to = 1;
+    m.hdr.rows += 4096; /* not the segment's size */
+    assert_int_equal(bv_engine_map_segment(&e, &m, &err), BV_ERR_CORRUPT);
+    m.hdr.rows -= 4096;
+    refs[1].offset = made.bytes - 4; /* runs past the end */
+    assert_int_equal(bv_engine_map_segment(&e, &m, &err), BV_ERR_CORRUPT);
+    assert_string_equal(err.msg, "graph server 1's shared array 4 lies outside its segment");
+    refs[1] = (bv_array_ref){BV_SHARED_FEATURES, 0, 8}; /* the dataset is never shared */
+    assert_int_equal(bv_engine_map_segment(&e, &m, &err), BV_ERR_CORRUPT);
+    m.hdr.version = -1; /* no such process */
+    assert_int_equal(bv_engine_map_segment(&e, &m, &err), BV_ERR_IO);
+    assert_null(e.peer_shared[1]);
+    bv_segment_free(&e.peer_segment[0]);
+    free(e.peer_shared[0]);
+    bv_segment_free(&made);
 }
 
 int main(void)
@@ -869,6 +919,7 @@ int main(void)
         cmocka_unit_test(test_powerlaw_rejects_impossible_requests),
         cmocka_unit_test(test_auto_intervals),
         cmocka_unit_test(test_shared_window_checks_every_reference),
+        cmocka_unit_test(test_segment_maps_the_graph_servers_arrays),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -74,8 +74,7 @@ static bv_status coord_ask(bv_graph_engine *e, bv_endpoint *to, uint16_t type,
                            const bv_task_hdr *h, uint16_t reply_type, bv_role_msg *reply,
                            bv_error *err)
 {
-    bv_status st = bv_role_send(e->cfg.transport_ops, to, type, BV_ROLE_COORD, h, NULL, 0, NULL,
-                                0, NULL, 0, err);
+    bv_status st = bv_engine_coord_send(e, to, type, h, NULL, 0, NULL, 0, NULL, 0, err);
     return st == BV_OK ? coord_wait(e, reply_type, reply, err) : st;
 }
 
@@ -245,16 +244,25 @@ static bv_status engine_share(bv_graph_engine *e, bv_error *err)
     return BV_OK;
 }
 
-void *bv_engine_shared_window(const bv_graph_engine *e, const bv_array_ref *ref, size_t bytes,
-                              bool write, bv_error *err)
+void *bv_engine_shared_window(const bv_graph_engine *e, int gs, const bv_array_ref *ref,
+                              size_t bytes, bool write, bv_error *err)
 {
+    /* in one process, the graph server's table; in a worker's process, the segment's */
+    const bv_shared_array *table = !e->serving            ? e->shared
+                                   : gs >= 0 && gs < e->ngs ? e->peer_shared[gs]
+                                                            : NULL;
     if (!e->cfg.share_arrays || ref->array < 0 || (size_t)ref->array >= bv_shared_count(e) ||
         (write && ref->array < BV_SHARED_STAGES)) {
         bv_error_set(err, BV_ERR_CORRUPT, "task names shared array %lld, which is not one",
                      (long long)ref->array);
         return NULL;
     }
-    const bv_shared_array *a = &e->shared[ref->array];
+    if (!table) {
+        bv_error_set(err, BV_ERR_CORRUPT, "task names the shared arrays of graph server %d, "
+                     "which has offered none", gs);
+        return NULL;
+    }
+    const bv_shared_array *a = &table[ref->array];
     if (!a->base || ref->bytes != bytes || ref->offset > a->bytes ||
         ref->bytes > a->bytes - ref->offset) {
         bv_error_set(err, BV_ERR_CORRUPT,
@@ -280,7 +288,7 @@ const void *bv_engine_task_array(const bv_graph_engine *e, const bv_role_msg *m,
             return NULL;
         }
         memcpy(&ref, p[which], sizeof ref);
-        return bv_engine_shared_window(e, &ref, bytes, false, err);
+        return bv_engine_shared_window(e, m->hdr.reply_to, &ref, bytes, false, err);
     }
     if (n[which] != bytes) {
         bv_error_set(err, BV_ERR_CORRUPT, "task for stage %d has %llu bytes in array %c, not %zu",
@@ -290,19 +298,60 @@ const void *bv_engine_task_array(const bv_graph_engine *e, const bv_role_msg *m,
     return p[which];
 }
 
+bv_status bv_engine_map_segment(bv_graph_engine *e, const bv_role_msg *m, bv_error *err)
+{
+    int gs = m->hdr.reply_to;
+    size_t count = bv_shared_count(e), n = (size_t)(m->hdr.na / sizeof(bv_array_ref));
+    if (!e->shm || gs < 0 || gs >= e->ngs || e->peer_shared[gs] ||
+        m->hdr.na % sizeof(bv_array_ref) || n > count)
+        return bv_error_set(err, BV_ERR_CORRUPT, "unexpected shared arrays from graph server %d",
+                            gs);
+    bv_segment *seg = &e->peer_segment[gs];
+    bv_status st = bv_segment_map(seg, m->hdr.version, m->hdr.row_begin,
+                                  (uint64_t)m->hdr.rows, err);
+    bv_shared_array *table = st == BV_OK ? calloc(count, sizeof *table) : NULL;
+    if (st == BV_OK && !table)
+        st = bv_error_set(err, BV_ERR_NOMEM, "out of memory");
+    for (size_t k = 0; st == BV_OK && k < n; k++) {
+        bv_array_ref r;
+        memcpy(&r, m->a + k * sizeof r, sizeof r);
+        if (r.array < BV_SHARED_STAGES || (size_t)r.array >= count || table[r.array].base ||
+            r.offset > seg->bytes || r.bytes > seg->bytes - r.offset)
+            st = bv_error_set(err, BV_ERR_CORRUPT, "graph server %d's shared array %lld lies "
+                              "outside its segment", gs, (long long)r.array);
+        else
+            table[r.array] = (bv_shared_array){(char *)seg->base + r.offset, r.bytes};
+    }
+    if (st != BV_OK) {
+        free(table);
+        bv_segment_free(seg);
+        return st;
+    }
+    e->peer_shared[gs] = table;
+    return BV_OK;
+}
+
 /* The transport instance of this process: with links over tcp, every link of the run is
- * CURVE-authenticated and encrypted with the run's key (the transport's own options
- * otherwise as the experiment gives them). */
-static bv_status engine_transport(bv_graph_engine *e, bv_error *err)
+ * CURVE-authenticated and encrypted with the run's key; the coordinator of role processes
+ * sends in slices of its send bound (bv_engine_coord_send looks at the processes between
+ * them); the transport's own options otherwise as the experiment gives them. */
+static bv_status engine_transport(bv_graph_engine *e, bool coordinator, bv_error *err)
 {
     const bv_graph_engine_cfg *c = &e->cfg;
     bv_opts keyed = {0};
     const bv_opts *opts = c->transport_opts;
+    const bv_opt_value *bound = bv_opts_find(opts, "send_timeout_ms");
+    e->send_bound_ms = bound ? (int)bound->v.i : -1;
+    bool sliced = coordinator && bound && (bound->v.i < 0 || bound->v.i > BV_SEND_SLICE_MS);
     bv_status st = BV_OK;
-    if (c->curve_secret[0]) {
+    if (c->curve_secret[0] || sliced) {
         st = bv_opts_copy(c->transport_opts, &keyed, err);
-        if (st == BV_OK)
+        if (st == BV_OK && c->curve_secret[0])
             st = bv_opts_set(&keyed, "curve_secret_key", c->curve_secret, err);
+        char slice[16];
+        snprintf(slice, sizeof slice, "%d", BV_SEND_SLICE_MS);
+        if (st == BV_OK && sliced)
+            st = bv_opts_set(&keyed, "send_timeout_ms", slice, err);
         opts = &keyed;
     }
     if (st == BV_OK) {
@@ -342,7 +391,8 @@ static bv_status make_part(bv_graph_engine *e, int part, bv_error *err)
  * the parameter and stage layout, the intervals; with graph_arrays, also the graph
  * server's adjacency arrays; then the transport. */
 static bv_status engine_prepare(const bv_graph_engine_cfg *cfg, bool graph_arrays,
-                                int part, bv_graph_engine **out, bv_error *err)
+                                int part, bool coordinator, bv_graph_engine **out,
+                                bv_error *err)
 {
     *out = NULL;
     if (cfg->intervals < 0 || cfg->tensor_workers < 1 ||
@@ -400,7 +450,7 @@ static bv_status engine_prepare(const bv_graph_engine_cfg *cfg, bool graph_array
             st = bv_error_set(err, BV_ERR_NOMEM, "out of memory for the graph with self loops");
     }
     if (st == BV_OK)
-        st = engine_transport(e, err);
+        st = engine_transport(e, coordinator && cfg->cloud_ops, err);
     return st;
 }
 
@@ -410,7 +460,7 @@ bv_status bv_graph_engine_start(const bv_graph_engine_cfg *cfg, bv_graph_engine 
     *out = NULL;
     bv_graph_engine *e;
     /* with roles as processes, the graph server's arrays live in its own process */
-    bv_status st = engine_prepare(cfg, !cfg->cloud_ops, 0, &e, err);
+    bv_status st = engine_prepare(cfg, !cfg->cloud_ops, 0, true, &e, err);
     if (st == BV_OK && cfg->cloud_ops) {
         st = bv_engine_launch(e, err);
     } else if (st == BV_OK) {
@@ -441,9 +491,12 @@ bv_status bv_graph_engine_serve(const bv_graph_engine_cfg *cfg, bv_graph_role_ki
     bv_status st = bv_engine_book_key(book, keyed.curve_secret, err);
     if (st == BV_OK)
         st = engine_prepare(&keyed, kind == BV_GRAPH_ROLE_GRAPH,
-                            kind == BV_GRAPH_ROLE_GRAPH ? index : 0, &e, err);
+                            kind == BV_GRAPH_ROLE_GRAPH ? index : 0, false, &e, err);
     if (st == BV_OK) {
-        e->cfg.share_arrays = false; /* the other roles are other processes */
+        /* The other roles are other processes: on this host (links over ipc) the graph
+         * server's stage arrays are shared memory, otherwise they travel in messages. */
+        e->shm = e->cfg.share_arrays && !e->cfg.tcp && kind != BV_GRAPH_ROLE_PARAM;
+        e->cfg.share_arrays = e->shm;
         e->serving = true;
         st = bv_engine_read_book(e, book, err);
     }
@@ -537,6 +590,11 @@ void bv_graph_engine_stop(bv_graph_engine *e)
     bv_csr_free(e->adj_loops_t);
     free(e->loops_perm);
     free(e->shared);
+    bv_segment_free(&e->segment);
+    for (int i = 0; i < BV_MAX_GRAPH_SERVERS; i++) {
+        bv_segment_free(&e->peer_segment[i]);
+        free(e->peer_shared[i]);
+    }
     free(e->vin);
     free(e->vin_width);
     free(e->tw_args);
@@ -558,8 +616,8 @@ static bv_status ask_servers(bv_graph_engine *e, uint16_t type, const bv_task_hd
                              bv_task_hdr *out, bv_error *err)
 {
     for (int i = 0; i < e->nps; i++) {
-        bv_status st = bv_role_send(e->cfg.transport_ops, e->to_ps[i], type, BV_ROLE_COORD, h,
-                                    a, a ? bytes : 0, b, b ? bytes : 0, c, c ? bytes : 0, err);
+        bv_status st = bv_engine_coord_send(e, e->to_ps[i], type, h, a, a ? bytes : 0, b,
+                                            b ? bytes : 0, c, c ? bytes : 0, err);
         if (st != BV_OK)
             return st;
     }
@@ -705,8 +763,8 @@ static bv_status run_pass(bv_graph_engine *e, int64_t epoch, bool training, bv_t
 {
     bv_task_hdr h = {.epoch = epoch, .training = training, .version = e->version};
     for (int g = 0; g < e->ngs; g++) {
-        bv_status st = bv_role_send(e->cfg.transport_ops, e->to_gs[g], BV_MSG_EPOCH,
-                                    BV_ROLE_COORD, &h, NULL, 0, NULL, 0, NULL, 0, err);
+        bv_status st = bv_engine_coord_send(e, e->to_gs[g], BV_MSG_EPOCH, &h, NULL, 0, NULL,
+                                            0, NULL, 0, err);
         if (st != BV_OK)
             return st;
     }

@@ -10,11 +10,15 @@
 #include "engine_graph.h"
 #include "graph_view.h"
 #include "role_msg.h"
+#include "shared_segment.h"
 
 #define BV_MAX_TENSOR_WORKERS 64
 #define BV_MAX_PARAM_SERVERS 16
 #define BV_MAX_GRAPH_SERVERS 16
 #define BV_ADDR_LEN 96
+/* The coordinator of role processes gives up a send after this long, looks at the
+ * processes, and tries again until the transport's send bound (bv_engine_coord_send). */
+#define BV_SEND_SLICE_MS 100
 
 typedef struct bv_shared_array {
     void *base;
@@ -67,6 +71,14 @@ struct bv_graph_engine {
      * (role_msg.h, bv_array_ref): the dataset's, then each stage's output and gradient.
      * The graph server sets an entry before it sends a task naming it. */
     bv_shared_array *shared; /* bv_shared_count(e) */
+    /* Roles as processes on one host (links over ipc) with share_arrays: the stage arrays
+     * live in memory the processes share (shared_segment.h). A graph server's process
+     * makes its segment; a tensor worker's maps each graph server's when BV_MSG_SEGMENT
+     * comes, and its windows resolve against that server's table, not `shared`. */
+    bool shm;
+    bv_segment segment;
+    bv_segment peer_segment[BV_MAX_GRAPH_SERVERS];
+    bv_shared_array *peer_shared[BV_MAX_GRAPH_SERVERS]; /* bv_shared_count(e) each */
     /* ---- roles as processes (cfg.cloud_ops; role_launch.c) ---- */
     bool procs;          /* the roles are processes the cloud started */
     bv_cloud *cloud;
@@ -89,6 +101,7 @@ struct bv_graph_engine {
     bv_task_hdr part_info;
     int64_t edge_cut, ghosts_total;
     int64_t train_ghost_bytes; /* the last training pass's boundary bytes, all servers */
+    int send_bound_ms;  /* the transport's send bound (send_timeout_ms; -1: none) */
     int64_t version;    /* weights version the PS last reported */
     double decay_now;   /* sum of squares of the decayed weights, as of that version */
 };
@@ -111,10 +124,13 @@ static inline size_t bv_shared_count(const bv_graph_engine *e)
 {
     return (size_t)BV_SHARED_STAGES + 2 * e->nstages;
 }
-/* The window ref names, if it lies inside a shared array that exists, is `bytes` long
- * and, for writing, is not the dataset's; else NULL and err says why. */
-void *bv_engine_shared_window(const bv_graph_engine *e, const bv_array_ref *ref, size_t bytes,
-                              bool write, bv_error *err);
+/* The window ref names in graph server gs's arrays, if it lies inside a shared array that
+ * exists, is `bytes` long and, for writing, is not the dataset's; else NULL and err says
+ * why. */
+void *bv_engine_shared_window(const bv_graph_engine *e, int gs, const bv_array_ref *ref,
+                              size_t bytes, bool write, bv_error *err);
+/* A tensor worker's process: maps the segment a BV_MSG_SEGMENT offers. */
+bv_status bv_engine_map_segment(bv_graph_engine *e, const bv_role_msg *m, bv_error *err);
 /* Array `which` (0 a, 1 b, 2 c) of a task, of `bytes` bytes: its bytes in the message, or
  * the shared window it names (BV_TASK_REF_*); else NULL and err says why. */
 const void *bv_engine_task_array(const bv_graph_engine *e, const bv_role_msg *m, int which,
@@ -147,6 +163,13 @@ bv_status bv_engine_launch(bv_graph_engine *e, bv_error *err);
  * (deadline > 0, CLOCK_MONOTONIC seconds) the deadline passing. */
 bv_status bv_engine_coord_wait(bv_graph_engine *e, uint16_t type, double deadline,
                                bv_role_msg *m, bv_error *err);
+/* A request from the coordinator to a role process: the processes are looked at first,
+ * so that a role that just died is named instead of waited for (a send to a peer that is
+ * gone blocks for the transport's send bound), and a send that fails all the same is
+ * explained by the process that ended, if one did within a moment. */
+bv_status bv_engine_coord_send(bv_graph_engine *e, bv_endpoint *to, uint16_t type,
+                               const bv_task_hdr *h, const void *a, size_t na, const void *b,
+                               size_t nb, const void *c, size_t nc, bv_error *err);
 /* Ends every role process (SHUTDOWN, then the cloud's terminate for those that do not
  * exit within peer_timeout; at once after a failure), removes the private directory. */
 void bv_engine_land(bv_graph_engine *e);

@@ -2,8 +2,10 @@
  * runs Gather (and ∇Gather over the reversed edges) itself, and hands ApplyVertex and the
  * loss to tensor workers as tasks over vertex intervals, scattering their results into
  * its arrays (Dorylus §3: GA and SC on graph servers, AV and AE on Lambdas). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "bivouac/log.h"
 #include "engine_graph_internal.h"
@@ -29,6 +31,7 @@ typedef struct graph_server {
     bv_role_msg *early;
     size_t nearly, cap_early;
     int64_t ghost_bytes;
+    size_t *seg_offset; /* e->shm: each shared array's place in e->segment */
 } graph_server;
 
 static int64_t stage_rows(const graph_server *gs, size_t s)
@@ -231,6 +234,14 @@ static bv_array_ref shared_ref(const graph_server *gs, int64_t array, const void
     return (bv_array_ref){array, (uint64_t)((const char *)p - base), bytes};
 }
 
+/* Whether a task names array `array` by reference: with shared arrays, any of them in one
+ * process; between processes only the stage arrays of the segment (the dataset's are the
+ * graph server's part of it, which its workers do not have: they are sent). */
+static bool by_reference(const bv_graph_engine *e, int64_t array)
+{
+    return e->cfg.share_arrays && array >= (e->shm ? BV_SHARED_STAGES : 0);
+}
+
 /* Sends interval i's task. With shared arrays each array travels as a reference to its
  * window (BV_TASK_REF_*), otherwise as a copy of its bytes. */
 static bv_status gs_send_task(graph_server *gs, int i, uint16_t type, bv_task_hdr *h,
@@ -244,7 +255,7 @@ static bv_status gs_send_task(graph_server *gs, int i, uint16_t type, bv_task_hd
     for (int k = 0; k < 3; k++) {
         p[k] = arr[k].p;
         n[k] = arr[k].bytes;
-        if (gs->e->cfg.share_arrays && arr[k].p && arr[k].array >= 0) {
+        if (arr[k].p && by_reference(gs->e, arr[k].array)) {
             ref[k] = shared_ref(gs, arr[k].array, arr[k].p, arr[k].bytes);
             p[k] = &ref[k];
             n[k] = sizeof ref[k];
@@ -601,9 +612,14 @@ static bv_status ensure_grad(graph_server *gs, int s, bv_error *err)
     if (s < 0 || gs->dact[s])
         return BV_OK;
     size_t bytes = stage_bytes(gs, (size_t)s);
-    if (!(gs->dact[s] = bv_alloc_aligned(bytes)))
+    if (gs->e->shm) { /* its place in the segment (gs_segment) */
+        gs->dact[s] = (float *)(void *)((char *)gs->e->segment.base +
+                                        gs->seg_offset[bv_shared_dact((size_t)s)]);
+        memset(gs->dact[s], 0, bytes);
+    } else if (!(gs->dact[s] = bv_alloc_aligned(bytes))) {
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory for the gradient of %s",
                             gs->e->stages[s]->name);
+    }
     gs->e->shared[bv_shared_dact((size_t)s)] = (bv_shared_array){gs->dact[s], bytes};
     return BV_OK;
 }
@@ -611,7 +627,8 @@ static bv_status ensure_grad(graph_server *gs, int s, bv_error *err)
 static void drop_grad(graph_server *gs, size_t s)
 {
     gs->e->shared[bv_shared_dact(s)] = (bv_shared_array){NULL, 0};
-    bv_free_aligned(gs->dact[s]);
+    if (!gs->e->shm)
+        bv_free_aligned(gs->dact[s]);
     gs->dact[s] = NULL;
 }
 
@@ -789,6 +806,39 @@ static bv_status gs_epoch(graph_server *gs, const bv_task_hdr *cmd, bv_task_hdr 
     return rc;
 }
 
+/* Roles as processes on one host: every stage's array and its gradient get a place in
+ * one segment of shared memory, and each tensor worker is told where (BV_MSG_SEGMENT)
+ * before any task names a window of it. */
+static bv_status gs_segment(graph_server *gs, bv_error *err)
+{
+    bv_graph_engine *e = gs->e;
+    size_t count = bv_shared_count(e);
+    size_t *bytes = calloc(count, sizeof *bytes);
+    bv_array_ref *refs = calloc(2 * e->nstages, sizeof *refs);
+    gs->seg_offset = calloc(count, sizeof *gs->seg_offset);
+    if (!bytes || !refs || !gs->seg_offset) {
+        free(bytes);
+        free(refs);
+        return bv_error_set(err, BV_ERR_NOMEM, "out of memory in the graph server");
+    }
+    for (size_t s = 0; s < e->nstages; s++)
+        bytes[bv_shared_act(s)] = bytes[bv_shared_dact(s)] = stage_bytes(gs, s);
+    char name[32];
+    snprintf(name, sizeof name, "bivouac-gs%d", e->gs_index);
+    bv_status st = bv_segment_create(&e->segment, name, bytes, count, gs->seg_offset, err);
+    size_t n = 0;
+    for (size_t k = BV_SHARED_STAGES; k < count; k++)
+        refs[n++] = (bv_array_ref){(int64_t)k, gs->seg_offset[k], bytes[k]};
+    bv_task_hdr h = {.version = (int64_t)getpid(), .row_begin = e->segment.fd,
+                     .rows = (int64_t)e->segment.bytes, .reply_to = e->gs_index};
+    for (int i = 0; st == BV_OK && i < e->cfg.tensor_workers; i++)
+        st = bv_role_send(gs->t, gs->to_tw[i], BV_MSG_SEGMENT, BV_ROLE_GS, &h, refs,
+                          n * sizeof *refs, NULL, 0, NULL, 0, err);
+    free(bytes);
+    free(refs);
+    return st;
+}
+
 static bv_status gs_setup(void *self, bv_error *err)
 {
     graph_server *gs = self;
@@ -801,10 +851,15 @@ static bv_status gs_setup(void *self, bv_error *err)
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory in the graph server");
     int64_t n = e->cfg.data->num_nodes;
     int64_t widest = e->cfg.data->num_features;
+    bv_status st = e->shm ? gs_segment(gs, err) : BV_OK;
+    if (st != BV_OK)
+        return st;
     for (size_t s = 0; s < e->nstages; s++) {
         if (e->stages[s]->kind != BV_STAGE_EDGE && e->stages[s]->out_dim > widest)
             widest = e->stages[s]->out_dim;
-        gs->act[s] = bv_alloc_aligned(stage_bytes(gs, s));
+        gs->act[s] = e->shm ? (float *)(void *)((char *)e->segment.base +
+                                                gs->seg_offset[bv_shared_act(s)])
+                            : bv_alloc_aligned(stage_bytes(gs, s));
         if (!gs->act[s])
             return bv_error_set(err, BV_ERR_NOMEM, "out of memory for %s's vertex arrays",
                                 e->stages[s]->name);
@@ -842,10 +897,11 @@ static void gs_teardown(void *self)
     for (size_t i = 0; i < gs->nearly; i++)
         bv_role_release(gs->t, &gs->early[i]);
     free(gs->early);
-    for (size_t s = 0; gs->act && s < e->nstages; s++) {
+    for (size_t s = 0; gs->act && !e->shm && s < e->nstages; s++) {
         bv_free_aligned(gs->act[s]);
         bv_free_aligned(gs->dact[s]);
     }
+    free(gs->seg_offset); /* the segment itself lives as long as the engine */
     free(gs->act);
     free(gs->dact);
     free(gs->input_sent);

@@ -400,8 +400,8 @@ static bv_status tcp_rendezvous(bv_graph_engine *e, double deadline, bv_error *e
     int count[] = {e->ngs, e->nps, e->cfg.tensor_workers};
     for (int k = 0; k < 3 && st == BV_OK; k++)
         for (int i = 0; i < count[k] && st == BV_OK; i++)
-            st = bv_role_send(t, to[k][i], BV_MSG_BOOK, BV_ROLE_COORD, NULL, book, len, NULL,
-                              0, NULL, 0, err);
+            st = bv_engine_coord_send(e, to[k][i], BV_MSG_BOOK, NULL, book, len, NULL, 0,
+                                      NULL, 0, err);
     free(book);
     return st;
 }
@@ -629,6 +629,42 @@ bv_status bv_engine_coord_wait(bv_graph_engine *e, uint16_t type, double deadlin
                m->wire.type, type);
         bv_role_release(t, m);
     }
+}
+
+bv_status bv_engine_coord_send(bv_graph_engine *e, bv_endpoint *to, uint16_t type,
+                               const bv_task_hdr *h, const void *a, size_t na, const void *b,
+                               size_t nb, const void *c, size_t nc, bv_error *err)
+{
+    const bv_transport_ops *t = e->cfg.transport_ops;
+    if (!e->procs)
+        return bv_role_send(t, to, type, BV_ROLE_COORD, h, a, na, b, nb, c, nc, err);
+    /* each try gives up after BV_SEND_SLICE_MS (engine_transport): a peer that went away
+     * fails the send within a slice of its death, not after the whole bound */
+    double until = bv_engine_now() + e->send_bound_ms * 1e-3;
+    bv_status st;
+    for (;;) {
+        if ((st = watch(e, 0, type, err)) != BV_OK) {
+            e->failed = true;
+            return st;
+        }
+        st = bv_role_send(t, to, type, BV_ROLE_COORD, h, a, na, b, nb, c, nc, err);
+        if (st != BV_ERR_IO || (e->send_bound_ms >= 0 && bv_engine_now() >= until))
+            break;
+    }
+    if (st == BV_OK)
+        return BV_OK;
+    /* explained by a process that ended, if one did within a moment */
+    bv_error why;
+    for (double end = bv_engine_now() + 1.0; bv_engine_now() < end;) {
+        if (watch(e, 0, type, &why) != BV_OK) {
+            *err = why;
+            break;
+        }
+        struct timespec slice = {0, WATCH_SLICE_MS * 1000000L};
+        nanosleep(&slice, NULL);
+    }
+    e->failed = true;
+    return err->status;
 }
 
 /* ---- the end ---- */

@@ -44,8 +44,13 @@ enum bv_msg_type {
                                interval = the sender's part */
     BV_MSG_HELLO,           /* role -> coord (links over tcp): a = the address-book lines
                                of the inboxes it bound ("gs 0 tcp://10.0.0.1:40123") */
-    BV_MSG_BOOK             /* coord -> role: a = the whole address book, once every role
+    BV_MSG_BOOK,            /* coord -> role: a = the whole address book, once every role
                                has said HELLO; the role then connects and sets up */
+    BV_MSG_SEGMENT          /* GS -> TW, once, before any task (roles as processes on one
+                               host, shared_segment.h): version = the graph server's pid,
+                               row_begin = its descriptor of the segment, rows = the
+                               segment's bytes, reply_to = its part; a = bv_array_ref per
+                               stage array (offset from the segment's start) */
 };
 
 /* Roles that share one address space (the engine's threads) pass the large arrays of

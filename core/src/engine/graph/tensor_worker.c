@@ -188,7 +188,7 @@ static float *tw_result_buffer(tensor_worker *w, const bv_task_hdr *h, size_t by
 {
     *owned = !(h->flags & BV_TASK_REPLY_IN_PLACE);
     if (!*owned)
-        return bv_engine_shared_window(w->e, &h->reply, bytes, true, err);
+        return bv_engine_shared_window(w->e, h->reply_to, &h->reply, bytes, true, err);
     float *p = malloc(bytes + sizeof(float));
     if (!p)
         bv_error_set(err, BV_ERR_NOMEM, "out of memory for a %zu-byte task result", bytes);
@@ -312,7 +312,7 @@ static bv_status tw_backward(tensor_worker *w, const bv_role_msg *m, bv_error *e
         return err->status;
     float *din_to = NULL; /* the graph server's rows to add d(input) into */
     if ((h->flags & BV_TASK_REPLY_IN_PLACE) &&
-        !(din_to = bv_engine_shared_window(w->e, &h->reply, in_bytes, true, err)))
+        !(din_to = bv_engine_shared_window(w->e, h->reply_to, &h->reply, in_bytes, true, err)))
         return err->status;
     bv_status st = tw_ensure_weights(w, h->version, err);
     if (st != BV_OK)
@@ -520,6 +520,7 @@ static bv_status tw_handle(void *self, bv_role_msg *m, bv_error *err)
     case BV_MSG_LOSS_TASK: return tw_loss(w, m, err);
     case BV_MSG_EDGE_FWD_TASK: return tw_edge_forward(w, m, err);
     case BV_MSG_EDGE_BWD_TASK: return tw_edge_backward(w, m, err);
+    case BV_MSG_SEGMENT: return bv_engine_map_segment(w->e, m, err);
     default: return BV_OK;
     }
 }
