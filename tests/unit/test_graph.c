@@ -23,6 +23,7 @@
 #include "engine_graph.h"
 #include "engine_graph_internal.h"
 #include "graph_internal.h"
+#include "graph_view.h"
 #include "test_files.h"
 
 /* --- helpers ---------------------------------------------------------------------- */
@@ -885,6 +886,84 @@ static void test_segment_maps_the_graph_servers_arrays(void **state)
     bv_segment_free(&made);
 }
 
+/* A part as a file (the coordinator cuts, each graph server reads its own): what is read
+ * is what was written, to the bit; a damaged, truncated or foreign file is refused. */
+static void test_part_file_roundtrip_and_damage(void **state)
+{
+    (void)state;
+    char *dir = fixture("ok");
+    bv_graph_dataset *g = load_ok(dir, NULL);
+    static const int32_t part_of[] = {0, 0, 1, 1, 0};
+    bv_graph_view v, r;
+    bv_error err;
+    assert_int_equal(bv_graph_view_make(g, part_of, 2, 1, true, &v, &err), BV_OK);
+    char path[] = "/tmp/bivouac-part-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    unlink(path); /* the writer makes it anew */
+    bv_graph_part_info info = {0x1234abcdULL, g->num_nodes}, got;
+    assert_int_equal(bv_graph_view_write(&v, &info, path, &err), BV_OK);
+    assert_int_equal(bv_graph_view_read(path, &r, &got, &err), BV_OK);
+    assert_int_equal(got.fingerprint, 0x1234abcdULL);
+    assert_int_equal(got.whole_nodes, 5);
+    int64_t rows = v.local->num_nodes;
+    assert_int_equal(r.local->num_nodes, rows);
+    assert_int_equal(r.owned, v.owned);
+    assert_int_equal(r.part, 1);
+    assert_int_equal(r.parts, 2);
+    assert_int_equal(r.edge_cut, v.edge_cut);
+    assert_int_equal(r.train_total, v.train_total);
+    assert_int_equal(r.local->adj.nnz, v.local->adj.nnz);
+    assert_memory_equal(r.local->adj.rowptr, v.local->adj.rowptr,
+                        (size_t)(rows + 1) * sizeof(int64_t));
+    assert_memory_equal(r.local->adj.colidx, v.local->adj.colidx,
+                        (size_t)v.local->adj.nnz * sizeof(int32_t));
+    assert_memory_equal(r.local->features, v.local->features,
+                        (size_t)(rows * v.local->num_features) * sizeof(float));
+    assert_memory_equal(r.local->labels, v.local->labels, (size_t)rows * sizeof(int32_t));
+    assert_memory_equal(r.local->split, v.local->split, (size_t)rows);
+    assert_memory_equal(r.global_of, v.global_of, (size_t)rows * sizeof(int64_t));
+    assert_int_equal(r.adj_norm->nnz, v.adj_norm->nnz);
+    assert_memory_equal(r.adj_norm->values, v.adj_norm->values,
+                        (size_t)v.adj_norm->nnz * sizeof(float));
+    assert_memory_equal(r.send_off, v.send_off, 3 * sizeof(int64_t));
+    assert_memory_equal(r.recv_idx, v.recv_idx, (size_t)(rows - v.owned) * sizeof(int64_t));
+    bv_graph_view_free(&r);
+
+    /* one byte changed (in the exchange lists): the checksum tells */
+    FILE *f = fopen(path, "r+b");
+    assert_non_null(f);
+    fseek(f, -40, SEEK_END);
+    int c = fgetc(f);
+    fseek(f, -40, SEEK_END);
+    fputc(c ^ 0x10, f);
+    fclose(f);
+    assert_int_equal(bv_graph_view_read(path, &r, &got, &err), BV_ERR_CORRUPT);
+    char want[160];
+    snprintf(want, sizeof want, "%s is damaged (truncated, or its checksum is wrong)", path);
+    assert_string_equal(err.msg, want);
+    assert_null(r.local);
+    /* truncated */
+    unlink(path);
+    assert_int_equal(bv_graph_view_write(&v, &info, path, &err), BV_OK);
+    assert_int_equal(truncate(path, 400), 0);
+    assert_int_equal(bv_graph_view_read(path, &r, &got, &err), BV_ERR_CORRUPT);
+    assert_string_equal(err.msg, want);
+    /* not a part at all */
+    f = fopen(path, "wb");
+    fputs("bivouac-address-book 1\n", f);
+    fclose(f);
+    assert_int_equal(bv_graph_view_read(path, &r, &got, &err), BV_ERR_CORRUPT);
+    snprintf(want, sizeof want, "%s is not a part of a graph this build wrote", path);
+    assert_string_equal(err.msg, want);
+    unlink(path);
+    assert_int_equal(bv_graph_view_read(path, &r, &got, &err), BV_ERR_IO);
+    bv_graph_view_free(&v);
+    bv_graph_free(g);
+    free(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -920,6 +999,7 @@ int main(void)
         cmocka_unit_test(test_auto_intervals),
         cmocka_unit_test(test_shared_window_checks_every_reference),
         cmocka_unit_test(test_segment_maps_the_graph_servers_arrays),
+        cmocka_unit_test(test_part_file_roundtrip_and_damage),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

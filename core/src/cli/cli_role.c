@@ -56,10 +56,9 @@ int bv_cli_role(int argc, char **argv)
         code = BV_EXIT_FAILED;
     }
     bv_diag_free(&d);
+    /* the role loads the data it needs itself (a graph server of several: only its part) */
     void *data = code == BV_EXIT_OK ? bv_experiment_take_data(x) : NULL;
     bv_error err = {0};
-    if (code == BV_EXIT_OK && !data && x->engine_ops->load_data(x, &data, &err) != BV_OK)
-        code = bv_cli_fail(BV_EXIT_FAILED, "%s", err.msg);
     if (code == BV_EXIT_OK &&
         bv_graph_serve_role(x, data, role, (int)index, (uint64_t)seed, book, &err) != BV_OK)
         code = bv_cli_fail(BV_EXIT_FAILED, "%s", err.msg);

@@ -363,25 +363,66 @@ static bv_status engine_transport(bv_graph_engine *e, bool coordinator, bv_error
     return st;
 }
 
-/* A graph server's part of the graph: it derives the partition itself, from the dataset
- * and the experiment alone (METIS is deterministic for its input and seed), and READY
- * tells the coordinator which one it got (graph_partition.h: the fingerprint). */
-static bv_status make_part(bv_graph_engine *e, int part, bv_error *err)
+/* The partition of the whole graph into the graph servers' parts (METIS is
+ * deterministic for its input and seed: every process that makes it gets the same). */
+static bv_status make_partition(const bv_graph_engine *e, bv_partition **out, bv_error *err)
 {
     bv_partition_opts o = {.method = (bv_partition_method)e->cfg.partition,
                            .parts = e->ngs, .seed = e->cfg.partition_seed};
+    return bv_partition_new(&e->cfg.data->adj, &o, out, err);
+}
+
+/* A graph server's part becomes its whole graph, and READY tells the coordinator which
+ * partition it came from (graph_partition.h: the fingerprint), its ghosts and the cut. */
+static void use_part(bv_graph_engine *e, uint64_t fingerprint)
+{
+    e->cfg.data = e->view.local;
+    e->part_info = (bv_task_hdr){
+        .version = (int64_t)fingerprint,
+        .row_begin = e->view.local->num_nodes - e->view.owned,
+        .rows = e->view.edge_cut,
+        .interval = e->view.part,
+    };
+}
+
+/* A graph server's part of the graph: the one the coordinator wrote (cfg.part), or cut
+ * here from the whole dataset. */
+static bv_status make_part(bv_graph_engine *e, int part, bv_error *err)
+{
+    if (e->cfg.part) {
+        bv_graph_view *given = e->cfg.part;
+        if (given->part != part || given->parts != e->ngs)
+            return bv_error_set(err, BV_ERR_INVALID, "the part file holds part %d of %d, "
+                                "not part %d of %d", given->part, given->parts, part, e->ngs);
+        e->view = *given;
+        memset(given, 0, sizeof *given);
+        e->cfg.part = NULL;
+        use_part(e, e->cfg.part_fingerprint);
+        return BV_OK;
+    }
     bv_partition *pt = NULL;
-    bv_status st = bv_partition_new(&e->cfg.data->adj, &o, &pt, err);
+    bv_status st = make_partition(e, &pt, err);
     if (st == BV_OK)
         st = bv_graph_view_make(e->cfg.data, pt->part_of, e->ngs, part, true, &e->view, err);
-    if (st == BV_OK) {
-        e->cfg.data = e->view.local;
-        e->part_info = (bv_task_hdr){
-            .version = (int64_t)pt->fingerprint,
-            .row_begin = e->view.local->num_nodes - e->view.owned,
-            .rows = e->view.edge_cut,
-            .interval = part,
-        };
+    if (st == BV_OK)
+        use_part(e, pt->fingerprint);
+    bv_partition_free(pt);
+    return st;
+}
+
+bv_status bv_engine_write_parts(const bv_graph_engine *e, bv_error *err)
+{
+    bv_partition *pt = NULL;
+    bv_status st = make_partition(e, &pt, err);
+    for (int p = 0; st == BV_OK && p < e->ngs; p++) {
+        bv_graph_view v;
+        st = bv_graph_view_make(e->cfg.data, pt->part_of, e->ngs, p, true, &v, err);
+        char path[sizeof e->dir + 16];
+        snprintf(path, sizeof path, "%s/part%d", e->dir, p);
+        bv_graph_part_info info = {pt->fingerprint, e->cfg.data->num_nodes};
+        if (st == BV_OK)
+            st = bv_graph_view_write(&v, &info, path, err);
+        bv_graph_view_free(&v);
     }
     bv_partition_free(pt);
     return st;

@@ -33,6 +33,10 @@ typedef struct bv_graph_engine_cfg {
     bool share_arrays;  /* vertex tasks pass arrays by reference, not by copy */
     int partition;      /* bv_partition_method: how G > 1 graph servers split the graph */
     uint32_t partition_seed;
+    /* A graph server's process with G > 1: its part as the coordinator cut it
+     * (bv_graph_view_read); the engine takes it over. NULL: it cuts the part itself. */
+    struct bv_graph_view *part;
+    uint64_t part_fingerprint; /* the partition it came from */
     float beta1, beta2, eps, weight_decay;
     /* Roles as processes (`cluster:` on a `cloud:`, docs/cluster.md); cloud_ops NULL: the
      * roles are threads of this process (the embedded default). */

@@ -170,6 +170,9 @@ bv_status bv_engine_coord_wait(bv_graph_engine *e, uint16_t type, double deadlin
 bv_status bv_engine_coord_send(bv_graph_engine *e, bv_endpoint *to, uint16_t type,
                                const bv_task_hdr *h, const void *a, size_t na, const void *b,
                                size_t nb, const void *c, size_t nc, bv_error *err);
+/* Several graph servers: cuts the graph into the parts once, in the coordinator, and
+ * writes part P to DIR/partP (bv_graph_view_write) for graph server P's process. */
+bv_status bv_engine_write_parts(const bv_graph_engine *e, bv_error *err);
 /* Ends every role process (SHUTDOWN, then the cloud's terminate for those that do not
  * exit within peer_timeout; at once after a failure), removes the private directory. */
 void bv_engine_land(bv_graph_engine *e);

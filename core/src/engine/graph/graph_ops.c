@@ -7,11 +7,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "bivouac/model.h"
 #include "bivouac/wire.h"
 #include "engine_graph.h"
 #include "graph_partition.h"
+#include "graph_view.h"
 #include "plugin_arrays.h"
 
 /* The fields of a unit record, in metrics.jsonl order (the indices below follow it). */
@@ -185,15 +187,45 @@ bv_status bv_graph_serve_role(const bv_experiment *x, void *data, const char *ro
     if (!x->cloud.plugin)
         return bv_error_set(err, BV_ERR_INVALID, "%s has no cluster on a cloud to serve a "
                             "role of", x->path);
+    /* A graph server of several reads the part the coordinator cut for it (and removes
+     * the file: it is in memory now); every other role loads the dataset. */
+    bv_graph_view part = {0};
+    bv_graph_part_info info = {0};
+    bv_graph_dataset shape = {0}; /* the whole graph's sizes, no arrays */
+    bv_graph_dataset *loaded = NULL;
+    bv_status st = BV_OK;
+    if (kind == BV_GRAPH_ROLE_GRAPH && bv_opts_int(&x->cluster, "graph_servers") > 1) {
+        char path[4200];
+        const char *slash = strrchr(book, '/');
+        snprintf(path, sizeof path, "%.*s/part%d", slash ? (int)(slash - book) : 1,
+                 slash ? book : ".", index);
+        st = bv_graph_view_read(path, &part, &info, err);
+        if (st == BV_OK) {
+            unlink(path);
+            shape = (bv_graph_dataset){.num_nodes = info.whole_nodes,
+                                       .num_features = part.local->num_features,
+                                       .num_classes = part.local->num_classes};
+            data = &shape;
+        }
+    } else if (!data && (st = load_data(x, &data, err)) == BV_OK) {
+        loaded = data;
+    }
     bv_engine g = {0};
-    bv_status st = make_model(&g, x, data, err);
+    if (st == BV_OK)
+        st = make_model(&g, x, data, err);
     if (st == BV_OK) {
         bv_graph_engine_cfg cfg = engine_cfg(&g, data, seed, NULL);
         cfg.cloud_ops = NULL; /* a role starts no processes */
+        if (part.local) {
+            cfg.part = &part;
+            cfg.part_fingerprint = info.fingerprint;
+        }
         st = bv_graph_engine_serve(&cfg, (bv_graph_role_kind)kind, index, book, err);
     }
     if (g.model)
         g.model_ops.destroy(g.model);
+    bv_graph_view_free(&part); /* what the engine did not take over */
+    bv_graph_free(loaded);
     return st;
 }
 

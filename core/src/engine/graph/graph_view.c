@@ -3,11 +3,14 @@
  * same vertices in the same order without telling each other. */
 #include "graph_view.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "alloc.h"
+#include "bivouac/wire.h"
 
 typedef struct col_val {
     int32_t col;
@@ -230,4 +233,225 @@ void bv_graph_view_free(bv_graph_view *v)
     free(v->recv_off);
     free(v->recv_idx);
     memset(v, 0, sizeof *v);
+}
+
+/* ---- parts as files ---- */
+
+#define PART_MAGIC "BVPART\0"
+#define PART_VERSION 1u
+#define PART_ENDIAN 0x01020304u
+
+/* Native layout: the file goes from the coordinator to its own roles on this host. */
+typedef struct part_header {
+    char magic[8];
+    uint32_t version, endian;
+    uint64_t fingerprint;
+    int64_t whole_nodes, nodes, owned, num_features, nnz, norm_nnz, parts, part;
+    int64_t train_total, edge_cut, send_total, recv_total, num_undirected_edges;
+    int64_t split_count[4];
+    int32_t num_classes, has_norm;
+} part_header;
+
+typedef struct part_section {
+    void *p;
+    size_t bytes;
+} part_section;
+
+/* The file's arrays after its header, in order. */
+static size_t part_sections(const bv_graph_view *v, const part_header *h, part_section *s)
+{
+    const bv_graph_dataset *d = v->local;
+    size_t n = 0, rows = (size_t)h->nodes, parts = (size_t)h->parts;
+    s[n++] = (part_section){d->adj.rowptr, (rows + 1) * sizeof(int64_t)};
+    s[n++] = (part_section){d->adj.colidx, (size_t)h->nnz * sizeof(int32_t)};
+    s[n++] = (part_section){d->features, rows * (size_t)h->num_features * sizeof(float)};
+    s[n++] = (part_section){d->labels, rows * sizeof(int32_t)};
+    s[n++] = (part_section){d->split, rows};
+    s[n++] = (part_section){v->global_of, rows * sizeof(int64_t)};
+    if (h->has_norm) {
+        s[n++] = (part_section){v->adj_norm->rowptr, (rows + 1) * sizeof(int64_t)};
+        s[n++] = (part_section){v->adj_norm->colidx, (size_t)h->norm_nnz * sizeof(int32_t)};
+        s[n++] = (part_section){v->adj_norm->values, (size_t)h->norm_nnz * sizeof(float)};
+    }
+    s[n++] = (part_section){v->send_off, (parts + 1) * sizeof(int64_t)};
+    s[n++] = (part_section){v->send_idx, (size_t)h->send_total * sizeof(int64_t)};
+    s[n++] = (part_section){v->recv_off, (parts + 1) * sizeof(int64_t)};
+    s[n++] = (part_section){v->recv_idx, (size_t)h->recv_total * sizeof(int64_t)};
+    return n;
+}
+
+bv_status bv_graph_view_write(const bv_graph_view *v, const bv_graph_part_info *info,
+                              const char *path, bv_error *err)
+{
+    const bv_graph_dataset *d = v->local;
+    part_header h = {
+        .version = PART_VERSION, .endian = PART_ENDIAN, .fingerprint = info->fingerprint,
+        .whole_nodes = info->whole_nodes, .nodes = d->num_nodes, .owned = v->owned,
+        .num_features = d->num_features, .nnz = d->adj.nnz,
+        .norm_nnz = v->adj_norm ? v->adj_norm->nnz : 0, .parts = v->parts, .part = v->part,
+        .train_total = v->train_total, .edge_cut = v->edge_cut,
+        .send_total = v->send_off[v->parts], .recv_total = v->recv_off[v->parts],
+        .num_undirected_edges = d->num_undirected_edges, .num_classes = d->num_classes,
+        .has_norm = v->adj_norm != NULL,
+    };
+    memcpy(h.magic, PART_MAGIC, sizeof h.magic);
+    memcpy(h.split_count, d->split_count, sizeof h.split_count);
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "wbx"); /* 0600 from the directory's owner: mkdtemp's 0700 */
+    if (!f)
+        return bv_error_set(err, BV_ERR_IO, "cannot write %s: %s", tmp, strerror(errno));
+    part_section s[16];
+    size_t n = part_sections(v, &h, s);
+    uint32_t crc = bv_crc32c(0, &h, sizeof h);
+    bool ok = fwrite(&h, sizeof h, 1, f) == 1;
+    for (size_t i = 0; ok && i < n; i++) {
+        crc = bv_crc32c(crc, s[i].p, s[i].bytes);
+        ok = s[i].bytes == 0 || fwrite(s[i].p, s[i].bytes, 1, f) == 1;
+    }
+    ok = ok && fwrite(&crc, sizeof crc, 1, f) == 1;
+    ok = fclose(f) == 0 && ok;
+    if (!ok || rename(tmp, path) != 0) {
+        int e = errno;
+        unlink(tmp);
+        return bv_error_set(err, BV_ERR_IO, "cannot write %s: %s", path, strerror(e));
+    }
+    return BV_OK;
+}
+
+/* Whether every entry of idx[0 .. count) lies in [0, bound). */
+static bool all_below(const int64_t *idx, int64_t count, int64_t bound)
+{
+    for (int64_t i = 0; i < count; i++)
+        if (idx[i] < 0 || idx[i] >= bound)
+            return false;
+    return true;
+}
+
+/* A CSR's rows ascend within [0, nnz] and its columns lie in [0, cols). */
+static bool csr_sound(const int64_t *rowptr, const int32_t *colidx, int64_t rows, int64_t nnz,
+                      int64_t cols)
+{
+    if (rowptr[0] != 0 || rowptr[rows] != nnz)
+        return false;
+    for (int64_t r = 0; r < rows; r++)
+        if (rowptr[r + 1] < rowptr[r])
+            return false;
+    for (int64_t k = 0; k < nnz; k++)
+        if (colidx[k] < 0 || colidx[k] >= cols)
+            return false;
+    return true;
+}
+
+/* Offsets from 0 that ascend to total. */
+static bool offsets_sound(const int64_t *off, int64_t parts, int64_t total)
+{
+    if (off[0] != 0 || off[parts] != total)
+        return false;
+    for (int64_t q = 0; q < parts; q++)
+        if (off[q + 1] < off[q])
+            return false;
+    return true;
+}
+
+static bool header_sound(const part_header *h)
+{
+    const int64_t big = INT32_MAX;
+    return memcmp(h->magic, PART_MAGIC, sizeof h->magic) == 0 &&
+           h->version == PART_VERSION && h->endian == PART_ENDIAN && h->nodes > 0 &&
+           h->nodes <= big && h->owned > 0 && h->owned <= h->nodes &&
+           h->whole_nodes >= h->nodes && h->num_features > 0 &&
+           h->num_features <= big && h->nnz >= 0 && h->nnz <= h->nodes * h->nodes &&
+           h->norm_nnz >= 0 && h->norm_nnz <= h->nodes * h->nodes && h->parts > 1 &&
+           h->parts <= 4096 && h->part >= 0 && h->part < h->parts && h->send_total >= 0 &&
+           h->recv_total >= 0 && h->send_total <= h->owned * h->parts &&
+           h->recv_total == h->nodes - h->owned && h->num_classes > 0 &&
+           (h->has_norm == 0 || h->has_norm == 1);
+}
+
+bv_status bv_graph_view_read(const char *path, bv_graph_view *out, bv_graph_part_info *info,
+                             bv_error *err)
+{
+    memset(out, 0, sizeof *out);
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return bv_error_set(err, BV_ERR_IO, "cannot read %s: %s", path, strerror(errno));
+    part_header h;
+    bv_status st = BV_OK;
+    if (fread(&h, sizeof h, 1, f) != 1 || !header_sound(&h))
+        st = bv_error_set(err, BV_ERR_CORRUPT, "%s is not a part of a graph this build wrote",
+                          path);
+    bv_graph_dataset *d = st == BV_OK ? calloc(1, sizeof *d) : NULL;
+    if (st == BV_OK && !d)
+        st = bv_error_set(err, BV_ERR_NOMEM, "out of memory");
+    if (st == BV_OK) {
+        size_t rows = (size_t)h.nodes, parts = (size_t)h.parts;
+        out->local = d;
+        d->name = malloc(32);
+        d->num_nodes = h.nodes;
+        d->num_features = h.num_features;
+        d->num_classes = h.num_classes;
+        d->num_undirected_edges = h.num_undirected_edges;
+        memcpy(d->split_count, h.split_count, sizeof d->split_count);
+        d->adj = (bv_csr){h.nodes, h.nodes, h.nnz, NULL, NULL, NULL, 0};
+        /* as bv_graph_view_make makes them: the dataset's arrays bv_alloc_aligned blocks */
+        d->adj.rowptr = bv_alloc_aligned((rows + 1) * sizeof(int64_t));
+        d->adj.colidx = bv_alloc_aligned(((size_t)h.nnz + 1) * sizeof(int32_t));
+        d->features = bv_alloc_aligned((rows * (size_t)h.num_features + 1) * sizeof(float));
+        d->labels = bv_alloc_aligned((rows + 1) * sizeof(int32_t));
+        d->split = bv_alloc_aligned(rows + 1);
+        out->global_of = malloc((rows + 1) * sizeof(int64_t));
+        out->adj_norm = h.has_norm ? bv_csr_new(h.nodes, h.nodes, h.norm_nnz) : NULL;
+        out->send_off = malloc((parts + 1) * sizeof(int64_t));
+        out->send_idx = malloc(((size_t)h.send_total + 1) * sizeof(int64_t));
+        out->recv_off = malloc((parts + 1) * sizeof(int64_t));
+        out->recv_idx = malloc(((size_t)h.recv_total + 1) * sizeof(int64_t));
+        if (!d->name || !d->adj.rowptr || !d->adj.colidx || !d->features || !d->labels ||
+            !d->split || !out->global_of || (h.has_norm && !out->adj_norm) ||
+            !out->send_off || !out->send_idx || !out->recv_off || !out->recv_idx)
+            st = bv_error_set(err, BV_ERR_NOMEM, "out of memory for part %lld of the graph",
+                              (long long)h.part);
+        else
+            snprintf(d->name, 32, "part%lld", (long long)h.part);
+    }
+    if (st == BV_OK) {
+        part_section s[16];
+        size_t n = part_sections(out, &h, s);
+        uint32_t crc = bv_crc32c(0, &h, sizeof h), want = 0;
+        bool ok = true;
+        for (size_t i = 0; ok && i < n; i++) {
+            ok = s[i].bytes == 0 || fread(s[i].p, s[i].bytes, 1, f) == 1;
+            crc = bv_crc32c(crc, s[i].p, s[i].bytes);
+        }
+        if (!ok || fread(&want, sizeof want, 1, f) != 1 || want != crc || fgetc(f) != EOF)
+            st = bv_error_set(err, BV_ERR_CORRUPT, "%s is damaged (truncated, or its "
+                              "checksum is wrong)", path);
+    }
+    if (st == BV_OK) {
+        int64_t rows = h.nodes;
+        bool sound = csr_sound(d->adj.rowptr, d->adj.colidx, rows, h.nnz, rows) &&
+                     (!h.has_norm || csr_sound(out->adj_norm->rowptr, out->adj_norm->colidx,
+                                               rows, h.norm_nnz, rows)) &&
+                     all_below(out->global_of, rows, h.whole_nodes) &&
+                     offsets_sound(out->send_off, h.parts, h.send_total) &&
+                     offsets_sound(out->recv_off, h.parts, h.recv_total) &&
+                     all_below(out->send_idx, h.send_total, h.owned) &&
+                     all_below(out->recv_idx, h.recv_total, rows);
+        for (int64_t k = 0; sound && k < rows; k++)
+            sound = d->split[k] < 4 && d->labels[k] >= -1 && d->labels[k] < h.num_classes;
+        if (!sound)
+            st = bv_error_set(err, BV_ERR_CORRUPT, "%s holds indices outside its arrays", path);
+    }
+    fclose(f);
+    if (st != BV_OK) {
+        bv_graph_view_free(out);
+        return st;
+    }
+    out->owned = h.owned;
+    out->train_total = h.train_total;
+    out->parts = (int)h.parts;
+    out->part = (int)h.part;
+    out->edge_cut = h.edge_cut;
+    *info = (bv_graph_part_info){h.fingerprint, h.whole_nodes};
+    return BV_OK;
 }

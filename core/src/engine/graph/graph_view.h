@@ -40,4 +40,20 @@ bv_status bv_graph_view_make(const bv_graph_dataset *g, const int32_t *part_of, 
                              int part, bool with_norm, bv_graph_view *out, bv_error *err);
 void bv_graph_view_free(bv_graph_view *v);
 
+/* A part as a file (docs/cluster.md, "Several graph servers"): the coordinator cuts every
+ * part once and writes it to the run's private directory; each graph server's process
+ * reads its own instead of loading the whole dataset and cutting it itself. */
+typedef struct bv_graph_part_info {
+    uint64_t fingerprint; /* the partition's (bv_partition) */
+    int64_t whole_nodes;  /* vertices of the whole graph */
+} bv_graph_part_info;
+
+/* Writes v to path atomically (a temporary file, then rename), mode 0600. */
+bv_status bv_graph_view_write(const bv_graph_view *v, const bv_graph_part_info *info,
+                              const char *path, bv_error *err);
+/* Reads a part bv_graph_view_write wrote, checked (magic, version, sizes, CRC-32C of the
+ * whole, every index within its array) before it is used. */
+bv_status bv_graph_view_read(const char *path, bv_graph_view *out, bv_graph_part_info *info,
+                             bv_error *err);
+
 #endif

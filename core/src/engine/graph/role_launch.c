@@ -260,7 +260,8 @@ bv_status bv_engine_book_key(const char *path, char *key, bv_error *err)
  * coordinator (the local cloud's PR_SET_PDEATHSIG) ends it: every socket file of the
  * run, the book and the directory, so that a coordinator killed outright leaves nothing
  * behind either. Only async-signal-safe calls in the handler. */
-#define MAX_CLEANUP (2 + BV_MAX_GRAPH_SERVERS + BV_MAX_PARAM_SERVERS + 2 * BV_MAX_TENSOR_WORKERS)
+#define MAX_CLEANUP \
+    (2 + 2 * BV_MAX_GRAPH_SERVERS + BV_MAX_PARAM_SERVERS + 2 * BV_MAX_TENSOR_WORKERS)
 static char cleanup_files[MAX_CLEANUP][BV_ADDR_LEN];
 static char cleanup_dir[BV_ADDR_LEN];
 static int ncleanup;
@@ -298,6 +299,8 @@ void bv_engine_role_cleanup_on_term(const bv_graph_engine *e, const char *book)
         *slash = '\0';
     else
         cleanup_dir[0] = '\0';
+    for (int i = 0; e->ngs > 1 && i < e->ngs; i++) /* parts not read yet (role_launch) */
+        snprintf(cleanup_files[ncleanup++], BV_ADDR_LEN, "%s/part%d", cleanup_dir, i);
     struct sigaction sa = {.sa_handler = on_term};
     sigemptyset(&sa.sa_mask);
     sigaction(SIGTERM, &sa, NULL);
@@ -458,6 +461,10 @@ bv_status bv_engine_launch(bv_graph_engine *e, bv_error *err)
     char book[sizeof e->dir + 8], exe[4096];
     snprintf(book, sizeof book, "%s/book", e->dir);
     if ((st = write_book(e, book, err)) != BV_OK)
+        return st;
+    /* several graph servers: the parts are cut once, here, and each server's process
+     * reads its own (and removes it) instead of loading and cutting the whole graph */
+    if (e->ngs > 1 && (st = bv_engine_write_parts(e, err)) != BV_OK)
         return st;
     if (c->role_exe) {
         snprintf(exe, sizeof exe, "%s", c->role_exe);
