@@ -121,6 +121,12 @@ EOF
 run "$tmp/ref" run "$tmp/long.yaml" --out "$tmp/ref" --quiet
 check "uninterrupted cluster run exits 0" "$rc" 0
 ref_crc=$(field "$tmp/ref" params_crc32c)
+# 2 graph servers x 4 intervals x 2 weight stages = 16 gradient messages an epoch, each to
+# the least-loaded of the 2 parameter servers: both get some
+fewest=$(field "$tmp/ref" param_server_intervals_fewest) && fewest=${fewest##*: }
+most=$(field "$tmp/ref" param_server_intervals_most) && most=${most##*: }
+check "the parameter servers took all 16 gradient messages" "$((fewest + most))" 16
+check "each parameter server took some" "$([ "$fewest" -ge 1 ] && echo yes || echo "no ($fewest)")" yes
 
 RANDOM=11 # seeded: the same kill points every time
 declare -A names=([graph]="graph server 1" [param]="parameter server 1" [tensor]="tensor worker 1")

@@ -964,6 +964,25 @@ static void test_part_file_roundtrip_and_damage(void **state)
     free(dir);
 }
 
+/* Several parameter servers: each interval of an epoch goes to the least-loaded one,
+ * (intervals so far + 1) × seconds per interval; equal servers (and those within 2× of
+ * the fastest) take turns from `first`; no measure counts as equal. */
+static void test_pick_servers_least_loaded(void **state)
+{
+    (void)state;
+    int32_t ps[8];
+    bv_engine_pick_servers(NULL, 2, 4, 0, ps);
+    assert_memory_equal(ps, ((int32_t[]){0, 1, 0, 1}), 4 * sizeof(int32_t));
+    bv_engine_pick_servers(NULL, 3, 4, 4, ps); /* another graph server, another epoch */
+    assert_memory_equal(ps, ((int32_t[]){1, 2, 0, 1}), 4 * sizeof(int32_t));
+    bv_engine_pick_servers((double[]){0.25, 0.375}, 2, 4, 0, ps); /* noise: equal */
+    assert_memory_equal(ps, ((int32_t[]){0, 1, 0, 1}), 4 * sizeof(int32_t));
+    bv_engine_pick_servers((double[]){0.25, 0.75}, 2, 8, 0, ps); /* the second is slow */
+    assert_memory_equal(ps, ((int32_t[]){0, 0, 0, 1, 0, 0, 0, 1}), 8 * sizeof(int32_t));
+    bv_engine_pick_servers((double[]){0.75, 0}, 2, 4, 1, ps); /* no measure: the mean */
+    assert_memory_equal(ps, ((int32_t[]){1, 0, 1, 0}), 4 * sizeof(int32_t));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1000,6 +1019,7 @@ int main(void)
         cmocka_unit_test(test_shared_window_checks_every_reference),
         cmocka_unit_test(test_segment_maps_the_graph_servers_arrays),
         cmocka_unit_test(test_part_file_roundtrip_and_damage),
+        cmocka_unit_test(test_pick_servers_least_loaded),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -30,7 +30,7 @@ static bv_task_hdr sample_hdr(void)
     h.training = 1;
     h.reply_to = 16;
     h.flags = 0x81;
-    h.reserved = 0;
+    h.ps = 1;
     h.grad_scale = 0.5f;
     h.lr = 1.0f;
     h.na = 8;
@@ -62,7 +62,7 @@ static void encoding_puts_each_field_at_its_documented_offset(void **state)
     assert_int_equal(le64_at(buf + 16), 300);
     assert_int_equal(le64_at(buf + 40), 1ull << 40);
     static const uint8_t ints[24] = {3, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 1, 0, 0, 0,
-                                     16, 0, 0, 0, 0x81, 0, 0, 0, 0, 0, 0, 0};
+                                     16, 0, 0, 0, 0x81, 0, 0, 0, 1, 0, 0, 0};
     assert_memory_equal(buf + 48, ints, 24);
     static const uint8_t floats[8] = {0, 0, 0, 0x3f, 0, 0, 0x80, 0x3f}; /* 0.5f, 1.0f */
     assert_memory_equal(buf + 72, floats, 8);

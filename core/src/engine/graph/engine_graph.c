@@ -649,6 +649,36 @@ void bv_graph_engine_stop(bv_graph_engine *e)
     free(e);
 }
 
+void bv_engine_pick_servers(const double *cost, int nps, int intervals, int64_t first,
+                            int32_t *ps_of)
+{
+    double known = 0, c[BV_MAX_PARAM_SERVERS];
+    int nknown = 0;
+    for (int k = 0; k < nps; k++)
+        if (cost && cost[k] > 0) {
+            known += cost[k];
+            nknown++;
+        }
+    double fastest = 0;
+    for (int k = 0; k < nps; k++) {
+        c[k] = cost && cost[k] > 0 ? cost[k] : nknown ? known / nknown : 1.0;
+        fastest = k == 0 || c[k] < fastest ? c[k] : fastest;
+    }
+    for (int k = 0; k < nps; k++) /* within 2x of the fastest: equal (timing noise) */
+        c[k] = c[k] < 2 * fastest ? fastest : c[k];
+    int64_t taken[BV_MAX_PARAM_SERVERS] = {0};
+    for (int i = 0; i < intervals; i++) {
+        int best = -1;
+        for (int j = 0; j < nps; j++) {
+            int k = (int)((first + i + j) % nps);
+            if (best < 0 || (double)(taken[k] + 1) * c[k] < (double)(taken[best] + 1) * c[best])
+                best = k;
+        }
+        ps_of[i] = best;
+        taken[best]++;
+    }
+}
+
 /* Sends the same request to every parameter server and waits for each one's STEPPED.
  * They hold the same weights and apply the same updates (param_server.c), so their
  * replies (version, step, the sums of squares) must agree to the bit; *out is the first. */
@@ -670,6 +700,14 @@ static bv_status ask_servers(bv_graph_engine *e, uint16_t type, const bv_task_hd
         bool same = i == 0 || (reply.hdr.version == out->version &&
                                reply.hdr.step == out->step &&
                                memcmp(reply.hdr.stats, out->stats, 2 * sizeof(double)) == 0);
+        int k = reply.hdr.reply_to; /* its load (param_server.c), not compared */
+        if (type == BV_MSG_STEP && k >= 0 && k < e->nps) {
+            e->ps_taken[k] = (int64_t)reply.hdr.stats[3];
+            if (e->ps_taken[k] > 0) {
+                double now = reply.hdr.stats[2] / (double)e->ps_taken[k];
+                e->ps_cost[k] = e->ps_cost[k] > 0 ? 0.5 * (e->ps_cost[k] + now) : now;
+            }
+        }
         if (i == 0)
             *out = reply.hdr;
         bv_role_release(e->cfg.transport_ops, &reply);
@@ -803,9 +841,13 @@ static bv_status run_pass(bv_graph_engine *e, int64_t epoch, bool training, bv_t
                           bv_error *err)
 {
     bv_task_hdr h = {.epoch = epoch, .training = training, .version = e->version};
+    /* with several parameter servers: each one's seconds per interval in the last epoch,
+     * by which the graph servers pick them (bv_engine_pick_servers) */
+    const double *cost = e->ps_cost;
+    size_t ncost = e->nps > 1 ? (size_t)e->nps * sizeof(double) : 0;
     for (int g = 0; g < e->ngs; g++) {
-        bv_status st = bv_engine_coord_send(e, e->to_gs[g], BV_MSG_EPOCH, &h, NULL, 0, NULL,
-                                            0, NULL, 0, err);
+        bv_status st = bv_engine_coord_send(e, e->to_gs[g], BV_MSG_EPOCH, &h,
+                                            ncost ? cost : NULL, ncost, NULL, 0, NULL, 0, err);
         if (st != BV_OK)
             return st;
     }
@@ -858,6 +900,16 @@ bv_graph_boundary bv_graph_engine_boundary(const bv_graph_engine *e)
     /* forward each ghost row comes from its owner; backward its gradient goes back */
     b.predicted_bytes = 2 * e->ghosts_total * width * (int64_t)sizeof(float);
     return b;
+}
+
+int bv_graph_engine_server_load(const bv_graph_engine *e, int64_t *fewest, int64_t *most)
+{
+    *fewest = *most = e->ps_taken[0];
+    for (int k = 1; k < e->nps; k++) {
+        *fewest = e->ps_taken[k] < *fewest ? e->ps_taken[k] : *fewest;
+        *most = e->ps_taken[k] > *most ? e->ps_taken[k] : *most;
+    }
+    return e->nps;
 }
 
 bv_status bv_graph_engine_train_epoch(bv_graph_engine *e, int64_t epoch, float lr,

@@ -122,6 +122,11 @@ typedef struct bv_graph_boundary {
 } bv_graph_boundary;
 bv_graph_boundary bv_graph_engine_boundary(const bv_graph_engine *e);
 
+/* Several parameter servers: the fewest and the most gradient messages one of them took
+ * from the workers in the last training epoch (docs/cluster.md: the least-loaded pick).
+ * Returns the number of servers. */
+int bv_graph_engine_server_load(const bv_graph_engine *e, int64_t *fewest, int64_t *most);
+
 /* Layout of the parameters (shared by the roles). */
 size_t bv_graph_engine_param_floats(const bv_graph_engine *e);
 

@@ -102,6 +102,12 @@ struct bv_graph_engine {
     int64_t edge_cut, ghosts_total;
     int64_t train_ghost_bytes; /* the last training pass's boundary bytes, all servers */
     int send_bound_ms;  /* the transport's send bound (send_timeout_ms; -1: none) */
+    /* Several parameter servers: what each reported with its last STEPPED, the gradient
+     * messages that came to it from the workers, and its seconds per message, averaged
+     * over the epochs (half the last, half those before). The graph servers hand the
+     * next epoch's intervals out by them (bv_engine_pick_servers). */
+    int64_t ps_taken[BV_MAX_PARAM_SERVERS];
+    double ps_cost[BV_MAX_PARAM_SERVERS];
     int64_t version;    /* weights version the PS last reported */
     double decay_now;   /* sum of squares of the decayed weights, as of that version */
 };
@@ -135,6 +141,16 @@ bv_status bv_engine_map_segment(bv_graph_engine *e, const bv_role_msg *m, bv_err
  * the shared window it names (BV_TASK_REF_*); else NULL and err says why. */
 const void *bv_engine_task_array(const bv_graph_engine *e, const bv_role_msg *m, int which,
                                  size_t bytes, bv_error *err);
+
+/* The parameter server of each of `intervals` intervals for an epoch (docs/cluster.md,
+ * "Several parameter servers"): in interval order, the least-loaded one, the server whose
+ * share would be done soonest, (intervals it has so far + 1) × its seconds per interval
+ * (cost[k]; servers with no measure count as the mean of those with one, all equal when
+ * none has; servers within 2× of the fastest count as the fastest, since timings on a
+ * shared machine differ by that much for nothing); ties go round the servers from
+ * `first`, so equal servers take turns. */
+void bv_engine_pick_servers(const double *cost, int nps, int intervals, int64_t first,
+                            int32_t *ps_of);
 
 /* Roles in a fixed order, for per-role tables: the graph servers, the parameter servers,
  * the tensor workers. */

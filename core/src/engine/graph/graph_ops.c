@@ -348,6 +348,11 @@ static void result(bv_engine *g, const bv_history *h, bv_run_result *res)
         bv_result_add(res, "predicted_boundary_bytes_per_epoch", (double)b.predicted_bytes,
                       true, 0);
     }
+    int64_t fewest, most;
+    if (bv_graph_engine_server_load(g->engine, &fewest, &most) > 1) {
+        bv_result_add(res, "param_server_intervals_fewest", (double)fewest, true, 0);
+        bv_result_add(res, "param_server_intervals_most", (double)most, true, 0);
+    }
     snprintf(res->summary, sizeof res->summary,
              "test accuracy %.4f (best val %.4f at epoch %lld), %lld epochs in %.2f s; %s",
              test, best_val, (long long)h->units[best].v[F_EPOCH], (long long)epochs,

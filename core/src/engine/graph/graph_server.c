@@ -32,6 +32,7 @@ typedef struct graph_server {
     size_t nearly, cap_early;
     int64_t ghost_bytes;
     size_t *seg_offset; /* e->shm: each shared array's place in e->segment */
+    int32_t *ps_of;     /* per interval: its parameter server this epoch (task hdr.ps) */
 } graph_server;
 
 static int64_t stage_rows(const graph_server *gs, size_t s)
@@ -156,6 +157,7 @@ static bv_task_hdr interval_hdr(const graph_server *gs, size_t s, const bv_task_
     h.stage = (int32_t)s;
     h.interval = i;
     h.reply_to = e->gs_index; /* the worker answers this graph server */
+    h.ps = gs->ps_of[i];
     h.row_begin = e->interval_begin[i];
     h.rows = interval_rows(e, i);
     if (e->adj_loops)
@@ -845,9 +847,10 @@ static bv_status gs_setup(void *self, bv_error *err)
     bv_graph_engine *e = gs->e;
     gs->t = e->cfg.transport_ops;
     gs->input_sent = calloc((size_t)e->cfg.intervals, sizeof *gs->input_sent);
+    gs->ps_of = calloc((size_t)e->cfg.intervals, sizeof *gs->ps_of);
     gs->act = calloc(e->nstages, sizeof *gs->act);
     gs->dact = calloc(e->nstages, sizeof *gs->dact);
-    if (!gs->act || !gs->dact || !gs->input_sent)
+    if (!gs->act || !gs->dact || !gs->input_sent || !gs->ps_of)
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory in the graph server");
     int64_t n = e->cfg.data->num_nodes;
     int64_t widest = e->cfg.data->num_features;
@@ -905,6 +908,7 @@ static void gs_teardown(void *self)
     free(gs->act);
     free(gs->dact);
     free(gs->input_sent);
+    free(gs->ps_of);
     free(gs->graph_sent);
     bv_free_aligned(gs->scratch);
 }
@@ -923,6 +927,19 @@ static bv_status gs_handle(void *self, bv_role_msg *m, bv_error *err)
     }
     if (m->wire.type != BV_MSG_EPOCH)
         return BV_OK;
+    /* this epoch's parameter server of each interval, by the servers' loads so far (the
+     * coordinator's measure); equal servers take turns across the graph servers and the
+     * epochs */
+    bv_graph_engine *e = gs->e;
+    double cost[BV_MAX_PARAM_SERVERS];
+    if (m->hdr.na != (e->nps > 1 ? (uint64_t)e->nps * sizeof(double) : 0))
+        return bv_error_set(err, BV_ERR_CORRUPT, "EPOCH carries %llu bytes of server loads, "
+                            "not %d servers'", (unsigned long long)m->hdr.na, e->nps);
+    if (m->hdr.na)
+        memcpy(cost, m->a, m->hdr.na);
+    bv_engine_pick_servers(m->hdr.na ? cost : NULL, e->nps, e->cfg.intervals,
+                           (m->hdr.epoch * e->ngs + e->gs_index) * e->cfg.intervals,
+                           gs->ps_of);
     bv_task_hdr reply = m->hdr;
     bv_status rc = gs_epoch(gs, &m->hdr, &reply, err);
     if (rc == BV_OK)

@@ -35,6 +35,10 @@ typedef struct param_server {
     int64_t version;
     pending_grad *pending;
     size_t npending, cap;
+    /* this epoch's load: gradient messages from the workers, and the seconds spent on
+     * them (keeping and forwarding), for STEPPED (bv_engine_pick_servers) */
+    int64_t taken;
+    double busy;
 } param_server;
 
 static int compare_pending(const void *a, const void *b)
@@ -65,6 +69,8 @@ static bv_status ps_keep_grad(param_server *ps, bv_role_msg *m, bv_error *err)
         return bv_error_set(err, BV_ERR_CORRUPT, "gradient message has %llu bytes, expected %zu",
                             (unsigned long long)m->hdr.na, ps->e->param_floats * sizeof(float));
     if (!(m->hdr.flags & BV_TASK_FORWARDED)) { /* from a tensor worker: the others need it */
+        double t0 = bv_engine_now();
+        ps->taken++;
         bv_task_hdr h = m->hdr;
         h.flags |= BV_TASK_FORWARDED;
         for (int i = 0; i < ps->e->nps; i++) {
@@ -75,6 +81,7 @@ static bv_status ps_keep_grad(param_server *ps, bv_role_msg *m, bv_error *err)
             if (st != BV_OK)
                 return st;
         }
+        ps->busy += bv_engine_now() - t0;
     }
     if (!bv_grow((void **)&ps->pending, &ps->cap, ps->npending, sizeof *ps->pending, 16))
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory for gradients");
@@ -143,9 +150,13 @@ static bv_status ps_step(param_server *ps, const bv_task_hdr *cmd, bv_error *err
                                       ps->w + off, ps->g + off, ps->m + off, ps->v + off, &p);
     }
     ps->version++;
-    bv_task_hdr reply = {.version = ps->version, .step = ps->step};
+    bv_task_hdr reply = {.version = ps->version, .step = ps->step, .reply_to = ps->index};
     reply.stats[0] = before;
     reply.stats[1] = decayed_sumsq(ps);
+    reply.stats[2] = ps->busy; /* its load this epoch: not the same on every server */
+    reply.stats[3] = (double)ps->taken;
+    ps->busy = 0;
+    ps->taken = 0;
     return bv_role_send(ps->t, ps->to_coord, BV_MSG_STEPPED, BV_ROLE_PS, &reply, NULL, 0, NULL,
                         0, NULL, 0, err);
 }

@@ -13,7 +13,9 @@
 #include "bivouac/wire.h"
 
 enum bv_msg_type {
-    BV_MSG_EPOCH = 1,       /* coord -> GS: run one epoch (training or evaluation) */
+    BV_MSG_EPOCH = 1,       /* coord -> GS: run one epoch (training or evaluation); with
+                               several parameter servers a = each one's seconds per
+                               interval in the last epoch (float64 each) */
     BV_MSG_EPOCH_DONE,      /* GS -> coord: stats; reply_to = the graph server's part,
                                row_begin = bytes of boundary rows it sent (BV_MSG_GHOSTS) */
     BV_MSG_FWD_TASK,        /* GS -> TW: a = input rows */
@@ -79,7 +81,8 @@ typedef struct bv_task_hdr {
     int32_t training;
     int32_t reply_to; /* role id that wants the answer */
     int32_t flags;    /* BV_TASK_* */
-    int32_t reserved;
+    int32_t ps;       /* tasks: the parameter server of the interval's weights this epoch
+                         (bv_engine_pick_servers) */
     float grad_scale;
     float lr;
     uint64_t na, nb, nc; /* byte sizes of arrays a, b, c */

@@ -74,7 +74,7 @@ void bv_task_hdr_encode(const bv_task_hdr *h, uint8_t *out)
     put_u32(out + 56, (uint32_t)h->training);
     put_u32(out + 60, (uint32_t)h->reply_to);
     put_u32(out + 64, (uint32_t)h->flags);
-    put_u32(out + 68, (uint32_t)h->reserved);
+    put_u32(out + 68, (uint32_t)h->ps);
     put_u32(out + 72, float_bits(h->grad_scale));
     put_u32(out + 76, float_bits(h->lr));
     put_u64(out + 80, h->na);
@@ -108,7 +108,7 @@ bv_status bv_task_hdr_decode(const void *payload, size_t payload_len, bv_task_hd
     h.training = (int32_t)get_u32(p + 56);
     h.reply_to = (int32_t)get_u32(p + 60);
     h.flags = (int32_t)get_u32(p + 64);
-    h.reserved = (int32_t)get_u32(p + 68);
+    h.ps = (int32_t)get_u32(p + 68);
     h.grad_scale = bits_float(get_u32(p + 72));
     h.lr = bits_float(get_u32(p + 76));
     h.na = get_u64(p + 80);

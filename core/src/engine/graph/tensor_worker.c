@@ -203,13 +203,29 @@ static bv_task_hdr reply_hdr(const bv_task_hdr *h)
     return r;
 }
 
-static bv_status tw_ensure_weights(tensor_worker *w, int64_t version, bv_error *err)
+/* The parameter server the task names (hdr.ps: its graph server picked it for the
+ * interval's epoch, bv_engine_pick_servers), or NULL and err says why. */
+static bv_endpoint *task_server(tensor_worker *w, const bv_task_hdr *h, bv_error *err)
 {
+    if (h->ps < 0 || h->ps >= w->e->nps) {
+        bv_error_set(err, BV_ERR_CORRUPT, "task names parameter server %d of %d", h->ps,
+                     w->e->nps);
+        return NULL;
+    }
+    return w->to_ps[h->ps];
+}
+
+/* The weights of the task's version, pulled from the task's parameter server when this
+ * worker has another version (every server has the same weights). */
+static bv_status tw_ensure_weights(tensor_worker *w, const bv_task_hdr *task, bv_error *err)
+{
+    int64_t version = task->version;
     if (w->version == version)
         return BV_OK;
     bv_task_hdr h = {.version = version, .reply_to = (int32_t)w->index};
-    /* every server has the same weights: each worker pulls from its own */
-    bv_endpoint *ps = w->to_ps[w->index % w->e->nps];
+    bv_endpoint *ps = task_server(w, task, err);
+    if (!ps)
+        return err->status;
     bv_status st = bv_role_send(w->t, ps, BV_MSG_PULL, w->id, &h, NULL, 0, NULL, 0,
                                 NULL, 0, err);
     if (st != BV_OK)
@@ -258,11 +274,9 @@ static bool task_ok(const tensor_worker *w, const bv_task_hdr *h, bv_stage_kind 
  * STEP. */
 static bv_status tw_send_grads(tensor_worker *w, const bv_task_hdr *h, bv_error *err)
 {
-    /* In the synchronous pipeline every epoch hands out the intervals in the same order, so
-     * the server with the fewest intervals so far is the next in turn: interval i (of all
-     * the graph servers' intervals) goes to server i mod P for the whole epoch
-     * (docs/cluster.md). */
-    bv_endpoint *ps = w->to_ps[tw_slot(w, h) % (size_t)w->e->nps];
+    bv_endpoint *ps = task_server(w, h, err);
+    if (!ps)
+        return err->status;
     return bv_role_send(w->t, ps, BV_MSG_GRADS, w->id, h, w->grads,
                         w->e->param_floats * sizeof(float), NULL, 0, NULL, 0, err);
 }
@@ -276,7 +290,7 @@ static bv_status tw_forward(tensor_worker *w, const bv_role_msg *m, bv_error *er
     const float *in = tw_input(w, m, (size_t)(h->rows * s->in_dim) * sizeof(float), err);
     if (!in)
         return err->status;
-    bv_status st = tw_ensure_weights(w, h->version, err);
+    bv_status st = tw_ensure_weights(w, h, err);
     if (st != BV_OK)
         return st;
     size_t out_bytes = (size_t)(h->rows * s->out_dim) * sizeof(float);
@@ -314,7 +328,7 @@ static bv_status tw_backward(tensor_worker *w, const bv_role_msg *m, bv_error *e
     if ((h->flags & BV_TASK_REPLY_IN_PLACE) &&
         !(din_to = bv_engine_shared_window(w->e, h->reply_to, &h->reply, in_bytes, true, err)))
         return err->status;
-    bv_status st = tw_ensure_weights(w, h->version, err);
+    bv_status st = tw_ensure_weights(w, h, err);
     if (st != BV_OK)
         return st;
     float *din = s->needs_input_grad ? malloc(in_bytes + sizeof(float)) : NULL;
@@ -395,7 +409,7 @@ static bv_status tw_edge_forward(tensor_worker *w, const bv_role_msg *m, bv_erro
     const bv_csr *g = tw_graph(w, m, n, err);
     if (!g)
         return err->status;
-    bv_status st = tw_ensure_weights(w, h->version, err);
+    bv_status st = tw_ensure_weights(w, h, err);
     if (st != BV_OK)
         return st;
     size_t out_bytes = (size_t)(g->nnz * s->out_dim) * sizeof(float);
@@ -432,7 +446,7 @@ static bv_status tw_edge_backward(tensor_worker *w, const bv_role_msg *m, bv_err
     if (h->na != src_bytes || h->nb != dst_bytes || h->nc != 2 * half)
         return bv_error_set(err, BV_ERR_CORRUPT, "edge backward task for %s has wrong sizes",
                             s->name);
-    bv_status st = tw_ensure_weights(w, h->version, err);
+    bv_status st = tw_ensure_weights(w, h, err);
     if (st != BV_OK)
         return st;
     float *dsrc = calloc(1, src_bytes + sizeof(float));
