@@ -90,6 +90,10 @@ typedef enum bv_graph_role_kind {
     BV_GRAPH_ROLE_TENSOR = 2
 } bv_graph_role_kind;
 
+/* The whole graph's sizes as the coordinator wrote them in the address book (`shape`
+ * line): the parameter servers and tensor workers need no more of the dataset. */
+bv_status bv_graph_book_shape(const char *book, bv_graph_shape *shape, bv_error *err);
+
 /* A role process's whole life: lays the engine out from cfg as the coordinator did, reads
  * the run's address book, serves role `kind` number `index` until the coordinator's
  * SHUTDOWN. BV_OK when it ended by SHUTDOWN; else err says why (the coordinator was told

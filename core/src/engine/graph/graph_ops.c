@@ -188,7 +188,8 @@ bv_status bv_graph_serve_role(const bv_experiment *x, void *data, const char *ro
         return bv_error_set(err, BV_ERR_INVALID, "%s has no cluster on a cloud to serve a "
                             "role of", x->path);
     /* A graph server of several reads the part the coordinator cut for it (and removes
-     * the file: it is in memory now); every other role loads the dataset. */
+     * the file: it is in memory now); a single graph server loads the dataset; the
+     * parameter servers and tensor workers need only its sizes, from the book. */
     bv_graph_view part = {0};
     bv_graph_part_info info = {0};
     bv_graph_dataset shape = {0}; /* the whole graph's sizes, no arrays */
@@ -207,6 +208,13 @@ bv_status bv_graph_serve_role(const bv_experiment *x, void *data, const char *ro
                                        .num_classes = part.local->num_classes};
             data = &shape;
         }
+    } else if (kind != BV_GRAPH_ROLE_GRAPH && !data) {
+        bv_graph_shape sizes;
+        st = bv_graph_book_shape(book, &sizes, err);
+        shape = (bv_graph_dataset){.num_nodes = sizes.num_nodes,
+                                   .num_features = sizes.num_features,
+                                   .num_classes = sizes.num_classes};
+        data = &shape;
     } else if (!data && (st = load_data(x, &data, err)) == BV_OK) {
         loaded = data;
     }

@@ -87,6 +87,9 @@ static char *book_text(const bv_graph_engine *e, bool with_key, size_t *len)
     fprintf(f, "%s\ncoord %s\n", BOOK_MAGIC, e->addr_coord);
     if (with_key && e->cfg.curve_secret[0])
         fprintf(f, "curve %s\n", e->cfg.curve_secret);
+    if (with_key) /* the file: what the roles read before they set up */
+        fprintf(f, "shape %lld %lld %d\n", (long long)e->cfg.data->num_nodes,
+                (long long)e->cfg.data->num_features, (int)e->cfg.data->num_classes);
     for (int i = 0; i < e->ngs; i++)
         fprintf(f, "gs %d %s\n", i, e->addr_gs[i]);
     for (int i = 0; i < e->nps; i++)
@@ -138,8 +141,9 @@ static bool book_line(bv_graph_engine *e, const char *line, book_seen *seen)
 {
     char key[8], addr[BV_ADDR_LEN * 2];
     int i = -1;
-    if (strncmp(line, "curve ", 6) == 0)
-        return true; /* bv_engine_book_key reads it (a Z85 key may begin with a digit) */
+    if (strncmp(line, "curve ", 6) == 0 || strncmp(line, "shape ", 6) == 0)
+        return true; /* bv_engine_book_key and bv_graph_book_shape read them (a Z85 key
+                        may begin with a digit) */
     if (sscanf(line, "%7s %d %190s", key, &i, addr) == 3) {
         if (strcmp(key, "tw") == 0 || strcmp(key, "tww") == 0) {
             bool weights = key[2] == 'w';
@@ -251,6 +255,24 @@ bv_status bv_engine_book_key(const char *path, char *key, bv_error *err)
     if (line && sscanf(line + 7, "%40s", key) != 1)
         key[0] = '\0';
     free(text);
+    return BV_OK;
+}
+
+bv_status bv_graph_book_shape(const char *book, bv_graph_shape *shape, bv_error *err)
+{
+    size_t len;
+    char *text = read_small_file(book, &len, err);
+    if (!text)
+        return err->status;
+    const char *line = strstr(text, "\nshape ");
+    long long n = 0, f = 0;
+    int c = 0;
+    bool ok = line && sscanf(line + 7, "%lld %lld %d", &n, &f, &c) == 3 && n > 0 && f > 0 &&
+              c > 0;
+    free(text);
+    if (!ok)
+        return bv_error_set(err, BV_ERR_CORRUPT, "%s has no shape of the graph", book);
+    *shape = (bv_graph_shape){n, f, c};
     return BV_OK;
 }
 
