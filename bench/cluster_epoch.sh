@@ -56,7 +56,7 @@ EOF
 epoch_median() {
     python3 - "$1/metrics.jsonl" <<'EOF'
 import json, statistics, sys
-s = [json.loads(l)["seconds"] for l in open(sys.argv[1]) if '"epoch"' in l]
+s = [json.loads(l)["seconds"] for l in open(sys.argv[1]) if '"train_loss"' in l]
 print(f"{statistics.median([b - a for a, b in zip(s, s[1:])]):.4f}")
 EOF
 }

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "bivouac/log.h"
+#include "bivouac/series.h"
 #include "engine_graph_internal.h"
 #include "graph_partition.h"
 #include "role_loop.h"
@@ -704,7 +705,7 @@ static bv_status ask_servers(bv_graph_engine *e, uint16_t type, const bv_task_hd
         if (type == BV_MSG_STEP && k >= 0 && k < e->nps) {
             e->ps_taken[k] = (int64_t)reply.hdr.stats[3];
             if (e->ps_taken[k] > 0) {
-                double now = reply.hdr.stats[2] / (double)e->ps_taken[k];
+                double now = reply.hdr.stats[2];
                 e->ps_cost[k] = e->ps_cost[k] > 0 ? 0.5 * (e->ps_cost[k] + now) : now;
             }
         }
@@ -716,6 +717,16 @@ static bv_status ask_servers(bv_graph_engine *e, uint16_t type, const bv_task_hd
                                 "an update (version %lld, step %lld)",
                                 (long long)out->version, (long long)out->step);
     }
+    /* A server that took nothing was not measured: its cost moves halfway to the fastest
+     * server's each epoch, so one judged slow once gets work again and is measured anew
+     * instead of being left out for good. */
+    double fastest = 0;
+    for (int k = 0; type == BV_MSG_STEP && k < e->nps; k++)
+        if (e->ps_taken[k] && e->ps_cost[k] > 0 && (!fastest || e->ps_cost[k] < fastest))
+            fastest = e->ps_cost[k];
+    for (int k = 0; fastest > 0 && k < e->nps; k++)
+        if (!e->ps_taken[k] && e->ps_cost[k] > 0)
+            e->ps_cost[k] = 0.5 * (e->ps_cost[k] + fastest);
     return BV_OK;
 }
 
@@ -902,6 +913,19 @@ bv_graph_boundary bv_graph_engine_boundary(const bv_graph_engine *e)
     return b;
 }
 
+/* Per-role series in metrics.jsonl (bivouac/series.h): the boundary bytes the graph
+ * servers sent, and the gradient messages each parameter server took, this epoch. */
+static void report_roles(const bv_graph_engine *e)
+{
+    if (e->ngs > 1)
+        bv_series_report("boundary_bytes", "bytes", (double)e->train_ghost_bytes);
+    for (int k = 0; e->nps > 1 && k < e->nps; k++) {
+        char name[32];
+        snprintf(name, sizeof name, "ps%d_gradients", k);
+        bv_series_report(name, "messages", (double)e->ps_taken[k]);
+    }
+}
+
 int bv_graph_engine_server_load(const bv_graph_engine *e, int64_t *fewest, int64_t *most)
 {
     *fewest = *most = e->ps_taken[0];
@@ -927,6 +951,7 @@ bv_status bv_graph_engine_train_epoch(bv_graph_engine *e, int64_t epoch, float l
     e->version = reply.version;
     e->decay_now = reply.stats[1];
     fill_stats(done.stats, reply.stats[0], stats); /* decay of the weights the pass used */
+    report_roles(e);
     return BV_OK;
 }
 

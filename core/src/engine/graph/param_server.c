@@ -35,11 +35,29 @@ typedef struct param_server {
     int64_t version;
     pending_grad *pending;
     size_t npending, cap;
-    /* this epoch's load: gradient messages from the workers, and the seconds spent on
-     * them (keeping and forwarding), for STEPPED (bv_engine_pick_servers) */
+    /* this epoch's load, for STEPPED (bv_engine_pick_servers): gradient messages from
+     * the workers, and the seconds spent on each (keeping and forwarding it), of which
+     * the median goes out (a process on a shared machine is now and then descheduled in
+     * the middle of one: the mean would follow those) */
     int64_t taken;
-    double busy;
+    double seconds[64];
 } param_server;
+
+static int compare_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* The median of this epoch's seconds per message (of the last 64), 0 with none. */
+static double median_seconds(param_server *ps)
+{
+    size_t n = ps->taken < 64 ? (size_t)ps->taken : 64;
+    if (!n)
+        return 0;
+    qsort(ps->seconds, n, sizeof *ps->seconds, compare_double);
+    return n % 2 ? ps->seconds[n / 2] : 0.5 * (ps->seconds[n / 2 - 1] + ps->seconds[n / 2]);
+}
 
 static int compare_pending(const void *a, const void *b)
 {
@@ -70,7 +88,6 @@ static bv_status ps_keep_grad(param_server *ps, bv_role_msg *m, bv_error *err)
                             (unsigned long long)m->hdr.na, ps->e->param_floats * sizeof(float));
     if (!(m->hdr.flags & BV_TASK_FORWARDED)) { /* from a tensor worker: the others need it */
         double t0 = bv_engine_now();
-        ps->taken++;
         bv_task_hdr h = m->hdr;
         h.flags |= BV_TASK_FORWARDED;
         for (int i = 0; i < ps->e->nps; i++) {
@@ -81,7 +98,7 @@ static bv_status ps_keep_grad(param_server *ps, bv_role_msg *m, bv_error *err)
             if (st != BV_OK)
                 return st;
         }
-        ps->busy += bv_engine_now() - t0;
+        ps->seconds[ps->taken++ % 64] = bv_engine_now() - t0;
     }
     if (!bv_grow((void **)&ps->pending, &ps->cap, ps->npending, sizeof *ps->pending, 16))
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory for gradients");
@@ -153,9 +170,8 @@ static bv_status ps_step(param_server *ps, const bv_task_hdr *cmd, bv_error *err
     bv_task_hdr reply = {.version = ps->version, .step = ps->step, .reply_to = ps->index};
     reply.stats[0] = before;
     reply.stats[1] = decayed_sumsq(ps);
-    reply.stats[2] = ps->busy; /* its load this epoch: not the same on every server */
-    reply.stats[3] = (double)ps->taken;
-    ps->busy = 0;
+    reply.stats[2] = median_seconds(ps); /* its load this epoch: not the same on every */
+    reply.stats[3] = (double)ps->taken; /* server, so not compared */
     ps->taken = 0;
     return bv_role_send(ps->t, ps->to_coord, BV_MSG_STEPPED, BV_ROLE_PS, &reply, NULL, 0, NULL,
                         0, NULL, 0, err);

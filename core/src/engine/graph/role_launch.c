@@ -486,8 +486,12 @@ bv_status bv_engine_launch(bv_graph_engine *e, bv_error *err)
         return st;
     /* several graph servers: the parts are cut once, here, and each server's process
      * reads its own (and removes it) instead of loading and cutting the whole graph */
+    double t0 = bv_engine_now();
     if (e->ngs > 1 && (st = bv_engine_write_parts(e, err)) != BV_OK)
         return st;
+    if (e->ngs > 1)
+        bv_log(BV_LOG_INFO, "cut the graph into %d parts in %.1f s", e->ngs,
+               bv_engine_now() - t0);
     if (c->role_exe) {
         snprintf(exe, sizeof exe, "%s", c->role_exe);
     } else {
@@ -509,18 +513,18 @@ bv_status bv_engine_launch(bv_graph_engine *e, bv_error *err)
     double deadline = bv_engine_now() + c->start_timeout;
     if (c->tcp) {
         st = tcp_rendezvous(e, deadline, err);
-        for (int sl = 0; sl < bv_role_slots(e) && st == BV_OK; sl++) { /* who runs where */
-            int ps0 = bv_slot_ps(e, 0), tw0 = bv_slot_tw(e, 0);
-            char name[48];
-            bv_role_slot_name(e, sl, name, sizeof name);
-            bv_log(BV_LOG_INFO, "%s: node %lld on %s, inbox %s", name, (long long)e->node[sl],
-                   e->slot_host[sl][0] ? e->slot_host[sl] : "localhost",
-                   sl < ps0 ? e->addr_gs[sl] : sl < tw0 ? e->addr_ps[sl - ps0]
-                                                     : e->addr_tw[sl - tw0]);
-        }
     } else if ((st = bv_engine_connect_graph_servers(e, e->to_gs, err)) == BV_OK &&
                (st = bv_engine_connect_servers(e, e->to_ps, err)) == BV_OK) {
         st = bv_engine_connect_workers(e, e->addr_tw, e->to_tw, err);
+    }
+    for (int sl = 0; sl < bv_role_slots(e) && st == BV_OK; sl++) { /* who runs where */
+        int ps0 = bv_slot_ps(e, 0), tw0 = bv_slot_tw(e, 0);
+        char name[48];
+        bv_role_slot_name(e, sl, name, sizeof name);
+        bv_log(BV_LOG_INFO, "%s: node %lld on %s, inbox %s", name, (long long)e->node[sl],
+               e->slot_host[sl][0] ? e->slot_host[sl] : "localhost",
+               sl < ps0 ? e->addr_gs[sl] : sl < tw0 ? e->addr_ps[sl - ps0]
+                                                 : e->addr_tw[sl - tw0]);
     }
     if (st != BV_OK)
         return st;
@@ -538,13 +542,14 @@ bv_status bv_engine_launch(bv_graph_engine *e, bv_error *err)
         if (parts++ > 0 && (uint64_t)h.version != fingerprint)
             return bv_error_set(err, BV_ERR_INTERNAL, "graph server %d derived another "
                                 "partition of the graph than the others (fingerprint "
-                                "%016llx, not %016llx): are their METIS builds the same?",
+                                "%016llx, not %016llx)",
                                 h.interval, (unsigned long long)h.version,
                                 (unsigned long long)fingerprint);
         fingerprint = (uint64_t)h.version;
         e->ghosts_total += h.row_begin;
         e->edge_cut = h.rows;
     }
+    bv_log(BV_LOG_INFO, "%d roles ready in %.1f s", bv_role_slots(e), bv_engine_now() - t0);
     return BV_OK;
 }
 
