@@ -22,7 +22,8 @@ static const bv_option engine_schema[] = {
     BV_OPT_INT_RANGE("tensor_workers", "1", 1, 64, "tensor worker threads"),
     BV_OPT_BOOLEAN("share_arrays", "true",
                    "roles pass vertex arrays by reference, not by copying them into messages "
-                   "(roles in one process only)"),
+                   "(threads of one process, or processes on one host through shared "
+                   "memory)"),
     BV_OPT_FLOAT_RANGE("peer_timeout", "5", 0.1, 3600,
                        "seconds a role process may take to answer a stop, or an unreachable "
                        "peer to be noticed, before the run fails naming it"),
