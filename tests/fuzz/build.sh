@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets (fuzz_config, fuzz_graph, fuzz_graph_cache, fuzz_checkpoint,
-# fuzz_policy, fuzz_role_frame) with clang -fsanitize=fuzzer,address,undefined. The core sources they need
-# (runtime/, config/, policy/, data/, and the graph engine's task_hdr.c) are compiled once into an archive with the same
+# fuzz_policy, fuzz_role_frame, fuzz_graph_part) with clang -fsanitize=fuzzer,address,undefined. The core sources they need
+# (runtime/, config/, policy/, data/, and the graph engine's task_hdr.c and graph_view.c) are compiled once into an archive with the same
 # sanitizers; the checkpoint reader is compiled straight from the plugin's folder.
 # Usage: tests/fuzz/build.sh [OUT_DIR]   (default: build-fuzz/ at the repository root)
 # Not part of CMake or CI: see tests/fuzz/README.md.
@@ -25,6 +25,7 @@ libs="$(pkg-config --libs yaml-0.1 lua5.4 libffi) -lpthread -lm"
 objs=()
 for src in "$root"/core/src/{runtime,config,policy,data}/*.c \
            "$root"/core/src/engine/graph/task_hdr.c \
+           "$root"/core/src/engine/graph/graph_view.c \
            "$root"/plugins/resilience/checkpoint/checkpoint_file.c; do
   o="$out/obj/$(basename "$(dirname "$src")")_$(basename "${src%.c}").o"
   if [ ! -f "$o" ] || [ "$src" -nt "$o" ] || [ "$0" -nt "$o" ]; then

@@ -12,7 +12,7 @@ out="${FUZZ_OUT:-$root/build-fuzz}"
 seconds="${1:-600}"
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(fuzz_config fuzz_graph fuzz_graph_cache fuzz_checkpoint fuzz_policy fuzz_role_frame)
+[ ${#targets[@]} -gt 0 ] || targets=(fuzz_config fuzz_graph fuzz_graph_cache fuzz_checkpoint fuzz_policy fuzz_role_frame fuzz_graph_part)
 jobs_at_once="${FUZZ_JOBS:-2}"
 data="$root/tests/data"
 
@@ -48,8 +48,8 @@ seeds() {
     fuzz_checkpoint)
       BV_FUZZ_WRITE_SEEDS="$dir" "$out/fuzz_checkpoint" >/dev/null 2>&1
       ;;
-    fuzz_role_frame)
-      BV_FUZZ_WRITE_SEEDS="$dir" "$out/fuzz_role_frame" >/dev/null 2>&1
+    fuzz_role_frame | fuzz_graph_part)
+      BV_FUZZ_WRITE_SEEDS="$dir" "$out/$t" >/dev/null 2>&1
       ;;
     fuzz_policy)
       cp "$data"/lua/*.lua "$data"/experiments/*.lua "$data"/resume/*.lua "$dir"/

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "alloc.h"
@@ -366,7 +367,30 @@ static bool header_sound(const part_header *h)
            h->parts <= 4096 && h->part >= 0 && h->part < h->parts && h->send_total >= 0 &&
            h->recv_total >= 0 && h->send_total <= h->owned * h->parts &&
            h->recv_total == h->nodes - h->owned && h->num_classes > 0 &&
-           (h->has_norm == 0 || h->has_norm == 1);
+           (h->has_norm == 1 || (h->has_norm == 0 && h->norm_nnz == 0));
+}
+
+/* acc += count × width, false on overflow. */
+static bool add_bytes(uint64_t *acc, uint64_t count, uint64_t width)
+{
+    uint64_t b;
+    return !__builtin_mul_overflow(count, width, &b) && !__builtin_add_overflow(*acc, b, acc);
+}
+
+/* The size of the file a sound header describes (header, arrays, CRC), or 0 when it
+ * does not fit in 64 bits: read before anything is allocated, so a header cannot ask for
+ * more memory than its file holds. */
+static uint64_t part_file_bytes(const part_header *h)
+{
+    uint64_t n = (uint64_t)h->nodes, total = sizeof *h + sizeof(uint32_t);
+    bool ok = add_bytes(&total, n + 1, 8) && add_bytes(&total, (uint64_t)h->nnz, 4) &&
+              add_bytes(&total, n * (uint64_t)h->num_features, 4) && add_bytes(&total, n, 4) &&
+              add_bytes(&total, n, 1) && add_bytes(&total, n, 8) &&
+              add_bytes(&total, 2 * ((uint64_t)h->parts + 1), 8) &&
+              add_bytes(&total, (uint64_t)h->send_total + (uint64_t)h->recv_total, 8) &&
+              (!h->has_norm || (add_bytes(&total, n + 1, 8) &&
+                                add_bytes(&total, (uint64_t)h->norm_nnz, 8)));
+    return ok ? total : 0;
 }
 
 bv_status bv_graph_view_read(const char *path, bv_graph_view *out, bv_graph_part_info *info,
@@ -378,9 +402,13 @@ bv_status bv_graph_view_read(const char *path, bv_graph_view *out, bv_graph_part
         return bv_error_set(err, BV_ERR_IO, "cannot read %s: %s", path, strerror(errno));
     part_header h;
     bv_status st = BV_OK;
+    struct stat sb;
     if (fread(&h, sizeof h, 1, f) != 1 || !header_sound(&h))
         st = bv_error_set(err, BV_ERR_CORRUPT, "%s is not a part of a graph this build wrote",
                           path);
+    else if (fstat(fileno(f), &sb) != 0 || (uint64_t)sb.st_size != part_file_bytes(&h))
+        st = bv_error_set(err, BV_ERR_CORRUPT, "%s is damaged (truncated, or its "
+                          "checksum is wrong)", path);
     bv_graph_dataset *d = st == BV_OK ? calloc(1, sizeof *d) : NULL;
     if (st == BV_OK && !d)
         st = bv_error_set(err, BV_ERR_NOMEM, "out of memory");
@@ -437,8 +465,12 @@ bv_status bv_graph_view_read(const char *path, bv_graph_view *out, bv_graph_part
                      offsets_sound(out->recv_off, h.parts, h.recv_total) &&
                      all_below(out->send_idx, h.send_total, h.owned) &&
                      all_below(out->recv_idx, h.recv_total, rows);
-        for (int64_t k = 0; sound && k < rows; k++)
+        int64_t count[4] = {0};
+        for (int64_t k = 0; sound && k < rows; k++) {
             sound = d->split[k] < 4 && d->labels[k] >= -1 && d->labels[k] < h.num_classes;
+            count[sound ? d->split[k] : 0]++;
+        }
+        sound = sound && memcmp(count, h.split_count, sizeof count) == 0;
         if (!sound)
             st = bv_error_set(err, BV_ERR_CORRUPT, "%s holds indices outside its arrays", path);
     }
