@@ -16,6 +16,7 @@ int bv_cli_plugins(int argc, char **argv);
 int bv_cli_sample(int argc, char **argv); /* cli_sample.c: text from a sequence model */
 int bv_cli_role(int argc, char **argv);   /* cli_role.c: one role of a cluster run */
 int bv_cli_partition(int argc, char **argv); /* cli_partition.c: a graph split into parts */
+int bv_cli_schedule(int argc, char **argv); /* cli_schedule.c: a pipeline's instructions */
 int bv_cli_plot(int argc, char **argv);    /* cli_plot.c: a run's curves */
 int bv_cli_compare(int argc, char **argv); /* cli_plot.c: runs side by side */
 

@@ -55,6 +55,13 @@ static const char usage[] =
     "                                 (default metis)\n"
     "      --seed N                   METIS's seed in [0, 2^31-1] (default 0)\n"
     "      -s, --set KEY.PATH=VALUE   override a config value (repeatable)\n"
+    "  schedule --stages P --microbatches M [options]   every stage's instructions for\n"
+    "                                 one step of a P-stage pipeline, run together: the\n"
+    "                                 step's time, the bubble, the activations each\n"
+    "                                 stage holds\n"
+    "      --kind 1f1b|gpipe          one forward one backward, or all forwards then all\n"
+    "                                 backwards (default 1f1b)\n"
+    "      --forward F, --backward B  a microbatch's cost on a stage (default 1 and 2)\n"
     "\n"
     "  --help                    this text\n"
     "  --version                 print the version\n"
@@ -130,7 +137,7 @@ int main(int argc, char **argv)
     /* `bivouac run --help` and friends: the one usage text covers every command. */
     bool known = !strcmp(cmd, "run") || !strcmp(cmd, "check") || !strcmp(cmd, "plugins") ||
                  !strcmp(cmd, "sample") || !strcmp(cmd, "partition") || !strcmp(cmd, "plot") ||
-                 !strcmp(cmd, "compare");
+                 !strcmp(cmd, "compare") || !strcmp(cmd, "schedule");
     for (int i = 2; known && i < argc; i++)
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             fputs(usage, stdout);
@@ -148,6 +155,8 @@ int main(int argc, char **argv)
         return bv_cli_role(argc - 1, argv + 1);
     if (!strcmp(cmd, "partition"))
         return bv_cli_partition(argc - 1, argv + 1);
+    if (!strcmp(cmd, "schedule"))
+        return bv_cli_schedule(argc - 1, argv + 1);
     if (!strcmp(cmd, "plot"))
         return bv_cli_plot(argc - 1, argv + 1);
     if (!strcmp(cmd, "compare"))

@@ -1,0 +1,91 @@
+/* bivouac schedule: the instruction list of every stage of a pipeline (issue 14: 1F1B or
+ * GPipe, P stages, M microbatches) and how they run together with given forward and
+ * backward costs: the step's time, the bubble, the activations each stage holds
+ * (core/src/engine/pipeline/schedule_gen.h). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "schedule_gen.h"
+
+typedef struct schedule_args {
+    long long stages, microbatches;
+    bv_schedule_kind kind;
+    double forward, backward;
+} schedule_args;
+
+static int parse_args(int argc, char **argv, schedule_args *a)
+{
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i];
+        if (i + 1 >= argc)
+            return bv_cli_fail(BV_EXIT_USAGE, "%s needs a value",
+                               arg[0] == '-' ? arg : "schedule");
+        int rc = 0;
+        if (!strcmp(arg, "--stages"))
+            rc = bv_cli_int_arg(arg, argv[++i], 1, 64, &a->stages);
+        else if (!strcmp(arg, "--microbatches"))
+            rc = bv_cli_int_arg(arg, argv[++i], 1, 4096, &a->microbatches);
+        else if (!strcmp(arg, "--forward"))
+            rc = bv_cli_number_arg(arg, argv[++i], 0, 1e9, &a->forward);
+        else if (!strcmp(arg, "--backward"))
+            rc = bv_cli_number_arg(arg, argv[++i], 0, 1e9, &a->backward);
+        else if (!strcmp(arg, "--kind")) {
+            if (!bv_schedule_kind_parse(argv[++i], &a->kind))
+                return bv_cli_fail(BV_EXIT_USAGE, "--kind is 1f1b or gpipe, got '%s'",
+                                   argv[i]);
+        } else
+            return bv_cli_fail(BV_EXIT_USAGE, "unknown option '%s' for schedule", arg);
+        if (rc)
+            return rc;
+    }
+    if (!a->stages || !a->microbatches)
+        return bv_cli_fail(BV_EXIT_USAGE, "schedule needs --stages P and --microbatches M");
+    return 0;
+}
+
+int bv_cli_schedule(int argc, char **argv)
+{
+    schedule_args a = {.kind = BV_SCHEDULE_1F1B, .forward = 1, .backward = 2};
+    int rc = parse_args(argc, argv, &a);
+    if (rc)
+        return rc;
+    int p = (int)a.stages, m = (int)a.microbatches;
+    bv_schedule *s = calloc((size_t)p, sizeof *s);
+    bv_schedule_costs *c = calloc((size_t)p, sizeof *c);
+    bv_error err = {0};
+    bv_status st = s && c ? BV_OK : bv_error_set(&err, BV_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < p && st == BV_OK; i++) {
+        bv_schedule_init(&s[i]);
+        c[i] = (bv_schedule_costs){.forward = a.forward, .backward = a.backward};
+        st = bv_schedule_generate(a.kind, i, p, m, &s[i], &err);
+    }
+    bv_schedule_timeline t = {0};
+    if (st == BV_OK)
+        st = bv_schedule_simulate(s, p, c, &t, &err);
+    if (st == BV_OK) {
+        printf("%s, %d stages, %d microbatches (forward %g, backward %g):\n",
+               bv_schedule_kind_name(a.kind), p, m, a.forward, a.backward);
+        for (int i = 0; i < p; i++) {
+            printf("stage %d:", i);
+            for (size_t k = 0; k < s[i].count; k++) {
+                char label[32];
+                bv_instruction_label(bv_schedule_at(&s[i], k), label, sizeof label);
+                printf(" %s", label);
+            }
+            putchar('\n');
+        }
+        printf("step %g, bubble %.1f %%, activations held per stage:", t.makespan,
+               100.0 * t.bubble);
+        for (int i = 0; i < p; i++)
+            printf(" %d", t.max_held[i]);
+        putchar('\n');
+    }
+    bv_schedule_timeline_free(&t);
+    for (int i = 0; s && i < p; i++)
+        bv_schedule_free(&s[i]);
+    free(s);
+    free(c);
+    return st == BV_OK ? BV_EXIT_OK : bv_cli_fail(BV_EXIT_FAILED, "%s", err.msg);
+}

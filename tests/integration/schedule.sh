@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# `bivouac schedule` (core/src/engine/pipeline/schedule_gen.h): every stage's 1F1B or GPipe
+# instructions for one step, run together; the step's time, the bubble (P-1)/(M+P-1) and
+# the activations held; bad arguments exit 2 with a message that says what is wrong.
+# Environment (set by ctest): BIVOUAC.
+set -euo pipefail
+: "${BIVOUAC:?BIVOUAC must name the bivouac binary}"
+source "$(dirname "$0")/check_lib.bash"
+
+out=$("$BIVOUAC" schedule --stages 2 --microbatches 3)
+check "1f1b, 2 stages, 3 microbatches" "$out" "1f1b, 2 stages, 3 microbatches (forward 1, backward 2):
+stage 0: F0 SA0>1 F1 SA1>1 RG0<1 B0 F2 SA2>1 RG1<1 B1 RG2<1 B2 U
+stage 1: RA0<0 F0 B0 SG0>0 RA1<0 F1 B1 SG1>0 RA2<0 F2 B2 SG2>0 U
+step 12, bubble 25.0 %, activations held per stage: 2 1"
+check "gpipe holds every microbatch" \
+    "$("$BIVOUAC" schedule --stages 4 --microbatches 8 --kind gpipe --forward 2 --backward 4 | tail -1)" \
+    "step 66, bubble 27.3 %, activations held per stage: 8 8 8 8"
+check "1f1b holds P - s" \
+    "$("$BIVOUAC" schedule --stages 4 --microbatches 8 | tail -1)" \
+    "step 33, bubble 27.3 %, activations held per stage: 4 3 2 1"
+
+bad() { # WANT ARGS...: exit status 2 and the message
+    local want=$1 rc=0 err
+    shift
+    err=$("$BIVOUAC" schedule "$@" 2>&1 >/dev/null) || rc=$?
+    check "schedule $*: exit 2" "$rc" 2
+    check "schedule $*: message" "$err" "bivouac: error: $want"
+}
+bad "schedule needs --stages P and --microbatches M" --stages 2
+bad "--kind is 1f1b or gpipe, got 'zb'" --kind zb --stages 2 --microbatches 2
+bad "--stages needs an integer in [1, 64], got '0'" --stages 0 --microbatches 3
+bad "unknown option '--depth' for schedule" --depth 3
+bad "--microbatches needs a value" --stages 2 --microbatches
+finish
