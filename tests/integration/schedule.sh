@@ -19,6 +19,46 @@ check "1f1b holds P - s" \
     "$("$BIVOUAC" schedule --stages 4 --microbatches 8 | tail -1)" \
     "step 33, bubble 27.3 %, activations held per stage: 4 3 2 1"
 
+# the timeline picture: a PNG of 1200 x (92 + 40 P + 72) pixels, a fifth or more of it
+# coloured (the boxes), and the SVG beside it
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+check "--out draws the timeline" \
+    "$("$BIVOUAC" schedule --stages 4 --microbatches 8 --out "$tmp/t.png" | tail -1)" \
+    "-> $tmp/t.png, $tmp/t.svg"
+check "the picture" "$(python3 - "$tmp/t.png" <<'PY'
+import struct, sys, zlib
+data = open(sys.argv[1], "rb").read()
+assert data[:8] == b"\x89PNG\r\n\x1a\n"
+w, h, depth, ctype = struct.unpack(">IIBB", data[16:26])
+raw, at = b"", 8
+while at < len(data):
+    n, kind = struct.unpack(">I4s", data[at:at + 8])
+    if kind == b"IDAT":
+        raw += data[at + 8:at + 8 + n]
+    at += 12 + n
+pix, bpp = zlib.decompress(raw), {2: 3, 6: 4}[ctype]
+stride, prev, coloured = w * bpp, bytearray(w * bpp), 0
+for y in range(h):  # undo the PNG row filters (none, sub, up, average, Paeth)
+    f, row = pix[y * (stride + 1)], bytearray(pix[y * (stride + 1) + 1:(y + 1) * (stride + 1)])
+    for i in range(stride):
+        a = row[i - bpp] if i >= bpp else 0
+        b, c = prev[i], prev[i - bpp] if i >= bpp else 0
+        if f == 1: row[i] = (row[i] + a) & 255
+        elif f == 2: row[i] = (row[i] + b) & 255
+        elif f == 3: row[i] = (row[i] + (a + b) // 2) & 255
+        elif f == 4:
+            p = a + b - c
+            pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+            row[i] = (row[i] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 255
+    coloured += sum(max(row[x:x + 3]) - min(row[x:x + 3]) > 60 for x in range(0, stride, bpp))
+    prev = row
+share = coloured / (w * h)
+print(f"{w}x{h}", "coloured" if share >= 0.2 else f"blank ({share:.3f})")
+PY
+)" "1200x324 coloured"
+check "the svg beside it" "$(head -c 5 "$tmp/t.svg")" "<?xml"
+
 bad() { # WANT ARGS...: exit status 2 and the message
     local want=$1 rc=0 err
     shift
@@ -31,4 +71,5 @@ bad "--kind is 1f1b or gpipe, got 'zb'" --kind zb --stages 2 --microbatches 2
 bad "--stages needs an integer in [1, 64], got '0'" --stages 0 --microbatches 3
 bad "unknown option '--depth' for schedule" --depth 3
 bad "--microbatches needs a value" --stages 2 --microbatches
+bad "--out names a .png file (the .svg goes beside it), got 't.jpg'" --stages 2 --microbatches 2 --out t.jpg
 finish

@@ -2,17 +2,20 @@
  * GPipe, P stages, M microbatches) and how they run together with given forward and
  * backward costs: the step's time, the bubble, the activations each stage holds
  * (core/src/engine/pipeline/schedule_gen.h). */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
+#include "plot.h"
 #include "schedule_gen.h"
 
 typedef struct schedule_args {
     long long stages, microbatches;
     bv_schedule_kind kind;
     double forward, backward;
+    const char *out; /* the timeline picture, .png (the .svg beside it) */
 } schedule_args;
 
 static int parse_args(int argc, char **argv, schedule_args *a)
@@ -31,6 +34,8 @@ static int parse_args(int argc, char **argv, schedule_args *a)
             rc = bv_cli_number_arg(arg, argv[++i], 0, 1e9, &a->forward);
         else if (!strcmp(arg, "--backward"))
             rc = bv_cli_number_arg(arg, argv[++i], 0, 1e9, &a->backward);
+        else if (!strcmp(arg, "--out"))
+            a->out = argv[++i];
         else if (!strcmp(arg, "--kind")) {
             if (!bv_schedule_kind_parse(argv[++i], &a->kind))
                 return bv_cli_fail(BV_EXIT_USAGE, "--kind is 1f1b or gpipe, got '%s'",
@@ -42,7 +47,58 @@ static int parse_args(int argc, char **argv, schedule_args *a)
     }
     if (!a->stages || !a->microbatches)
         return bv_cli_fail(BV_EXIT_USAGE, "schedule needs --stages P and --microbatches M");
+    size_t n = a->out ? strlen(a->out) : 0;
+    if (a->out && (n < 5 || strcmp(a->out + n - 4, ".png") != 0))
+        return bv_cli_fail(BV_EXIT_USAGE, "--out names a .png file (the .svg goes beside "
+                           "it), got '%s'", a->out);
     return 0;
+}
+
+static int box_kind(uint32_t op)
+{
+    return op == BV_INSTR_FORWARD || op == BV_INSTR_REDUNDANT_FORWARD     ? BV_PLOT_BOX_FORWARD
+           : op == BV_INSTR_BACKWARD || op == BV_INSTR_REDUNDANT_BACKWARD ? BV_PLOT_BOX_BACKWARD
+           : op == BV_INSTR_UPDATE                                         ? BV_PLOT_BOX_UPDATE
+                                                                           : BV_PLOT_BOX_OTHER;
+}
+
+/* The timeline as a picture: a row of boxes per stage (the plot module draws it). */
+static bv_status draw(const schedule_args *a, const bv_schedule *s,
+                      const bv_schedule_timeline *t, bv_error *err)
+{
+    const char *why = NULL;
+    const bv_plot_module *m = bv_cli_plot_module(&why);
+    if (!m || m->struct_size < offsetof(bv_plot_module, draw_timeline) + sizeof(void *) ||
+        !m->draw_timeline)
+        return bv_error_set(err, BV_ERR_PLUGIN, "cannot draw %s: %s", a->out,
+                            why ? why : "the plot module cannot draw timelines");
+    bv_plot_lane *lanes = calloc((size_t)t->stages, sizeof *lanes);
+    bv_status st = lanes ? BV_OK : bv_error_set(err, BV_ERR_NOMEM, "out of memory");
+    for (int i = 0; st == BV_OK && i < t->stages; i++) {
+        bv_plot_box *b = calloc(s[i].count + 1, sizeof *b);
+        if (!b) {
+            st = bv_error_set(err, BV_ERR_NOMEM, "out of memory");
+            break;
+        }
+        for (size_t k = 0; k < s[i].count; k++) {
+            const bv_instruction *ins = bv_schedule_at(&s[i], k);
+            b[k] = (bv_plot_box){t->slot[i][k].start, t->slot[i][k].end, box_kind(ins->op),
+                                 ins->microbatch};
+        }
+        lanes[i] = (bv_plot_lane){b, s[i].count};
+    }
+    char title[160], svg[4200];
+    snprintf(title, sizeof title, "%s, %d stages, %lld microbatches: bubble %.1f %%",
+             bv_schedule_kind_name(a->kind), t->stages, a->microbatches, 100.0 * t->bubble);
+    snprintf(svg, sizeof svg, "%.*s.svg", (int)(strlen(a->out) - 4), a->out);
+    if (st == BV_OK)
+        st = m->draw_timeline(title, lanes, (size_t)t->stages, a->out, svg, err);
+    if (st == BV_OK)
+        printf("-> %s, %s\n", a->out, svg);
+    for (int i = 0; lanes && i < t->stages; i++)
+        free((void *)lanes[i].boxes);
+    free(lanes);
+    return st;
 }
 
 int bv_cli_schedule(int argc, char **argv)
@@ -81,6 +137,8 @@ int bv_cli_schedule(int argc, char **argv)
         for (int i = 0; i < p; i++)
             printf(" %d", t.max_held[i]);
         putchar('\n');
+        if (a.out)
+            st = draw(&a, s, &t, &err);
     }
     bv_schedule_timeline_free(&t);
     for (int i = 0; s && i < p; i++)

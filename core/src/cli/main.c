@@ -62,6 +62,7 @@ static const char usage[] =
     "      --kind 1f1b|gpipe          one forward one backward, or all forwards then all\n"
     "                                 backwards (default 1f1b)\n"
     "      --forward F, --backward B  a microbatch's cost on a stage (default 1 and 2)\n"
+    "      --out FILE.png             also draw the step as a timeline (.svg beside it)\n"
     "\n"
     "  --help                    this text\n"
     "  --version                 print the version\n"

@@ -64,6 +64,26 @@ bv_status bv_plot_dir(const char *dir, const bv_plot_options *o, bv_error *err);
 bv_status bv_plot_tensorboard(const bv_plot_run *run, const char *dir, bv_error *err);
 bv_status bv_plot_tensorboard_dir(const char *run_dir, const char *dir, bv_error *err);
 
+/* A pipeline's step (bivouac schedule --out): a row of boxes per stage, one box per
+ * instruction that takes time, coloured by kind, numbered by microbatch. */
+typedef enum {
+    BV_PLOT_BOX_FORWARD,
+    BV_PLOT_BOX_BACKWARD,
+    BV_PLOT_BOX_UPDATE,
+    BV_PLOT_BOX_OTHER
+} bv_plot_box_kind;
+typedef struct bv_plot_box {
+    double start, end;
+    int kind;       /* bv_plot_box_kind */
+    int microbatch; /* -1: none */
+} bv_plot_box;
+typedef struct bv_plot_lane {
+    const bv_plot_box *boxes;
+    size_t count;
+} bv_plot_lane;
+bv_status bv_plot_draw_timeline(const char *title, const bv_plot_lane *lanes, size_t nlanes,
+                                const char *png_path, const char *svg_path, bv_error *err);
+
 /* The size bv_plot_draw_run gives a picture of npanels panels, in pixels. */
 void bv_plot_size(int npanels, const bv_plot_options *o, int *width, int *height);
 
@@ -79,6 +99,9 @@ typedef struct bv_plot_module {
     bv_status (*draw_compare)(const bv_plot_run *runs, size_t n, const bv_plot_options *o,
                               const char *png_path, const char *svg_path, bv_error *err);
     bv_status (*tensorboard_dir)(const char *run_dir, const char *dir, bv_error *err);
+    /* appended (struct_size tells whether a module has it) */
+    bv_status (*draw_timeline)(const char *title, const bv_plot_lane *lanes, size_t nlanes,
+                               const char *png_path, const char *svg_path, bv_error *err);
 } bv_plot_module;
 extern const bv_plot_module bv_plot_module_v1;
 

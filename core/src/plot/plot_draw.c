@@ -346,6 +346,54 @@ static void render(cairo_t *cr, const panel *panels, size_t np, const bv_plot_op
                    TITLE_H + (double)(i / (size_t)cols) * PANEL_H, pw, PANEL_H, xmin, xmax);
 }
 
+/* Draws a picture of w x h pixels into png and svg (either may be NULL) with render. */
+typedef void (*render_fn)(cairo_t *cr, const void *ctx, int w, int h);
+static bv_status write_pictures(render_fn render_it, const void *ctx, int w, int h,
+                                const char *png, const char *svg, bv_error *err)
+{
+    if (png) {
+        cairo_surface_t *s = cairo_image_surface_create(CAIRO_FORMAT_RGB24, w, h);
+        cairo_t *cr = cairo_create(s);
+        render_it(cr, ctx, w, h);
+        cairo_status_t cs = cairo_status(cr);
+        cairo_destroy(cr);
+        if (cs == CAIRO_STATUS_SUCCESS)
+            cs = cairo_surface_write_to_png(s, png);
+        cairo_surface_destroy(s);
+        if (cs != CAIRO_STATUS_SUCCESS)
+            return bv_error_set(err, BV_ERR_IO, "%s: %s", png, cairo_status_to_string(cs));
+    }
+    if (svg) {
+        cairo_surface_t *s = cairo_svg_surface_create(svg, w, h);
+        cairo_t *cr = cairo_create(s);
+        render_it(cr, ctx, w, h);
+        cairo_status_t cs = cairo_status(cr);
+        cairo_destroy(cr);
+        cairo_surface_finish(s);
+        if (cs == CAIRO_STATUS_SUCCESS)
+            cs = cairo_surface_status(s);
+        cairo_surface_destroy(s);
+        if (cs != CAIRO_STATUS_SUCCESS)
+            return bv_error_set(err, BV_ERR_IO, "%s: %s", svg, cairo_status_to_string(cs));
+    }
+    return BV_OK;
+}
+
+typedef struct curves_ctx {
+    const panel *panels;
+    size_t np;
+    const bv_plot_options *o;
+    const char *title, *xlabel;
+    double xmin, xmax;
+} curves_ctx;
+
+static void render_curves(cairo_t *cr, const void *ctx, int w, int h)
+{
+    const curves_ctx *c = ctx;
+    (void)h;
+    render(cr, c->panels, c->np, c->o, c->title, c->xlabel, w, c->xmin, c->xmax);
+}
+
 static bv_status write_surfaces(const panel *panels, size_t np, const bv_plot_options *o,
                                 const char *title, const char *xlabel, const char *png,
                                 const char *svg, bv_error *err)
@@ -359,32 +407,8 @@ static bv_status write_surfaces(const panel *panels, size_t np, const bv_plot_op
         xmin = fmin(xmin, x0);
         xmax = fmax(xmax, x1);
     }
-    if (png) {
-        cairo_surface_t *s = cairo_image_surface_create(CAIRO_FORMAT_RGB24, w, h);
-        cairo_t *cr = cairo_create(s);
-        render(cr, panels, np, o, title, xlabel, w, xmin, xmax);
-        cairo_status_t cs = cairo_status(cr);
-        cairo_destroy(cr);
-        if (cs == CAIRO_STATUS_SUCCESS)
-            cs = cairo_surface_write_to_png(s, png);
-        cairo_surface_destroy(s);
-        if (cs != CAIRO_STATUS_SUCCESS)
-            return bv_error_set(err, BV_ERR_IO, "%s: %s", png, cairo_status_to_string(cs));
-    }
-    if (svg) {
-        cairo_surface_t *s = cairo_svg_surface_create(svg, w, h);
-        cairo_t *cr = cairo_create(s);
-        render(cr, panels, np, o, title, xlabel, w, xmin, xmax);
-        cairo_status_t cs = cairo_status(cr);
-        cairo_destroy(cr);
-        cairo_surface_finish(s);
-        if (cs == CAIRO_STATUS_SUCCESS)
-            cs = cairo_surface_status(s);
-        cairo_surface_destroy(s);
-        if (cs != CAIRO_STATUS_SUCCESS)
-            return bv_error_set(err, BV_ERR_IO, "%s: %s", svg, cairo_status_to_string(cs));
-    }
-    return BV_OK;
+    curves_ctx c = {panels, np, o, title, xlabel, xmin, xmax};
+    return write_pictures(render_curves, &c, w, h, png, svg, err);
 }
 
 /* cairo and fontconfig keep font caches for the life of the process; a picture is drawn
@@ -604,6 +628,97 @@ bv_status bv_plot_dir(const char *dir, const bv_plot_options *o, bv_error *err)
     return st;
 }
 
+/* ---- a pipeline's step (bivouac schedule --out) ---- */
+
+#define LANE_H 40
+#define TIMELINE_TOP (TITLE_H + 36) /* the legend's row between the title and stage 0 */
+
+typedef struct timeline_ctx {
+    const char *title;
+    const bv_plot_lane *lanes;
+    size_t nlanes;
+    double end;
+} timeline_ctx;
+
+static void render_timeline(cairo_t *cr, const void *ctx, int w, int h)
+{
+    const timeline_ctx *t = ctx;
+    (void)h;
+    static const char *const kinds[] = {"forward", "backward", "update"};
+    cairo_set_source_rgb(cr, 1, 1, 1);
+    cairo_paint(cr);
+    set_font(cr, FONT_TITLE, true);
+    cairo_set_source_rgb(cr, 0, 0, 0);
+    text_at(cr, t->title, w / 2.0, TITLE_H / 2.0 + 4, 0.5, 0.5);
+    set_font(cr, FONT_LEGEND, false);
+    for (int k = 0; k < 3; k++) { /* legend: a swatch and its kind */
+        double x = MARGIN_L + 160.0 * k, y = TITLE_H + 10;
+        cairo_set_source_rgb(cr, palette[k][0], palette[k][1], palette[k][2]);
+        cairo_rectangle(cr, x, y, 22, 16);
+        cairo_fill(cr);
+        cairo_set_source_rgb(cr, 0, 0, 0);
+        text_at(cr, kinds[k], x + 30, y + 8, 0, 0.5);
+    }
+    axis a = nice_axis(0, t->end > 0 ? t->end : 1, 10, true);
+    double x0 = MARGIN_L, x1 = w - MARGIN_R, span = a.hi > 0 ? a.hi : 1;
+    double bottom = TIMELINE_TOP + (double)t->nlanes * LANE_H;
+    set_font(cr, FONT_TICK, false);
+    for (double v = 0; v <= a.hi + a.step * 1e-6; v += a.step) { /* grid and ticks */
+        double x = x0 + (x1 - x0) * v / span;
+        char tick[32];
+        tick_text(v, &a, tick, sizeof tick);
+        cairo_set_source_rgb(cr, 0.88, 0.88, 0.88);
+        cairo_move_to(cr, x, TIMELINE_TOP);
+        cairo_line_to(cr, x, bottom);
+        cairo_stroke(cr);
+        cairo_set_source_rgb(cr, 0, 0, 0);
+        text_at(cr, tick, x, bottom + 14, 0.5, 0.5);
+    }
+    set_font(cr, FONT_LABEL, false);
+    text_at(cr, "time (the costs' unit)", (x0 + x1) / 2, bottom + 44, 0.5, 0.5);
+    for (size_t l = 0; l < t->nlanes; l++) {
+        double y = TIMELINE_TOP + (double)l * LANE_H;
+        char name[32];
+        snprintf(name, sizeof name, "stage %zu", l);
+        set_font(cr, FONT_TICK, false);
+        cairo_set_source_rgb(cr, 0, 0, 0);
+        text_at(cr, name, x0 - 10, y + LANE_H / 2.0, 1, 0.5);
+        for (size_t i = 0; i < t->lanes[l].count; i++) {
+            const bv_plot_box *b = &t->lanes[l].boxes[i];
+            double bx = x0 + (x1 - x0) * b->start / span;
+            double bw = (x1 - x0) * (b->end - b->start) / span;
+            if (bw <= 0)
+                continue; /* takes no time: nothing to draw */
+            const double *c = b->kind >= 0 && b->kind < 3 ? palette[b->kind] : palette[7];
+            cairo_set_source_rgb(cr, c[0], c[1], c[2]);
+            cairo_rectangle(cr, bx, y + 4, bw, LANE_H - 8);
+            cairo_fill_preserve(cr);
+            cairo_set_source_rgb(cr, 1, 1, 1);
+            cairo_set_line_width(cr, 1.5);
+            cairo_stroke(cr);
+            if (b->microbatch >= 0 && bw >= 16) {
+                char mb[16];
+                snprintf(mb, sizeof mb, "%d", b->microbatch);
+                text_at(cr, mb, bx + bw / 2, y + LANE_H / 2.0, 0.5, 0.5);
+            }
+        }
+    }
+}
+
+bv_status bv_plot_draw_timeline(const char *title, const bv_plot_lane *lanes, size_t nlanes,
+                                const char *png_path, const char *svg_path, bv_error *err)
+{
+    timeline_ctx t = {title, lanes, nlanes, 0};
+    for (size_t l = 0; l < nlanes; l++)
+        for (size_t i = 0; i < lanes[l].count; i++)
+            t.end = fmax(t.end, lanes[l].boxes[i].end);
+    int h = TIMELINE_TOP + (int)nlanes * LANE_H + MARGIN_B + 10;
+    bv_status st = write_pictures(render_timeline, &t, DEFAULT_WIDTH, h, png_path, svg_path,
+                                  err);
+    release_fonts();
+    return st;
+}
+
 const bv_plot_module bv_plot_module_v1 = {
     .version = BV_PLOT_MODULE_VERSION,
     .struct_size = sizeof(bv_plot_module),
@@ -612,4 +727,5 @@ const bv_plot_module bv_plot_module_v1 = {
     .run_free = bv_plot_run_free,
     .draw_compare = bv_plot_draw_compare,
     .tensorboard_dir = bv_plot_tensorboard_dir,
+    .draw_timeline = bv_plot_draw_timeline,
 };
