@@ -19,6 +19,7 @@
 #include "bivouac/log.h"
 #include "engine_graph_internal.h"
 #include "experiment.h"
+#include "graph_partition.h"
 
 #define BOOK_MAGIC "bivouac-address-book 1"
 #define WATCH_SLICE_MS 50
@@ -487,6 +488,9 @@ bv_status bv_engine_launch(bv_graph_engine *e, bv_error *err)
     /* several graph servers: the parts are cut once, here, and each server's process
      * reads its own (and removes it) instead of loading and cutting the whole graph */
     double t0 = bv_engine_now();
+    if (e->ngs > 1) /* METIS over a large graph takes a while: say so before */
+        bv_log(BV_LOG_INFO, "cutting the graph into %d parts (%s)", e->ngs,
+               e->cfg.partition == BV_PARTITION_RANGE ? "vertex ranges" : "METIS");
     if (e->ngs > 1 && (st = bv_engine_write_parts(e, err)) != BV_OK)
         return st;
     if (e->ngs > 1)
