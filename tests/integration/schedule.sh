@@ -2,9 +2,13 @@
 # `bivouac schedule` (core/src/engine/pipeline/schedule_gen.h): every stage's 1F1B or GPipe
 # instructions for one step, run together; the step's time, the bubble (P-1)/(M+P-1) and
 # the activations held; bad arguments exit 2 with a message that says what is wrong.
-# Environment (set by ctest): BIVOUAC.
+# From an experiment's `pipeline:` section: each stage's layers, costs in proportion, and
+# errors at the position of the value they are about; `bivouac run` refuses P > 1 (the
+# engine that trains it is not there yet).
+# Environment (set by ctest): BIVOUAC, BIVOUAC_DATA_DIR.
 set -euo pipefail
 : "${BIVOUAC:?BIVOUAC must name the bivouac binary}"
+: "${BIVOUAC_DATA_DIR:?BIVOUAC_DATA_DIR must name the data directory (with tinyshakespeare/)}"
 source "$(dirname "$0")/check_lib.bash"
 
 out=$("$BIVOUAC" schedule --stages 2 --microbatches 3)
@@ -59,6 +63,35 @@ PY
 )" "1200x324 coloured"
 check "the svg beside it" "$(head -c 5 "$tmp/t.svg")" "<?xml"
 
+# ---- from an experiment ----
+cat >"$tmp/gpt.yaml" <<EOF
+name: gpt-pipeline
+model: {plugin: transformer, layers: 4, heads: 4, width: 64}
+dataset: {text: $BIVOUAC_DATA_DIR/tinyshakespeare/input.txt}
+train: {steps: 10, batch: 4, block: 32}
+pipeline:
+  stages: 3
+  microbatches: 4
+EOF
+check "an experiment's pipeline" "$("$BIVOUAC" schedule "$tmp/gpt.yaml" | sed -n '1p;$p')" \
+    "$tmp/gpt.yaml: 4 layers of model transformer in 3 stages: [0, 1) [1, 2) [2, 4); stage costs in proportion to their layers
+step 30, bubble 46.7 %, activations held per stage: 3 2 1"
+check "an explicit partition" \
+    "$("$BIVOUAC" schedule "$tmp/gpt.yaml" -s pipeline.stages=2 -s pipeline.partition=3,1 | head -1)" \
+    "$tmp/gpt.yaml: 4 layers of model transformer in 2 stages: [0, 3) [3, 4); stage costs in proportion to their layers"
+sed 's/  stages: 3/  stages: 5/' "$tmp/gpt.yaml" >"$tmp/five.yaml"
+rc=0; err=$("$BIVOUAC" schedule "$tmp/five.yaml" 2>&1 >/dev/null) || rc=$?
+check "5 stages for 4 layers: exit 2" "$rc" 2
+check "5 stages for 4 layers: where" "$err" \
+    "$tmp/five.yaml:6:11: error: 'stages': 5 stages for 4 layers: a stage would have no layer"
+printf '  partition: "2,1"\n' >>"$tmp/gpt.yaml"
+rc=0; err=$("$BIVOUAC" schedule "$tmp/gpt.yaml" 2>&1 >/dev/null) || rc=$?
+check "a partition that does not add up: where" "$rc: $err" \
+    "2: $tmp/gpt.yaml:8:14: error: 'partition': '2,1' gives 2 stages their layers, not 3"
+rc=0; err=$("$BIVOUAC" run "$tmp/gpt.yaml" -s pipeline.partition=uniform --out "$tmp/run" 2>&1 >/dev/null) || rc=$?
+check "run refuses a pipeline" "$rc: $err" \
+    "2: bivouac: error: $tmp/gpt.yaml: pipeline: {stages: 3}: the pipeline engine does not train yet (issue 14); \`bivouac schedule $tmp/gpt.yaml\` shows the schedule"
+
 bad() { # WANT ARGS...: exit status 2 and the message
     local want=$1 rc=0 err
     shift
@@ -66,7 +99,7 @@ bad() { # WANT ARGS...: exit status 2 and the message
     check "schedule $*: exit 2" "$rc" 2
     check "schedule $*: message" "$err" "bivouac: error: $want"
 }
-bad "schedule needs --stages P and --microbatches M" --stages 2
+bad "schedule needs EXP.yaml, or --stages P and --microbatches M" --stages 2
 bad "--kind is 1f1b or gpipe, got 'zb'" --kind zb --stages 2 --microbatches 2
 bad "--stages needs an integer in [1, 64], got '0'" --stages 0 --microbatches 3
 bad "unknown option '--depth' for schedule" --depth 3

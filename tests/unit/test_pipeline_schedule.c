@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "pipeline_plan.h"
 #include "schedule_gen.h"
 
 /* The schedule's labels, space-separated. */
@@ -144,12 +145,47 @@ static void test_broken_schedules_are_named(void **state)
         bv_schedule_free(&s[i]);
 }
 
+/* A model's layers into stages: uniform (sizes within one, the larger last) or explicit,
+ * and every way a partition can be wrong, said in words. */
+static void test_partition(void **state)
+{
+    (void)state;
+    int first[BV_PIPELINE_MAX_STAGES + 1];
+    bv_error err;
+    assert_int_equal(bv_pipeline_partition(4, 3, "uniform", first, &err), BV_OK);
+    assert_memory_equal(first, ((int[]){0, 1, 2, 4}), 4 * sizeof(int));
+    assert_int_equal(bv_pipeline_partition(12, 4, "uniform", first, &err), BV_OK);
+    assert_memory_equal(first, ((int[]){0, 3, 6, 9, 12}), 5 * sizeof(int));
+    assert_int_equal(bv_pipeline_partition(4, 2, "3,1", first, &err), BV_OK);
+    assert_memory_equal(first, ((int[]){0, 3, 4}), 3 * sizeof(int));
+    static const struct {
+        int layers, stages;
+        const char *spec, *msg;
+    } bad[] = {
+        {4, 5, "uniform", "5 stages for 4 layers: a stage would have no layer"},
+        {4, 2, "3,2", "'3,2' adds up to 5 layers; the model has 4"},
+        {4, 3, "2,1", "'2,1' gives 2 stages their layers, not 3"},
+        {4, 2, "2,1,1", "'2,1,1' gives more than 2 stages their layers"},
+        {4, 2, "2,0", "'2,0' is neither uniform nor 2 layer counts of 1 or more, "
+                      "comma-separated"},
+        {4, 2, "balanced", "'balanced' is neither uniform nor 2 layer counts of 1 or more, "
+                           "comma-separated"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        assert_int_equal(bv_pipeline_partition(bad[i].layers, bad[i].stages, bad[i].spec,
+                                               first, &err),
+                         BV_ERR_INVALID);
+        assert_string_equal(err.msg, bad[i].msg);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_lists),
         cmocka_unit_test(test_simulated_times_and_memory),
         cmocka_unit_test(test_broken_schedules_are_named),
+        cmocka_unit_test(test_partition),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

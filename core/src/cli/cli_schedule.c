@@ -1,32 +1,51 @@
 /* bivouac schedule: the instruction list of every stage of a pipeline (issue 14: 1F1B or
  * GPipe, P stages, M microbatches) and how they run together with given forward and
  * backward costs: the step's time, the bubble, the activations each stage holds
- * (core/src/engine/pipeline/schedule_gen.h). */
+ * (core/src/engine/pipeline/schedule_gen.h). From an experiment's `pipeline:` section,
+ * each stage's layers and a cost in proportion to them (pipeline_plan.h). */
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
+#include "pipeline_plan.h"
 #include "plot.h"
+#include "registry.h"
 #include "schedule_gen.h"
+
+#define MAX_OVERRIDES 64
 
 typedef struct schedule_args {
     long long stages, microbatches;
     bv_schedule_kind kind;
     double forward, backward;
     const char *out; /* the timeline picture, .png (the .svg beside it) */
+    const char *experiment;
+    char *overrides[MAX_OVERRIDES];
+    size_t noverrides;
+    int first[BV_PIPELINE_MAX_STAGES + 1]; /* from an experiment: each stage's layers */
 } schedule_args;
 
 static int parse_args(int argc, char **argv, schedule_args *a)
 {
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i];
+        if (arg[0] != '-') {
+            if (a->experiment)
+                return bv_cli_fail(BV_EXIT_USAGE, "schedule takes one experiment file, got "
+                                   "'%s' and '%s'", a->experiment, arg);
+            a->experiment = arg;
+            continue;
+        }
         if (i + 1 >= argc)
-            return bv_cli_fail(BV_EXIT_USAGE, "%s needs a value",
-                               arg[0] == '-' ? arg : "schedule");
+            return bv_cli_fail(BV_EXIT_USAGE, "%s needs a value", arg);
         int rc = 0;
-        if (!strcmp(arg, "--stages"))
+        if (!strcmp(arg, "-s") || !strcmp(arg, "--set")) {
+            if (a->noverrides == MAX_OVERRIDES)
+                return bv_cli_fail(BV_EXIT_USAGE, "too many -s overrides");
+            a->overrides[a->noverrides++] = argv[++i];
+        } else if (!strcmp(arg, "--stages"))
             rc = bv_cli_int_arg(arg, argv[++i], 1, 64, &a->stages);
         else if (!strcmp(arg, "--microbatches"))
             rc = bv_cli_int_arg(arg, argv[++i], 1, 4096, &a->microbatches);
@@ -40,13 +59,21 @@ static int parse_args(int argc, char **argv, schedule_args *a)
             if (!bv_schedule_kind_parse(argv[++i], &a->kind))
                 return bv_cli_fail(BV_EXIT_USAGE, "--kind is 1f1b or gpipe, got '%s'",
                                    argv[i]);
-        } else
+        } else {
             return bv_cli_fail(BV_EXIT_USAGE, "unknown option '%s' for schedule", arg);
+        }
         if (rc)
             return rc;
     }
-    if (!a->stages || !a->microbatches)
-        return bv_cli_fail(BV_EXIT_USAGE, "schedule needs --stages P and --microbatches M");
+    if (a->experiment && (a->stages || a->microbatches))
+        return bv_cli_fail(BV_EXIT_USAGE, "schedule takes its stages and microbatches from "
+                           "%s (set them with -s pipeline.stages=P), not from flags",
+                           a->experiment);
+    if (!a->experiment && a->noverrides)
+        return bv_cli_fail(BV_EXIT_USAGE, "-s needs an experiment file");
+    if (!a->experiment && (!a->stages || !a->microbatches))
+        return bv_cli_fail(BV_EXIT_USAGE, "schedule needs EXP.yaml, or --stages P and "
+                           "--microbatches M");
     size_t n = a->out ? strlen(a->out) : 0;
     if (a->out && (n < 5 || strcmp(a->out + n - 4, ".png") != 0))
         return bv_cli_fail(BV_EXIT_USAGE, "--out names a .png file (the .svg goes beside "
@@ -101,10 +128,45 @@ static bv_status draw(const schedule_args *a, const bv_schedule *s,
     return st;
 }
 
+/* The pipeline an experiment describes: its stages, microbatches, schedule and each
+ * stage's layers (printed), or an exit code. */
+static int from_experiment(schedule_args *a)
+{
+    bv_registry *reg = bv_registry_new();
+    bv_diag d;
+    bv_diag_init(&d);
+    bv_experiment *x = NULL;
+    bv_pipeline_plan plan;
+    int code = BV_EXIT_OK;
+    bv_status st = bv_experiment_load(a->experiment, a->overrides, a->noverrides, reg, &x, &d);
+    if (st == BV_OK)
+        st = bv_pipeline_plan_make(x, &plan, &d);
+    if (st != BV_OK) {
+        bv_cli_print_diag(&d);
+        code = st == BV_ERR_NOMEM ? BV_EXIT_FAILED : BV_EXIT_USAGE;
+    } else {
+        a->stages = plan.stages;
+        a->microbatches = plan.microbatches;
+        a->kind = plan.kind;
+        memcpy(a->first, plan.first, sizeof a->first);
+        printf("%s: %d layers of model %s in %d stages:", a->experiment, plan.layers,
+               x->model.plugin->name, plan.stages);
+        for (int s = 0; s < plan.stages; s++)
+            printf(" [%d, %d)", plan.first[s], plan.first[s + 1]);
+        printf("; stage costs in proportion to their layers\n");
+    }
+    bv_diag_free(&d);
+    bv_experiment_free(x);
+    bv_registry_free(reg);
+    return code;
+}
+
 int bv_cli_schedule(int argc, char **argv)
 {
     schedule_args a = {.kind = BV_SCHEDULE_1F1B, .forward = 1, .backward = 2};
     int rc = parse_args(argc, argv, &a);
+    if (!rc && a.experiment)
+        rc = from_experiment(&a);
     if (rc)
         return rc;
     int p = (int)a.stages, m = (int)a.microbatches;
@@ -114,15 +176,19 @@ int bv_cli_schedule(int argc, char **argv)
     bv_status st = s && c ? BV_OK : bv_error_set(&err, BV_ERR_NOMEM, "out of memory");
     for (int i = 0; i < p && st == BV_OK; i++) {
         bv_schedule_init(&s[i]);
-        c[i] = (bv_schedule_costs){.forward = a.forward, .backward = a.backward};
+        /* from an experiment: a stage costs its layers (each layer alike) */
+        double share = a.experiment ? a.first[i + 1] - a.first[i] : 1;
+        c[i] = (bv_schedule_costs){.forward = a.forward * share,
+                                   .backward = a.backward * share};
         st = bv_schedule_generate(a.kind, i, p, m, &s[i], &err);
     }
     bv_schedule_timeline t = {0};
     if (st == BV_OK)
         st = bv_schedule_simulate(s, p, c, &t, &err);
     if (st == BV_OK) {
-        printf("%s, %d stages, %d microbatches (forward %g, backward %g):\n",
-               bv_schedule_kind_name(a.kind), p, m, a.forward, a.backward);
+        printf("%s, %d stages, %d microbatches (%sforward %g, backward %g):\n",
+               bv_schedule_kind_name(a.kind), p, m, a.experiment ? "per layer: " : "",
+               a.forward, a.backward);
         for (int i = 0; i < p; i++) {
             printf("stage %d:", i);
             for (size_t k = 0; k < s[i].count; k++) {

@@ -13,7 +13,7 @@
 
 static const char *const top_level_keys[] = {"name",      "model",  "dataset",    "train",
                                              "compute",   "engine", "transport",  "resilience",
-                                             "policy",    "cluster", "cloud"};
+                                             "policy",    "cluster", "cloud",   "pipeline"};
 #define N_TOP_LEVEL (sizeof top_level_keys / sizeof top_level_keys[0])
 
 static const bv_option engine_schema[] = {
@@ -59,6 +59,19 @@ static const bv_option cluster_schema[] = {
     BV_OPT_END,
 };
 
+/* `pipeline:` a sequence model's layers split into stages (docs/pipeline.md): so far
+ * `bivouac schedule` shows the schedule; the pipeline engine that trains it is issue 14. */
+static const bv_option pipeline_schema[] = {
+    BV_OPT_INT_RANGE("stages", "1", 1, 64, "pipeline stages (P), each a run of layers"),
+    BV_OPT_INT_RANGE("microbatches", "1", 1, 4096, "microbatches (M) a step's batch is cut into"),
+    BV_OPT_CHOICE("schedule", "1f1b", "1f1b|gpipe",
+                  "one forward one backward (PipeDream-flush), or all forwards then all "
+                  "backwards (GPipe)"),
+    BV_OPT_STR("partition", "uniform",
+               "uniform, or each stage's number of layers, comma-separated ('3,1')"),
+    BV_OPT_END,
+};
+
 static const bv_option policy_schema[] = {
     BV_OPT_FILE("file", NULL, "Lua policy script, relative to the experiment file"),
     BV_OPT_CHOICE("on_error", "continue", "continue|stop",
@@ -82,6 +95,7 @@ void bv_experiment_free(bv_experiment *x)
     bv_opts_free(&x->train);
     bv_opts_free(&x->engine);
     bv_opts_free(&x->cluster);
+    bv_opts_free(&x->pipeline);
     bv_opts_free(&x->cloud.opts);
     bv_opts_free(&x->policy);
     bv_policy_free(x->policy_ready);
@@ -525,6 +539,12 @@ static bv_status load(const char *path, char *const *overrides, size_t noverride
     bv_config_validate(bv_node_get(root, "engine"), "engine", engine_schema, NULL, &x->engine,
                        diag);
     load_cluster(x, reg, diag);
+    const bv_node *pipeline = bv_node_get(root, "pipeline");
+    bv_config_validate(pipeline, "pipeline", pipeline_schema, NULL, &x->pipeline, diag);
+    if (pipeline && x->engine_ops && strcmp(x->engine_ops->name, "sequence") != 0)
+        bv_diag_add(diag, &pipeline->pos, "section 'pipeline' splits a sequence model's "
+                    "layers; model %s runs on the %s engine",
+                    x->model.plugin ? x->model.plugin->name : "?", x->engine_ops->name);
     const bv_node *policy = bv_node_get(root, "policy");
     if (policy) {
         static const char *const ignore[] = {"params", NULL};

@@ -44,6 +44,7 @@ typedef struct bv_experiment {
     size_t nresilience;
     bv_opts dataset, train, engine, policy;
     bv_opts cluster; /* `cluster:` how many roles of each kind (defaults without a cloud) */
+    bv_opts pipeline; /* `pipeline:` stages, microbatches, schedule, partition (defaults) */
     bool has_policy;
     bool policy_broken; /* it failed to load with on_error: continue; runs go on without it */
     bv_policy_param *policy_params;
