@@ -104,5 +104,7 @@ bad "--kind is 1f1b or gpipe, got 'zb'" --kind zb --stages 2 --microbatches 2
 bad "--stages needs an integer in [1, 64], got '0'" --stages 0 --microbatches 3
 bad "unknown option '--depth' for schedule" --depth 3
 bad "--microbatches needs a value" --stages 2 --microbatches
+bad "schedule takes its stages, microbatches and kind from x.yaml (set them with -s pipeline.stages=P and the like), not from flags" x.yaml --kind gpipe
+bad "-s needs an experiment file" --stages 2 --microbatches 2 -s pipeline.stages=3
 bad "--out names a .png file (the .svg goes beside it), got 't.jpg'" --stages 2 --microbatches 2 --out t.jpg
 finish

@@ -19,6 +19,7 @@
 typedef struct schedule_args {
     long long stages, microbatches;
     bv_schedule_kind kind;
+    bool kind_given;
     double forward, backward;
     const char *out; /* the timeline picture, .png (the .svg beside it) */
     const char *experiment;
@@ -59,16 +60,17 @@ static int parse_args(int argc, char **argv, schedule_args *a)
             if (!bv_schedule_kind_parse(argv[++i], &a->kind))
                 return bv_cli_fail(BV_EXIT_USAGE, "--kind is 1f1b or gpipe, got '%s'",
                                    argv[i]);
+            a->kind_given = true;
         } else {
             return bv_cli_fail(BV_EXIT_USAGE, "unknown option '%s' for schedule", arg);
         }
         if (rc)
             return rc;
     }
-    if (a->experiment && (a->stages || a->microbatches))
-        return bv_cli_fail(BV_EXIT_USAGE, "schedule takes its stages and microbatches from "
-                           "%s (set them with -s pipeline.stages=P), not from flags",
-                           a->experiment);
+    if (a->experiment && (a->stages || a->microbatches || a->kind_given))
+        return bv_cli_fail(BV_EXIT_USAGE, "schedule takes its stages, microbatches and kind "
+                           "from %s (set them with -s pipeline.stages=P and the like), not "
+                           "from flags", a->experiment);
     if (!a->experiment && a->noverrides)
         return bv_cli_fail(BV_EXIT_USAGE, "-s needs an experiment file");
     if (!a->experiment && (!a->stages || !a->microbatches))
