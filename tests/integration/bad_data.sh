@@ -146,7 +146,7 @@ rm -rf "$BIVOUAC_CACHE_DIR"
 # when that fails: one BLAS thread and one arena keep the limit about the loader on a
 # machine of any size, and `timeout` turns a hang into a failure.
 small="$tmp/small-bivouac"
-if ldd "$B" | grep -q libasan; then
+if ldd "$B" | grep libasan >/dev/null; then  # not -q: with pipefail, ldd could die of SIGPIPE
     small=$B
 else
     cat >"$small" <<EOF

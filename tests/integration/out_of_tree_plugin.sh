@@ -81,7 +81,7 @@ for ex in "${examples[@]}"; do
     exported=$(nm -D --defined-only "$so" | awk '{print $NF}' | sort | tr '\n' ' ')
     [[ "$exported" == "bv_${ex}_plugin " ]] ||
         fail "$ex.so exports '$exported', expected only bv_${ex}_plugin"
-    readelf -d "$so" | grep -q "NEEDED.*libbivouac.so" || fail "$ex.so is not linked to libbivouac"
+    readelf -d "$so" | grep "NEEDED.*libbivouac.so" >/dev/null || fail "$ex.so is not linked to libbivouac"
     readelf -d "$so" | grep -Eq "(RPATH|RUNPATH).*\[$prefix/lib\]" ||
         fail "$ex.so's RPATH is not $prefix/lib: $(readelf -d "$so" | grep -E 'RPATH|RUNPATH')"
 done
@@ -105,7 +105,7 @@ if command -v pkg-config >/dev/null; then
     # A sanitizer build's libbivouac needs the ASan runtime first in the program (plugins,
     # loaded later, do not), so the checker is built with the sanitizers too.
     sanitize=()
-    readelf -d "$prefix/lib/libbivouac.so" | grep -q 'NEEDED.*libasan' &&
+    readelf -d "$prefix/lib/libbivouac.so" | grep "NEEDED.*libasan" >/dev/null &&
         sanitize=(-fsanitize=address,undefined)
     ${CC:-cc} -std=c17 -O2 -Wall -Wextra -Werror "${sanitize[@]}" \
         $(PKG_CONFIG_PATH="$prefix/lib/pkgconfig" pkg-config --cflags bivouac) \

@@ -55,7 +55,7 @@ for role in "graph server" "parameter server" "tensor worker 0" "tensor worker 1
         "BIVOUAC_FAULT_ROLE_SETUP=$role"
 done
 
-if ldd "$BIVOUAC" | grep -q libasan; then
+if ldd "$BIVOUAC" | grep libasan >/dev/null; then  # not -q: with pipefail, ldd could die of SIGPIPE
     echo "skip: the out-of-memory case (ulimit -v does not work under AddressSanitizer)"
 else
     # 500 x 20000 and 20000 x 20000 weights, with Adam's moments: ~5 GB for the parameter

@@ -17,7 +17,7 @@ export BIVOUAC_CACHE_DIR="$tmp/cache"
 export BIVOUAC_PLUGIN_PATH="$BIVOUAC_BUILD_DIR/test-plugins/queue:$BIVOUAC_BUILD_DIR/plugins"
 export TSAN_OPTIONS="halt_on_error=1 exitcode=66 ${TSAN_OPTIONS:-}"
 tsan=false
-ldd "$BIVOUAC" | grep -q libtsan && tsan=true
+ldd "$BIVOUAC" | grep libtsan >/dev/null && tsan=true # not -q (pipefail, SIGPIPE)
 passed=0
 failed=0
 
