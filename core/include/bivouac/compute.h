@@ -217,6 +217,21 @@ typedef struct bv_compute_ops {
                                     uint64_t stream, uint64_t offset, int64_t row_stride,
                                     const float *dy, int64_t lddy, int64_t f, float *dx,
                                     int64_t lddx);
+
+    /* ---- ABI 1.7: that first layer for a model with heads (GAT), all heads at once ----
+     * What `heads` calls of spmm_dropout (and of its gradient) give, to the bit, for head
+     * h = 0 .. heads-1 with offset + h * head_stride as the mask's offset and columns
+     * [h * f, (h + 1) * f) of x and y (dy and dx): each element the same sum in edge
+     * order. One sweep over a's nonzeros instead of one per head. */
+    void (*spmm_dropout_heads)(bv_compute *c, const bv_csr *a, float p, uint64_t seed,
+                               uint64_t stream, uint64_t offset, uint64_t head_stride,
+                               int64_t row_stride, int heads, const float *x, int64_t ldx,
+                               int64_t f, float *y, int64_t ldy);
+    void (*spmm_dropout_heads_backward_x)(bv_compute *c, const bv_csr *a, float p,
+                                          uint64_t seed, uint64_t stream, uint64_t offset,
+                                          uint64_t head_stride, int64_t row_stride, int heads,
+                                          const float *dy, int64_t lddy, int64_t f, float *dx,
+                                          int64_t lddx);
 } bv_compute_ops;
 
 #ifdef __cplusplus

@@ -26,9 +26,10 @@ extern "C" {
  *   1.6: bv_node_request .label and .host, bv_cloud_event .wait_status (cloud.h);
  *        bv_transport_ops.counters and bv_transport_counters (transport.h);
  *        bv_series_report (bivouac/series.h): a plugin that reports series needs a core
- *        that has the function, so it declares 1.6. */
+ *        that has the function, so it declares 1.6.
+ *   1.7: bv_compute_ops.spmm_dropout_heads and its gradient (compute.h). */
 #define BV_ABI_MAJOR 1
-#define BV_ABI_MINOR 6
+#define BV_ABI_MINOR 7
 
 typedef enum bv_plugin_kind {
     BV_KIND_MODEL = 1,

@@ -236,6 +236,8 @@ static const bv_compute_ops cpu_ops = {
     .scale = cpu_scale,
     .spmm_dropout = cpu_spmm_dropout,
     .spmm_dropout_backward_x = cpu_spmm_dropout_backward_x,
+    .spmm_dropout_heads = cpu_spmm_dropout_heads,
+    .spmm_dropout_heads_backward_x = cpu_spmm_dropout_heads_backward_x,
 };
 
 static const bv_plugin cpu_plugin = {

@@ -3,6 +3,7 @@
 #ifndef BV_CPU_INTERNAL_H
 #define BV_CPU_INTERNAL_H
 
+#include <math.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -152,6 +153,26 @@ static inline uint64_t cpu_mix64(uint64_t z)
     return z ^ (z >> 31);
 }
 
+/* cpu_mix64 on 4 lanes at once, in place (GCC vector extensions: AVX-512DQ multiplies
+ * 64-bit lanes in one instruction, AVX2 in three and a shuffle), the same bits per lane.
+ * By pointer: a 32-byte vector passed by value changes the ABI between the builds. */
+typedef uint64_t cpu_u64x4 __attribute__((vector_size(32)));
+typedef int64_t cpu_i64x4 __attribute__((vector_size(32)));
+typedef int32_t cpu_i32x4 __attribute__((vector_size(16)));
+static inline __attribute__((always_inline)) void cpu_mix64x4(cpu_u64x4 *z)
+{
+    *z = (*z ^ (*z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    *z = (*z ^ (*z >> 27)) * 0x94D049BB133111EBull;
+    *z = *z ^ (*z >> 31);
+}
+
+/* u >= p exactly as an integer test on the hash: u = (h >> 40) 2^-24, so u >= p iff
+ * (h >> 40) >= ceil(p 2^24) (p >= 1: never). */
+static inline uint64_t cpu_dropout_threshold(float p)
+{
+    return (uint64_t)ceil((double)p * 16777216.0);
+}
+
 static inline uint64_t cpu_dropout_key(uint64_t seed, uint64_t stream)
 {
     return cpu_mix64(seed ^ cpu_mix64(stream + CPU_GOLDEN_GAMMA));
@@ -230,6 +251,14 @@ void cpu_spmm_dropout_backward_x(bv_compute *c, const bv_csr *a, float p, uint64
                                  uint64_t stream, uint64_t offset, int64_t row_stride,
                                  const float *dy, int64_t lddy, int64_t f, float *dx,
                                  int64_t lddx);
+void cpu_spmm_dropout_heads(bv_compute *c, const bv_csr *a, float p, uint64_t seed,
+                            uint64_t stream, uint64_t offset, uint64_t head_stride,
+                            int64_t row_stride, int heads, const float *x, int64_t ldx,
+                            int64_t f, float *y, int64_t ldy);
+void cpu_spmm_dropout_heads_backward_x(bv_compute *c, const bv_csr *a, float p, uint64_t seed,
+                                       uint64_t stream, uint64_t offset, uint64_t head_stride,
+                                       int64_t row_stride, int heads, const float *dy,
+                                       int64_t lddy, int64_t f, float *dx, int64_t lddx);
 void cpu_spmm(bv_compute *c, const bv_csr *a, int64_t row_begin, int64_t row_end,
               const float *x, int64_t f, float *y);
 

@@ -256,7 +256,7 @@ typedef struct dropout_ctx {
  * (h >> 40) >= ceil(p * 2^24), since u = (h >> 40) * 2^-24 exactly. A zero input passes
  * through unchanged (sign included) whatever the mask says, as before. Branch-free: the
  * scalar loop with its zero test was a quarter of a 1M-vertex GCN epoch. */
-typedef uint64_t vec4u64 __attribute__((vector_size(32)));
+typedef cpu_u64x4 vec4u64;
 typedef int64_t vec4i64 __attribute__((vector_size(32)));
 typedef float vec4f __attribute__((vector_size(16)));
 typedef int32_t vec4i32 __attribute__((vector_size(16)));
@@ -268,9 +268,7 @@ static inline __attribute__((always_inline)) void dropout_vec4(const dropout_ctx
     memcpy(&x, d->in + i, (size_t)k * sizeof(float));
     uint64_t first = d->offset + (uint64_t)i + 1;
     vec4u64 z = (vec4u64){first, first + 1, first + 2, first + 3} * CPU_GOLDEN_GAMMA + d->key;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z = z ^ (z >> 31);
+    cpu_mix64x4(&z);
     vec4i64 keep64 = (vec4i64)((z >> 40) >= d->threshold);
     vec4i32 keep = __builtin_convertvector(keep64, vec4i32) | (x == 0.0f);
     vec4f y = (vec4f)((vec4i32)(x * d->scale) & keep);
@@ -327,7 +325,7 @@ static void dropout_apply(bv_compute *c, int64_t n, float p, uint64_t seed, uint
         return;
     }
     dropout_ctx d = {.n = n, .p = p, .scale = 1.0f / (1.0f - p),
-                     .threshold = (uint64_t)ceil((double)p * 16777216.0),
+                     .threshold = cpu_dropout_threshold(p),
                      .key = cpu_dropout_key(seed, stream), .offset = offset,
                      .in = in, .out = out};
     /* hashing costs more than a copy: split finer than the elementwise grain */

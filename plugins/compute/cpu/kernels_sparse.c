@@ -121,45 +121,84 @@ void cpu_spmm(bv_compute *c, const bv_csr *a, int64_t row_begin, int64_t row_end
 
 /* ---- spmm with dropout on the sparse values (a sparse first layer) ------------------ */
 
+/* Up to this many heads' columns (heads x f floats, f a multiple of 8) stay in registers. */
+#define SPMM_HEADS_VEC 8
+
 typedef struct spmm_dropout_ctx {
     const bv_csr *a;
     float p, scale;
-    uint64_t key, offset;
+    uint64_t key, offset, head_stride, threshold;
     int64_t row_stride;
+    int heads;
     const float *x;
     int64_t ldx, f;
     float *y;
     int64_t ldy;
 } spmm_dropout_ctx;
 
-/* The dropped-out value of edge k of row i: the mask dropout_forward would give the
- * dense element (i, col), so the sparse and dense paths train the same model. */
-static inline float kept_value(const spmm_dropout_ctx *s, int64_t i, int64_t k)
+/* The dropped-out value of edge k of row i for head h: the mask dropout_forward would give
+ * the dense element (i, col) of head h's input, so the sparse and dense paths train the
+ * same model. */
+static inline float kept_value(const spmm_dropout_ctx *s, int64_t i, int64_t k, int h)
 {
     float v = s->a->values[k];
     if (s->p <= 0.0f)
         return v;
-    uint64_t index = s->offset + (uint64_t)(i * s->row_stride + s->a->colidx[k]);
+    uint64_t index = s->offset + (uint64_t)h * s->head_stride +
+                     (uint64_t)(i * s->row_stride + s->a->colidx[k]);
     return cpu_dropout_uniform(s->key, index) >= s->p ? v * s->scale : 0.0f;
+}
+
+/* Every head's dropped-out value of edge k of row i, the hashes of 4 heads at a time in
+ * 64-bit lanes: the same masks as kept_value, by the exact integer form of u >= p. */
+static inline __attribute__((always_inline)) void kept_values(const spmm_dropout_ctx *s,
+                                                              int64_t i, int64_t k, float *w)
+{
+    float v = s->a->values[k];
+    int h = 0;
+    if (s->p > 0.0f) {
+        uint64_t first = s->offset + (uint64_t)(i * s->row_stride + s->a->colidx[k]) + 1;
+        uint64_t hs = s->head_stride;
+        float kept = v * s->scale;
+        int32_t bits;
+        memcpy(&bits, &kept, sizeof bits);
+        for (; h + 4 <= s->heads; h += 4) {
+            uint64_t at = first + (uint64_t)h * hs;
+            cpu_u64x4 z = (cpu_u64x4){at, at + hs, at + 2 * hs, at + 3 * hs} * CPU_GOLDEN_GAMMA +
+                          s->key;
+            cpu_mix64x4(&z);
+            /* the lanes' keep masks, narrowed to 32 bits, select kept's bits or +0 */
+            cpu_i64x4 keep64 = (cpu_i64x4)((z >> 40) >= s->threshold);
+            cpu_i32x4 keep = __builtin_convertvector(keep64, cpu_i32x4);
+            cpu_i32x4 wv = (cpu_i32x4){bits, bits, bits, bits} & keep;
+            memcpy(w + h, &wv, sizeof wv);
+        }
+    }
+    for (; h < s->heads; h++)
+        w[h] = kept_value(s, i, k, h);
 }
 
 /* A dropped value adds w x = 0 x (or -0) to its output row instead of being skipped: the
  * row starts at +0 and a float sum that starts at +0 is never -0, so adding a zero leaves
  * it exactly as it was, and the kept/dropped branch, taken at random with p = 0.6, no
- * longer mispredicts. Widths of nv x 8 (the usual head sizes) keep the row in registers
- * and add in the same order as the any-width loop, so every path gives the same bits. */
+ * longer mispredicts. All heads' columns of a row (nv x 8 floats, each vector inside one
+ * head) stay in registers while its nonzeros go by once, each head's mask drawn per
+ * nonzero; every element adds in the same order as the any-width loop, so every path and
+ * any number of heads per call give the same bits. */
 CPU_VEC_INLINE void spmm_dropout_rows_vec(const spmm_dropout_ctx *s, int64_t b, int64_t e,
                                           int nv)
 {
+    int64_t per_head = s->f / 8; /* vectors of one head */
     for (int64_t i = b; i < e; i++) {
-        vec8f acc[8];
+        vec8f acc[SPMM_HEADS_VEC];
         for (int v = 0; v < nv; v++)
             acc[v] = vec8_splat(0.0f);
         for (int64_t k = s->a->rowptr[i]; k < s->a->rowptr[i + 1]; k++) {
             const float *xr = s->x + (int64_t)s->a->colidx[k] * s->ldx;
-            vec8f w = vec8_splat(kept_value(s, i, k));
+            float w[SPMM_HEADS_VEC];
+            kept_values(s, i, k, w);
             for (int v = 0; v < nv; v++)
-                acc[v] += w * vec8_load(xr + 8 * v, 8);
+                acc[v] += vec8_splat(w[v / per_head]) * vec8_load(xr + 8 * v, 8);
         }
         float *yr = s->y + i * s->ldy;
         for (int v = 0; v < nv; v++)
@@ -169,18 +208,24 @@ CPU_VEC_INLINE void spmm_dropout_rows_vec(const spmm_dropout_ctx *s, int64_t b, 
 
 CPU_VEC_INLINE void spmm_dropout_rows_body(const spmm_dropout_ctx *s, int64_t b, int64_t e)
 {
-    switch (s->f) {
-    case 8: spmm_dropout_rows_vec(s, b, e, 1); return;
-    case 16: spmm_dropout_rows_vec(s, b, e, 2); return;
-    case 32: spmm_dropout_rows_vec(s, b, e, 4); return;
-    case 64: spmm_dropout_rows_vec(s, b, e, 8); return;
-    default: break;
+    int64_t width = s->f * s->heads;
+    if (s->f % 8 == 0 && width <= 8 * SPMM_HEADS_VEC) {
+        switch (width / 8) { /* a constant trip count, so the vector loops unroll */
+        case 1: spmm_dropout_rows_vec(s, b, e, 1); return;
+        case 2: spmm_dropout_rows_vec(s, b, e, 2); return;
+        case 4: spmm_dropout_rows_vec(s, b, e, 4); return;
+        case 8: spmm_dropout_rows_vec(s, b, e, 8); return;
+        default: break;
+        }
     }
     for (int64_t i = b; i < e; i++) {
         float *yr = s->y + i * s->ldy;
-        memset(yr, 0, (size_t)s->f * sizeof *yr);
+        for (int h = 0; h < s->heads; h++)
+            memset(yr + h * s->f, 0, (size_t)s->f * sizeof *yr);
         for (int64_t k = s->a->rowptr[i]; k < s->a->rowptr[i + 1]; k++)
-            row_axpy(s->f, kept_value(s, i, k), s->x + (int64_t)s->a->colidx[k] * s->ldx, yr);
+            for (int h = 0; h < s->heads; h++)
+                row_axpy(s->f, kept_value(s, i, k, h),
+                         s->x + (int64_t)s->a->colidx[k] * s->ldx + h * s->f, yr + h * s->f);
     }
 }
 CPU_DEFINE_DISPATCH(spmm_dropout_rows, (const spmm_dropout_ctx *s, int64_t b, int64_t e),
@@ -197,38 +242,59 @@ static void spmm_dropout_task(void *arg, int tid, int ntasks)
 
 static spmm_dropout_ctx spmm_dropout_setup(const bv_csr *a, float p, uint64_t seed,
                                            uint64_t stream, uint64_t offset,
-                                           int64_t row_stride)
+                                           uint64_t head_stride, int64_t row_stride, int heads)
 {
     spmm_dropout_ctx s = {.a = a, .p = p >= 1.0f ? 1.0f : p, .offset = offset,
-                          .row_stride = row_stride};
+                          .head_stride = head_stride, .row_stride = row_stride,
+                          .heads = heads};
     s.scale = p > 0.0f && p < 1.0f ? 1.0f / (1.0f - p) : 1.0f;
     s.key = cpu_dropout_key(seed, stream);
+    s.threshold = cpu_dropout_threshold(s.p);
     return s;
+}
+
+void cpu_spmm_dropout_heads(bv_compute *c, const bv_csr *a, float p, uint64_t seed,
+                            uint64_t stream, uint64_t offset, uint64_t head_stride,
+                            int64_t row_stride, int heads, const float *x, int64_t ldx,
+                            int64_t f, float *y, int64_t ldy)
+{
+    if (a->nrows <= 0 || f <= 0 || heads <= 0)
+        return;
+    if (heads > SPMM_HEADS_VEC) { /* the weights of one nonzero's heads fit a small array */
+        for (int h = 0; h < heads; h += SPMM_HEADS_VEC)
+            cpu_spmm_dropout_heads(c, a, p, seed, stream, offset + (uint64_t)h * head_stride,
+                                   head_stride, row_stride,
+                                   heads - h < SPMM_HEADS_VEC ? heads - h : SPMM_HEADS_VEC,
+                                   x + h * f, ldx, f, y + h * f, ldy);
+        return;
+    }
+    spmm_dropout_ctx s = spmm_dropout_setup(a, p, seed, stream, offset, head_stride,
+                                            row_stride, heads);
+    s.x = x;
+    s.ldx = ldx;
+    s.f = f;
+    s.y = y;
+    s.ldy = ldy;
+    int ntasks = cpu_tasks_for(c, (a->nnz + a->nrows) * f * heads, CPU_GRAIN);
+    if (ntasks > a->nrows)
+        ntasks = (int)a->nrows;
+    cpu_run(c, CPU_TIME_SPMM, ntasks, spmm_dropout_task, &s);
 }
 
 void cpu_spmm_dropout(bv_compute *c, const bv_csr *a, float p, uint64_t seed, uint64_t stream,
                       uint64_t offset, int64_t row_stride, const float *x, int64_t ldx,
                       int64_t f, float *y, int64_t ldy)
 {
-    if (a->nrows <= 0 || f <= 0)
-        return;
-    spmm_dropout_ctx s = spmm_dropout_setup(a, p, seed, stream, offset, row_stride);
-    s.x = x;
-    s.ldx = ldx;
-    s.f = f;
-    s.y = y;
-    s.ldy = ldy;
-    int ntasks = cpu_tasks_for(c, (a->nnz + a->nrows) * f, CPU_GRAIN);
-    if (ntasks > a->nrows)
-        ntasks = (int)a->nrows;
-    cpu_run(c, CPU_TIME_SPMM, ntasks, spmm_dropout_task, &s);
+    cpu_spmm_dropout_heads(c, a, p, seed, stream, offset, 0, row_stride, 1, x, ldx, f, y, ldy);
 }
 
 /* The weight gradient scatters into rows of dx named by columns. Each task owns a range of
  * dx rows and scans every nonzero in edge order, hashing and adding only those whose
  * column it owns (edge_scores_backward's dsrc scheme): each dx row receives its terms in
  * the serial loop's order, so the bits do not depend on the thread count. A dropped value
- * adds a zero, as in the forward (dx starts at +0 or at a sum, never at -0). */
+ * adds nothing (dx starts at +0 or at a sum, never at -0). Each head's columns of dx and
+ * dy are its own, so every element gets the same terms in the same order as with one head
+ * per call. */
 CPU_VEC_INLINE void spmm_dropout_backward_x_cols(const spmm_dropout_ctx *s,
                                                  int64_t col_begin, int64_t col_end, int nv)
 {
@@ -239,19 +305,23 @@ CPU_VEC_INLINE void spmm_dropout_backward_x_cols(const spmm_dropout_ctx *s,
             int64_t col = colidx[k];
             if (col < col_begin || col >= col_end)
                 continue;
-            float w = kept_value(s, i, k);
-            if (w == 0.0f)
-                continue;
-            const float *xr = s->x + i * s->ldx;
-            float *yr = s->y + col * s->ldy;
-            if (nv == 0) {
-                row_axpy(s->f, w, xr, yr);
-                continue;
+            float wh[SPMM_HEADS_VEC];
+            kept_values(s, i, k, wh);
+            for (int h = 0; h < s->heads; h++) {
+                float w = wh[h];
+                if (w == 0.0f)
+                    continue;
+                const float *xr = s->x + i * s->ldx + h * s->f;
+                float *yr = s->y + col * s->ldy + h * s->f;
+                if (nv == 0) {
+                    row_axpy(s->f, w, xr, yr);
+                    continue;
+                }
+                vec8f wv = vec8_splat(w);
+                for (int v = 0; v < nv; v++)
+                    vec8_store(yr + 8 * v,
+                               vec8_load(yr + 8 * v, 8) + wv * vec8_load(xr + 8 * v, 8), 8);
             }
-            vec8f wv = vec8_splat(w);
-            for (int v = 0; v < nv; v++)
-                vec8_store(yr + 8 * v, vec8_load(yr + 8 * v, 8) + wv * vec8_load(xr + 8 * v, 8),
-                           8);
         }
 }
 
@@ -279,21 +349,39 @@ static void spmm_dropout_backward_x_task(void *arg, int tid, int ntasks)
     spmm_dropout_backward_x_range(s, col_begin, col_end);
 }
 
-void cpu_spmm_dropout_backward_x(bv_compute *c, const bv_csr *a, float p, uint64_t seed,
-                                 uint64_t stream, uint64_t offset, int64_t row_stride,
-                                 const float *dy, int64_t lddy, int64_t f, float *dx,
-                                 int64_t lddx)
+void cpu_spmm_dropout_heads_backward_x(bv_compute *c, const bv_csr *a, float p, uint64_t seed,
+                                       uint64_t stream, uint64_t offset, uint64_t head_stride,
+                                       int64_t row_stride, int heads, const float *dy,
+                                       int64_t lddy, int64_t f, float *dx, int64_t lddx)
 {
-    if (a->nrows <= 0 || f <= 0)
+    if (a->nrows <= 0 || f <= 0 || heads <= 0)
         return;
-    spmm_dropout_ctx s = spmm_dropout_setup(a, p, seed, stream, offset, row_stride);
+    if (heads > SPMM_HEADS_VEC) { /* as the forward: 8 heads per sweep */
+        for (int h = 0; h < heads; h += SPMM_HEADS_VEC)
+            cpu_spmm_dropout_heads_backward_x(
+                c, a, p, seed, stream, offset + (uint64_t)h * head_stride, head_stride,
+                row_stride, heads - h < SPMM_HEADS_VEC ? heads - h : SPMM_HEADS_VEC, dy + h * f,
+                lddy, f, dx + h * f, lddx);
+        return;
+    }
+    spmm_dropout_ctx s = spmm_dropout_setup(a, p, seed, stream, offset, head_stride,
+                                            row_stride, heads);
     s.x = dy;
     s.ldx = lddy;
     s.f = f;
     s.y = dx;
     s.ldy = lddx;
-    int ntasks = cpu_tasks_for(c, (a->nnz + a->nrows) * f, CPU_GRAIN);
+    int ntasks = cpu_tasks_for(c, (a->nnz + a->nrows) * f * heads, CPU_GRAIN);
     if (ntasks > a->ncols)
         ntasks = (int)a->ncols;
     cpu_run(c, CPU_TIME_SPMM, ntasks, spmm_dropout_backward_x_task, &s);
+}
+
+void cpu_spmm_dropout_backward_x(bv_compute *c, const bv_csr *a, float p, uint64_t seed,
+                                 uint64_t stream, uint64_t offset, int64_t row_stride,
+                                 const float *dy, int64_t lddy, int64_t f, float *dx,
+                                 int64_t lddx)
+{
+    cpu_spmm_dropout_heads_backward_x(c, a, p, seed, stream, offset, 0, row_stride, 1, dy,
+                                      lddy, f, dx, lddx);
 }

@@ -190,6 +190,14 @@ static float gat_rate(const bv_model *m, const bv_task_ctx *ctx)
     return ctx->training ? m->dropout : 0.0f;
 }
 
+/* That first layer with every head in one sweep over X's nonzeros (compute ABI 1.7): the
+ * same bits as head by head, a fraction of the passes. */
+static bool gat_sparse_fused(const bv_task_ctx *ctx, int l)
+{
+    return gat_sparse(ctx, l) && ctx->k->spmm_dropout_heads &&
+           ctx->k->spmm_dropout_heads_backward_x;
+}
+
 /* x_h = dropout_h(a); Z_h = x_h W_h (head h's columns of Z) */
 static void av_project_head(const bv_model *m, int l, size_t stage, const bv_task_ctx *ctx,
                             int h, const float *a, float *x, float *zb)
@@ -213,6 +221,23 @@ static void av_project_head(const bv_model *m, int l, size_t stage, const bv_tas
                  0.0f, zb + h * hd, z);
 }
 
+/* Every head's x_h and Z_h (zb): one call on sparse features when the back end has it. */
+static void av_project(const bv_model *m, int l, size_t stage, const bv_task_ctx *ctx,
+                       const float *a, float *x, float *zb)
+{
+    int64_t hd = m->head_dim[l], z = m->heads[l] * hd, w = m->in_width[l];
+    if (gat_sparse_fused(ctx, l)) {
+        ctx->k->spmm_dropout_heads(ctx->compute, ctx->sparse_in, gat_rate(m, ctx), ctx->seed,
+                                   stream_of(ctx, stage), input_offset(ctx, w, 0),
+                                   input_offset(ctx, w, 1) - input_offset(ctx, w, 0), w,
+                                   m->heads[l], ctx->params[l * P_PER_LAYER + P_W], z, hd, zb,
+                                   z);
+        return;
+    }
+    for (int h = 0; h < m->heads[l]; h++)
+        av_project_head(m, l, stage, ctx, h, a, x, zb);
+}
+
 static bv_status av_forward(bv_model *m, int l, size_t stage, const bv_task_ctx *ctx,
                             const float *in, float *out, bv_error *err)
 {
@@ -228,8 +253,7 @@ static bv_status av_forward(bv_model *m, int l, size_t stage, const bv_task_ctx 
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory in AV%d", l);
     }
     const float *act = gat_sparse(ctx, l) ? NULL : av_activation(m, l, ctx, in, a);
-    for (int h = 0; h < k; h++)
-        av_project_head(m, l, stage, ctx, h, act, x, zb);
+    av_project(m, l, stage, ctx, act, x, zb);
     float *const *p = ctx->params + l * P_PER_LAYER;
     for (int64_t r = 0; r < ctx->rows; r++) {
         float *row = out + r * ow;
@@ -297,8 +321,12 @@ static bv_status av_backward(bv_model *m, int l, size_t stage, const bv_task_ctx
      * dZ_h += ds_src a_src + ds_dst a_dst and the a's gradients, dW_h += x_h^T dZ_h and
      * din += mask_h(dZ_h W_h^T). Every element is the same sum in the same order as when
      * each step ran over all heads at once. */
+    bool fused = gat_sparse_fused(ctx, l);
+    if (fused) /* every head's Z_h at once; their dW_h after the loop, at once too */
+        av_project(m, l, stage, ctx, act, x, zb);
     for (int h = 0; h < k; h++) {
-        av_project_head(m, l, stage, ctx, h, act, x, zb);
+        if (!fused)
+            av_project_head(m, l, stage, ctx, h, act, x, zb);
         /* head h's slices, restrict so that the unit loop vectorises */
         const float *restrict asrc = p[P_ASRC] + h * hd, *restrict adst = p[P_ADST] + h * hd;
         float *restrict dasrc = dp[P_ASRC] + h * hd, *restrict dadst = dp[P_ADST] + h * hd;
@@ -313,6 +341,8 @@ static bv_status av_backward(bv_model *m, int l, size_t stage, const bv_task_ctx
                 dadst[f] += dd * zr[f];
             }
         }
+        if (fused)
+            continue;
         if (gat_sparse(ctx, l)) { /* the first layer: X needs no gradient */
             ctx->k->spmm_dropout_backward_x(ctx->compute, ctx->sparse_in, gat_rate(m, ctx),
                                             ctx->seed, stream_of(ctx, stage),
@@ -332,6 +362,11 @@ static bv_status av_backward(bv_model *m, int l, size_t stage, const bv_task_ctx
                                      stream_of(ctx, stage), input_offset(ctx, w, h), dx, dx);
         ctx->k->axpy(ctx->compute, n, 1.0f, dx, din);
     }
+    if (fused) /* the first layer, X needing no gradient: every head's dW_h in one sweep */
+        ctx->k->spmm_dropout_heads_backward_x(
+            ctx->compute, ctx->sparse_in, gat_rate(m, ctx), ctx->seed, stream_of(ctx, stage),
+            input_offset(ctx, w, 0), input_offset(ctx, w, 1) - input_offset(ctx, w, 0), w, k,
+            dz, z, hd, dp[P_W], z);
     if (din) { /* back through ELU(in + b) */
         const float *b = ctx->params[(l - 1) * P_PER_LAYER + P_B];
         float *db = dparams[(l - 1) * P_PER_LAYER + P_B];

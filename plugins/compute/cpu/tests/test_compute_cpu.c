@@ -241,7 +241,61 @@ static void test_spmm_is_bit_identical_for_1_2_3_threads(void **state)
     free_csr(&a);
 }
 
-/* ---- relu ---------------------------------------------------------------------------- */
+static float *copy_floats(const float *v, int64_t n); /* below, with the edge kernels */
+
+/* spmm_dropout_heads (ABI 1.7) gives, to the bit, what one spmm_dropout call per head
+ * gives (head h: mask offset + h * head_stride, columns [h f, (h + 1) f)), and so does its
+ * gradient, for head widths on the vector path (8) and off it (3), more heads than one
+ * sweep takes (10), any thread count, with and without dropout. */
+static void test_spmm_dropout_heads_equals_head_by_head(void **state)
+{
+    (void)state;
+    bv_csr a = random_csr(700, 500, 12, true);
+    static const int shapes[][2] = {{8, 8}, {1, 8}, {3, 8}, {10, 8}, {8, 3}, {2, 16}};
+    for (size_t sh = 0; sh < sizeof shapes / sizeof shapes[0]; sh++) {
+        int heads = shapes[sh][0];
+        int64_t f = shapes[sh][1], z = heads * f;
+        float *x = random_floats(a.ncols * z, -1, 1), *dy = random_floats(a.nrows * z, -1, 1);
+        for (int drop = 0; drop < 2; drop++) {
+            float p = drop ? 0.6f : 0.0f;
+            uint64_t offset = 12345, stride = 1000003;
+            size_t ybytes = (size_t)(a.nrows * z) * sizeof(float);
+            size_t dxbytes = (size_t)(a.ncols * z) * sizeof(float);
+            float *y1 = calloc(1, ybytes), *y2 = calloc(1, ybytes);
+            float *dx1 = random_floats(a.ncols * z, -1, 1), *dx2 = copy_floats(dx1, a.ncols * z);
+            bv_compute *c1 = make_cpu_compute(1);
+            for (int h = 0; h < heads; h++) {
+                ops()->spmm_dropout(c1, &a, p, 7, 3, offset + (uint64_t)h * stride, a.ncols,
+                                    x + h * f, z, f, y1 + h * f, z);
+                ops()->spmm_dropout_backward_x(c1, &a, p, 7, 3, offset + (uint64_t)h * stride,
+                                               a.ncols, dy + h * f, z, f, dx1 + h * f, z);
+            }
+            ops()->destroy(c1);
+            for (int t = 1; t <= 3; t += 2) {
+                bv_compute *c = make_cpu_compute(t);
+                memset(y2, 0xff, ybytes);
+                float *dx = copy_floats(dx2, a.ncols * z);
+                ops()->spmm_dropout_heads(c, &a, p, 7, 3, offset, stride, a.ncols, heads, x, z,
+                                          f, y2, z);
+                ops()->spmm_dropout_heads_backward_x(c, &a, p, 7, 3, offset, stride, a.ncols,
+                                                     heads, dy, z, f, dx, z);
+                ops()->destroy(c);
+                assert_memory_equal(y1, y2, ybytes);
+                assert_memory_equal(dx1, dx, dxbytes);
+                free(dx);
+            }
+            free(y1);
+            free(y2);
+            free(dx1);
+            free(dx2);
+        }
+        free(x);
+        free(dy);
+    }
+    free_csr(&a);
+}
+
+/* ---- relu ---------------------------------------------------------------------------- *//* ---- relu ---------------------------------------------------------------------------- */
 
 static void test_relu_forward_and_backward_match_reference_in_place(void **state)
 {
@@ -1106,6 +1160,7 @@ int main(void)
         cmocka_unit_test(test_gemm_beta_zero_ignores_nan_and_k_zero_scales),
         cmocka_unit_test(test_spmm_matches_reference_with_empty_rows_and_subranges),
         cmocka_unit_test(test_spmm_is_bit_identical_for_1_2_3_threads),
+        cmocka_unit_test(test_spmm_dropout_heads_equals_head_by_head),
         cmocka_unit_test(test_relu_forward_and_backward_match_reference_in_place),
         cmocka_unit_test(test_dropout_mask_is_documented_hash_and_keeps_half),
         cmocka_unit_test(test_dropout_mask_other_rates_and_signed_zeros),
