@@ -292,32 +292,38 @@ void cpu_spmm_dropout(bv_compute *c, const bv_csr *a, float p, uint64_t seed, ui
  * dx rows and scans every nonzero in edge order, hashing and adding only those whose
  * column it owns (edge_scores_backward's dsrc scheme): each dx row receives its terms in
  * the serial loop's order, so the bits do not depend on the thread count. A dropped value
- * adds nothing (dx starts at +0 or at a sum, never at -0). Each head's columns of dx and
- * dy are its own, so every element gets the same terms in the same order as with one head
- * per call. */
+ * adds a zero or nothing (the same: dx starts at +0 or at a sum, never at -0). Each head's
+ * columns of dx and dy are its own, so every element gets the same terms in the same
+ * order as with one head per call. */
 CPU_VEC_INLINE void spmm_dropout_backward_x_cols(const spmm_dropout_ctx *s,
                                                  int64_t col_begin, int64_t col_end, int nv)
 {
+    /* the context's fields in locals: stores into dx could alias them otherwise */
     const int64_t *rowptr = s->a->rowptr;
     const int32_t *colidx = s->a->colidx;
-    for (int64_t i = 0; i < s->a->nrows; i++)
+    const float *dy = s->x;
+    float *dx = s->y;
+    int64_t lddy = s->ldx, lddx = s->ldy, f = s->f, nrows = s->a->nrows;
+    int heads = s->heads;
+    for (int64_t i = 0; i < nrows; i++)
         for (int64_t k = rowptr[i]; k < rowptr[i + 1]; k++) {
             int64_t col = colidx[k];
             if (col < col_begin || col >= col_end)
                 continue;
             float wh[SPMM_HEADS_VEC];
             kept_values(s, i, k, wh);
-            for (int h = 0; h < s->heads; h++) {
-                float w = wh[h];
-                if (w == 0.0f)
-                    continue;
-                const float *xr = s->x + i * s->ldx + h * s->f;
-                float *yr = s->y + col * s->ldy + h * s->f;
+            for (int h = 0; h < heads; h++) {
+                const float *xr = dy + i * lddy + h * f;
+                float *yr = dx + col * lddx + h * f;
                 if (nv == 0) {
-                    row_axpy(s->f, w, xr, yr);
+                    if (wh[h] != 0.0f)
+                        row_axpy(f, wh[h], xr, yr);
                     continue;
                 }
-                vec8f wv = vec8_splat(w);
+                /* a dropped value adds 0 x, as in the forward, instead of a branch taken
+                 * at random: dx starts at +0 or at a sum, never at -0, so it stays as it
+                 * was */
+                vec8f wv = vec8_splat(wh[h]);
                 for (int v = 0; v < nv; v++)
                     vec8_store(yr + 8 * v,
                                vec8_load(yr + 8 * v, 8) + wv * vec8_load(xr + 8 * v, 8), 8);
