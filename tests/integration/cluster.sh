@@ -61,6 +61,9 @@ run() {
 
 leftovers() { # PGID: processes of the group still alive, and socket directories
     local left
+    # a process may be a moment from gone (under the sanitizers exit takes a while): an
+    # orphan is one still there after 5 s
+    for _ in $(seq 500); do [ "$(pgrep -g "$1" | wc -l)" = 0 ] && break; sleep 0.01; done
     left=$(pgrep -g "$1" 2>/dev/null | wc -l || true)
     echo "processes $left, socket dirs $(find "$TMPDIR" -mindepth 1 | wc -l)"
 }
