@@ -261,13 +261,14 @@ typedef int64_t vec4i64 __attribute__((vector_size(32)));
 typedef float vec4f __attribute__((vector_size(16)));
 typedef int32_t vec4i32 __attribute__((vector_size(16)));
 
+/* at: the hash's input for elements i .. i+3, key + (offset + i + 1 + lane) GAMMA */
 static inline __attribute__((always_inline)) void dropout_vec4(const dropout_ctx *d,
-                                                               int64_t i, int64_t k)
+                                                               int64_t i, int64_t k,
+                                                               const vec4u64 *at)
 {
     vec4f x = {0};
     memcpy(&x, d->in + i, (size_t)k * sizeof(float));
-    uint64_t first = d->offset + (uint64_t)i + 1;
-    vec4u64 z = (vec4u64){first, first + 1, first + 2, first + 3} * CPU_GOLDEN_GAMMA + d->key;
+    vec4u64 z = *at;
     cpu_mix64x4(&z);
     vec4i64 keep64 = (vec4i64)((z >> 40) >= d->threshold);
     vec4i32 keep = __builtin_convertvector(keep64, vec4i32) | (x == 0.0f);
@@ -278,11 +279,16 @@ static inline __attribute__((always_inline)) void dropout_vec4(const dropout_ctx
 static inline __attribute__((always_inline)) void dropout_range_body(const dropout_ctx *d,
                                                                      int64_t b, int64_t e)
 {
+    /* the hash's input advances by GAMMA per element: an add per 4 lanes, not a multiply
+     * (AVX2 has no 64-bit one), the same values modulo 2^64 */
+    uint64_t first = d->offset + (uint64_t)b + 1;
+    vec4u64 at = (vec4u64){first, first + 1, first + 2, first + 3} * CPU_GOLDEN_GAMMA + d->key;
+    const vec4u64 step = (vec4u64){4, 4, 4, 4} * CPU_GOLDEN_GAMMA;
     int64_t i = b;
-    for (; i + 4 <= e; i += 4)
-        dropout_vec4(d, i, 4);
+    for (; i + 4 <= e; i += 4, at += step)
+        dropout_vec4(d, i, 4, &at);
     if (i < e)
-        dropout_vec4(d, i, e - i);
+        dropout_vec4(d, i, e - i, &at);
 }
 
 CPU_DEFINE_DISPATCH(dropout_range, (const dropout_ctx *d, int64_t b, int64_t e), (d, b, e))
