@@ -71,9 +71,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     (void)argc;
     (void)argv;
     bv_log_set_level(BV_LOG_ERROR);
-    const char *seeds = getenv("BV_FUZZ_WRITE_SEEDS");
-    if (seeds)
-        write_seeds(seeds);
+    fuzz_write_seeds_if_asked(write_seeds);
     return 0;
 }
 

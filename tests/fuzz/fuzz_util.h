@@ -54,4 +54,13 @@ static void fuzz_write_file(const char *path, const void *data, size_t n)
     close(fd);
 }
 
+/* run.sh asks a target that makes its own seeds for them with BV_FUZZ_WRITE_SEEDS=DIR:
+ * then write_seeds(DIR) writes them (and exits); otherwise nothing. */
+static inline void fuzz_write_seeds_if_asked(void (*write_seeds)(const char *dir))
+{
+    const char *dir = getenv("BV_FUZZ_WRITE_SEEDS");
+    if (dir)
+        write_seeds(dir);
+}
+
 #endif
