@@ -37,5 +37,8 @@ int bv_cli_int_arg(const char *flag, const char *text, long long min, long long 
                    long long *out);
 int bv_cli_number_arg(const char *flag, const char *text, double min, double max,
                       double *out);
+/* One `-s KEY.PATH=VALUE` appended to list (n of max used). Returns 0, or prints
+ * "bivouac: error: too many -s overrides" and returns BV_EXIT_USAGE. */
+int bv_cli_override_arg(char *text, char **list, size_t *n, size_t max);
 
 #endif

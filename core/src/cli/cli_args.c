@@ -31,6 +31,14 @@ int bv_cli_int_arg(const char *flag, const char *text, long long min, long long 
     return 0;
 }
 
+int bv_cli_override_arg(char *text, char **list, size_t *n, size_t max)
+{
+    if (*n == max)
+        return bv_cli_fail(BV_EXIT_USAGE, "too many -s overrides");
+    list[(*n)++] = text;
+    return 0;
+}
+
 int bv_cli_number_arg(const char *flag, const char *text, double min, double max, double *out)
 {
     char *end = NULL;

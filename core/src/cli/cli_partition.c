@@ -35,9 +35,7 @@ static int parse_args(int argc, char **argv, partition_args *a)
             return bv_cli_fail(BV_EXIT_USAGE, "%s needs a value", arg);
         int rc = 0;
         if (!strcmp(arg, "-s") || !strcmp(arg, "--set")) {
-            if (a->noverrides == MAX_OVERRIDES)
-                return bv_cli_fail(BV_EXIT_USAGE, "too many -s overrides");
-            a->overrides[a->noverrides++] = argv[++i];
+            rc = bv_cli_override_arg(argv[++i], a->overrides, &a->noverrides, MAX_OVERRIDES);
         } else if (!strcmp(arg, "--parts")) {
             rc = bv_cli_int_arg(arg, argv[++i], 1, INT32_MAX, &a->parts);
         } else if (!strcmp(arg, "--seed")) {

@@ -69,9 +69,8 @@ static int parse_args(int argc, char **argv, run_args *a, bool allow_run_flags)
         if (takes_value && !val)
             return bv_cli_fail(BV_EXIT_USAGE, "%s needs a value", arg);
         if (!strcmp(arg, "-s") || !strcmp(arg, "--set")) {
-            if (a->noverrides == MAX_OVERRIDES)
-                return bv_cli_fail(BV_EXIT_USAGE, "too many -s overrides");
-            a->overrides[a->noverrides++] = argv[++i];
+            if (bv_cli_override_arg(argv[++i], a->overrides, &a->noverrides, MAX_OVERRIDES))
+                return BV_EXIT_USAGE;
         } else if (allow_run_flags && !strcmp(arg, "--out")) {
             a->out = argv[++i];
         } else if (allow_run_flags && !strcmp(arg, "--seed")) {

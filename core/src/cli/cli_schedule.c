@@ -42,11 +42,9 @@ static int parse_args(int argc, char **argv, schedule_args *a)
         if (i + 1 >= argc)
             return bv_cli_fail(BV_EXIT_USAGE, "%s needs a value", arg);
         int rc = 0;
-        if (!strcmp(arg, "-s") || !strcmp(arg, "--set")) {
-            if (a->noverrides == MAX_OVERRIDES)
-                return bv_cli_fail(BV_EXIT_USAGE, "too many -s overrides");
-            a->overrides[a->noverrides++] = argv[++i];
-        } else if (!strcmp(arg, "--stages"))
+        if (!strcmp(arg, "-s") || !strcmp(arg, "--set"))
+            rc = bv_cli_override_arg(argv[++i], a->overrides, &a->noverrides, MAX_OVERRIDES);
+        else if (!strcmp(arg, "--stages"))
             rc = bv_cli_int_arg(arg, argv[++i], 1, 64, &a->stages);
         else if (!strcmp(arg, "--microbatches"))
             rc = bv_cli_int_arg(arg, argv[++i], 1, 4096, &a->microbatches);
