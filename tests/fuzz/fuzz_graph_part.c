@@ -50,6 +50,7 @@ static void write_seeds(const char *dir)
 {
     bv_graph_dataset *g = small_graph();
     static const int32_t part_of[] = {0, 0, 1, 1, 1, 0};
+    bv_csr *adj_norm = bv_graph_gcn_norm_adj(g);
     for (int p = 0; p < 2; p++)
         for (int norm = 0; norm < 2; norm++) {
             bv_graph_view v;
@@ -57,11 +58,12 @@ static void write_seeds(const char *dir)
             char path[600];
             snprintf(path, sizeof path, "%s/part%d-%d", dir, p, norm);
             bv_graph_part_info info = {0xfeedULL, 6};
-            if (bv_graph_view_make(g, part_of, 2, p, norm, &v, &err) != BV_OK ||
+            if (bv_graph_view_make(g, part_of, 2, p, norm ? adj_norm : NULL, &v, &err) != BV_OK ||
                 bv_graph_view_write(&v, &info, path, &err) != BV_OK)
                 abort();
             bv_graph_view_free(&v);
         }
+    bv_csr_free(adj_norm);
     bv_graph_free(g);
     exit(0);
 }

@@ -896,7 +896,10 @@ static void test_part_file_roundtrip_and_damage(void **state)
     static const int32_t part_of[] = {0, 0, 1, 1, 0};
     bv_graph_view v, r;
     bv_error err;
-    assert_int_equal(bv_graph_view_make(g, part_of, 2, 1, true, &v, &err), BV_OK);
+    bv_csr *norm = bv_graph_gcn_norm_adj(g);
+    assert_non_null(norm);
+    assert_int_equal(bv_graph_view_make(g, part_of, 2, 1, norm, &v, &err), BV_OK);
+    bv_csr_free(norm);
     char path[] = "/tmp/bivouac-part-XXXXXX";
     int fd = mkstemp(path);
     assert_true(fd >= 0);

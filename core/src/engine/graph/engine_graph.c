@@ -403,10 +403,15 @@ static bv_status make_part(bv_graph_engine *e, int part, bv_error *err)
     }
     bv_partition *pt = NULL;
     bv_status st = make_partition(e, &pt, err);
+    /* the layout is not made yet: Â in case a Gather uses it (as the parts' files have) */
+    bv_csr *norm = st == BV_OK ? bv_graph_gcn_norm_adj(e->cfg.data) : NULL;
+    if (st == BV_OK && !norm)
+        st = bv_error_set(err, BV_ERR_NOMEM, "out of memory for the normalised adjacency");
     if (st == BV_OK)
-        st = bv_graph_view_make(e->cfg.data, pt->part_of, e->ngs, part, true, &e->view, err);
+        st = bv_graph_view_make(e->cfg.data, pt->part_of, e->ngs, part, norm, &e->view, err);
     if (st == BV_OK)
         use_part(e, pt->fingerprint);
+    bv_csr_free(norm);
     bv_partition_free(pt);
     return st;
 }
@@ -415,9 +420,14 @@ bv_status bv_engine_write_parts(const bv_graph_engine *e, bv_error *err)
 {
     bv_partition *pt = NULL;
     bv_status st = make_partition(e, &pt, err);
+    /* Â once for every part, and only when a Gather uses it (GCN's, not GAT's) */
+    bv_csr *norm = st == BV_OK && e->has_norm_gathers ? bv_graph_gcn_norm_adj(e->cfg.data)
+                                                     : NULL;
+    if (st == BV_OK && e->has_norm_gathers && !norm)
+        st = bv_error_set(err, BV_ERR_NOMEM, "out of memory for the normalised adjacency");
     for (int p = 0; st == BV_OK && p < e->ngs; p++) {
         bv_graph_view v;
-        st = bv_graph_view_make(e->cfg.data, pt->part_of, e->ngs, p, true, &v, err);
+        st = bv_graph_view_make(e->cfg.data, pt->part_of, e->ngs, p, norm, &v, err);
         char path[sizeof e->dir + 16];
         snprintf(path, sizeof path, "%s/part%d", e->dir, p);
         bv_graph_part_info info = {pt->fingerprint, e->cfg.data->num_nodes};
@@ -425,6 +435,7 @@ bv_status bv_engine_write_parts(const bv_graph_engine *e, bv_error *err)
             st = bv_graph_view_write(&v, &info, path, err);
         bv_graph_view_free(&v);
     }
+    bv_csr_free(norm);
     bv_partition_free(pt);
     return st;
 }

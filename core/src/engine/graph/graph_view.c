@@ -113,7 +113,7 @@ static bv_status make_lists(bv_graph_view *v, const bv_graph_dataset *g,
 }
 
 bv_status bv_graph_view_make(const bv_graph_dataset *g, const int32_t *part_of, int parts,
-                             int part, bool with_norm, bv_graph_view *out, bv_error *err)
+                             int part, const bv_csr *norm, bv_graph_view *out, bv_error *err)
 {
     memset(out, 0, sizeof *out);
     int64_t n = g->num_nodes, f = g->num_features;
@@ -202,11 +202,8 @@ bv_status bv_graph_view_make(const bv_graph_dataset *g, const int32_t *part_of, 
             d->split[k] = own ? g->split[u] : BV_SPLIT_NONE;
             d->split_count[d->split[k]]++;
         }
-        if (st == BV_OK && with_norm) {
-            bv_csr *norm = bv_graph_gcn_norm_adj(g);
-            out->adj_norm =
-                norm ? remap_rows(norm, out->global_of, out->owned, local_of, rows, rows) : NULL;
-            bv_csr_free(norm);
+        if (st == BV_OK && norm) {
+            out->adj_norm = remap_rows(norm, out->global_of, out->owned, local_of, rows, rows);
             if (!out->adj_norm)
                 st = BV_ERR_NOMEM;
         }

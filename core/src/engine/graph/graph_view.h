@@ -34,10 +34,11 @@ typedef struct bv_graph_view {
 } bv_graph_view;
 
 /* Part `part` of `parts` of g, where part_of[v] is the part that owns vertex v (a
- * bv_partition's, METIS or ranges); with_norm: also adj_norm (GCN's Gather). An empty
+ * bv_partition's, METIS or ranges); with norm (g's Â, bv_graph_gcn_norm_adj: made once for
+ * all parts by the caller), also adj_norm, its rows of the part (GCN's Gather). An empty
  * part is an error. */
 bv_status bv_graph_view_make(const bv_graph_dataset *g, const int32_t *part_of, int parts,
-                             int part, bool with_norm, bv_graph_view *out, bv_error *err);
+                             int part, const bv_csr *norm, bv_graph_view *out, bv_error *err);
 void bv_graph_view_free(bv_graph_view *v);
 
 /* A part as a file (docs/cluster.md, "Several graph servers"): the coordinator cuts every
