@@ -429,7 +429,7 @@ bv_status bv_engine_write_parts(const bv_graph_engine *e, bv_error *err)
         bv_graph_view v;
         st = bv_graph_view_make(e->cfg.data, pt->part_of, e->ngs, p, norm, &v, err);
         char path[sizeof e->dir + 16];
-        snprintf(path, sizeof path, "%s/part%d", e->dir, p);
+        bv_graph_part_path(e->dir, strlen(e->dir), p, path, sizeof path);
         bv_graph_part_info info = {pt->fingerprint, e->cfg.data->num_nodes};
         if (st == BV_OK)
             st = bv_graph_view_write(&v, &info, path, err);

@@ -197,9 +197,9 @@ bv_status bv_graph_serve_role(const bv_experiment *x, void *data, const char *ro
     bv_status st = BV_OK;
     if (kind == BV_GRAPH_ROLE_GRAPH && bv_opts_int(&x->cluster, "graph_servers") > 1) {
         char path[4200];
-        const char *slash = strrchr(book, '/');
-        snprintf(path, sizeof path, "%.*s/part%d", slash ? (int)(slash - book) : 1,
-                 slash ? book : ".", index);
+        const char *slash = strrchr(book, '/'); /* the book is in the run's directory */
+        bv_graph_part_path(slash ? book : ".", slash ? (size_t)(slash - book) : 1, index, path,
+                           sizeof path);
         st = bv_graph_view_read(path, &part, &info, err);
         if (st == BV_OK) {
             unlink(path);

@@ -239,6 +239,11 @@ void bv_graph_view_free(bv_graph_view *v)
 #define PART_VERSION 1u
 #define PART_ENDIAN 0x01020304u
 
+void bv_graph_part_path(const char *dir, size_t dir_len, int part, char *buf, size_t len)
+{
+    snprintf(buf, len, "%.*s/part%d", (int)dir_len, dir, part);
+}
+
 /* Native layout: the file goes from the coordinator to its own roles on this host. */
 typedef struct part_header {
     char magic[8];

@@ -49,6 +49,10 @@ typedef struct bv_graph_part_info {
     int64_t whole_nodes;  /* vertices of the whole graph */
 } bv_graph_part_info;
 
+/* Where part `part`'s file is in the run's private directory (the first dir_len bytes of
+ * dir): DIR/partP. */
+void bv_graph_part_path(const char *dir, size_t dir_len, int part, char *buf, size_t len);
+
 /* Writes v to path atomically (a temporary file, then rename), mode 0600. */
 bv_status bv_graph_view_write(const bv_graph_view *v, const bv_graph_part_info *info,
                               const char *path, bv_error *err);

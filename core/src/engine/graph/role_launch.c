@@ -323,7 +323,8 @@ void bv_engine_role_cleanup_on_term(const bv_graph_engine *e, const char *book)
     else
         cleanup_dir[0] = '\0';
     for (int i = 0; e->ngs > 1 && i < e->ngs; i++) /* parts not read yet (role_launch) */
-        snprintf(cleanup_files[ncleanup++], BV_ADDR_LEN, "%s/part%d", cleanup_dir, i);
+        bv_graph_part_path(cleanup_dir, strlen(cleanup_dir), i, cleanup_files[ncleanup++],
+                           BV_ADDR_LEN);
     struct sigaction sa = {.sa_handler = on_term};
     sigemptyset(&sa.sa_mask);
     sigaction(SIGTERM, &sa, NULL);
