@@ -322,7 +322,7 @@ void bv_engine_role_cleanup_on_term(const bv_graph_engine *e, const char *book)
         *slash = '\0';
     else
         cleanup_dir[0] = '\0';
-    for (int i = 0; e->ngs > 1 && i < e->ngs; i++) /* parts not read yet (role_launch) */
+    for (int i = 0; e->ngs > 1 && i < e->ngs; i++) /* parts not read yet (write_parts) */
         bv_graph_part_path(cleanup_dir, strlen(cleanup_dir), i, cleanup_files[ncleanup++],
                            BV_ADDR_LEN);
     struct sigaction sa = {.sa_handler = on_term};
@@ -489,14 +489,14 @@ bv_status bv_engine_launch(bv_graph_engine *e, bv_error *err)
     /* several graph servers: the parts are cut once, here, and each server's process
      * reads its own (and removes it) instead of loading and cutting the whole graph */
     double t0 = bv_engine_now();
-    if (e->ngs > 1) /* METIS over a large graph takes a while: say so before */
+    if (e->ngs > 1) { /* METIS over a large graph takes a while: say so before and after */
         bv_log(BV_LOG_INFO, "cutting the graph into %d parts (%s)", e->ngs,
                e->cfg.partition == BV_PARTITION_RANGE ? "vertex ranges" : "METIS");
-    if (e->ngs > 1 && (st = bv_engine_write_parts(e, err)) != BV_OK)
-        return st;
-    if (e->ngs > 1)
+        if ((st = bv_engine_write_parts(e, err)) != BV_OK)
+            return st;
         bv_log(BV_LOG_INFO, "cut the graph into %d parts in %.1f s", e->ngs,
                bv_engine_now() - t0);
+    }
     if (c->role_exe) {
         snprintf(exe, sizeof exe, "%s", c->role_exe);
     } else {
