@@ -29,7 +29,7 @@ extern "C" {
  *        that has the function, so it declares 1.6.
  *   1.7: bv_compute_ops.spmm_dropout_heads and its gradient (compute.h). */
 #define BV_ABI_MAJOR 1
-#define BV_ABI_MINOR 7
+#define BV_ABI_MINOR 8
 
 typedef enum bv_plugin_kind {
     BV_KIND_MODEL = 1,

@@ -88,6 +88,13 @@ typedef struct bv_seq_ctx {
     bool training;         /* dropout on */
     uint64_t seed;         /* with step, selects the dropout masks */
     int64_t step;
+    /* ABI 1.8: the first of these sequences within the step's whole batch (a pipeline's
+     * microbatch, or a data-parallel replica's share, starts past 0): a model draws the
+     * dropout mask of element i of a batch x seq x width tensor at offset
+     * row0 * seq * width + i, so any cut of a batch into microbatches draws the masks the
+     * whole batch would. The core passes microbatches only to plugins of ABI 1.8 or
+     * later; older ones see whole batches (row0 == 0) alone. */
+    int64_t row0;
 } bv_seq_ctx;
 
 typedef struct bv_seq_model_ops {

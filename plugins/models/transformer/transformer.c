@@ -203,6 +203,13 @@ static uint64_t dropout_stream(const bv_seq_ctx *ctx, size_t layer, int site)
     return ((uint64_t)ctx->step << 20) | ((uint64_t)layer << 4) | (uint64_t)site;
 }
 
+/* Where this batch's masks start: a microbatch draws its rows' part of the whole batch's
+ * (seqmodel.h, row0). Every masked tensor is batch x seq x width. */
+static uint64_t mask_offset(const bv_seq_model *m, const bv_seq_ctx *ctx)
+{
+    return (uint64_t)(ctx->row0 * ctx->seq * m->width);
+}
+
 /* ---- forward ------------------------------------------------------------------------- */
 
 static void block_forward(bv_seq_model *m, size_t layer, const bv_seq_ctx *ctx,
@@ -223,8 +230,8 @@ static void block_forward(bv_seq_model *m, size_t layer, const bv_seq_ctx *ctx,
     k->attention_forward(c, B, S, m->heads, C / m->heads, s.qkv, s.att, s.atty);
     k->gemm(c, false, false, T, C, C, 1.0f, s.atty, C, p[P_WO], C, 0.0f, w.tmp, C);
     if (drop)
-        k->dropout_forward(c, T * C, m->dropout, ctx->seed, dropout_stream(ctx, layer, 0), 0,
-                           w.tmp, w.tmp);
+        k->dropout_forward(c, T * C, m->dropout, ctx->seed, dropout_stream(ctx, layer, 0),
+                           mask_offset(m, ctx), w.tmp, w.tmp);
     memcpy(s.xmid, x, (size_t)(T * C) * sizeof *x);
     k->axpy(c, T * C, 1.0f, w.tmp, s.xmid);
     k->layernorm_forward(c, T, C, TF_LN_EPS, s.xmid, p[P_LN2], NULL, s.ln2, s.mean2, s.rstd2);
@@ -232,8 +239,8 @@ static void block_forward(bv_seq_model *m, size_t layer, const bv_seq_ctx *ctx,
     k->gelu_forward(c, 4 * T * C, s.h, s.g);
     k->gemm(c, false, false, T, C, 4 * C, 1.0f, s.g, 4 * C, p[P_WPROJ], C, 0.0f, out, C);
     if (drop)
-        k->dropout_forward(c, T * C, m->dropout, ctx->seed, dropout_stream(ctx, layer, 1), 0,
-                           out, out);
+        k->dropout_forward(c, T * C, m->dropout, ctx->seed, dropout_stream(ctx, layer, 1),
+                           mask_offset(m, ctx), out, out);
     k->axpy(c, T * C, 1.0f, s.xmid, out);
 }
 
@@ -253,7 +260,7 @@ static bv_status tf_forward(bv_seq_model *m, size_t layer, const bv_seq_ctx *ctx
         k->embedding_forward(c, ctx->batch, ctx->seq, C, ctx->tokens, params[0], params[1], out);
         if (ctx->training && m->dropout > 0.0f)
             k->dropout_forward(c, T * C, m->dropout, ctx->seed, dropout_stream(ctx, layer, 0),
-                               0, out, out);
+                               mask_offset(m, ctx), out, out);
         break;
     case BV_SEQ_BLOCK:
         block_forward(m, layer, ctx, params, in, out, saved, scratch);
@@ -287,8 +294,8 @@ static void block_backward(bv_seq_model *m, size_t layer, const bv_seq_ctx *ctx,
     memcpy(din, dout, (size_t)(T * C) * sizeof *din);
     const float *dmlp = dout;
     if (drop) {
-        k->dropout_backward(c, T * C, m->dropout, ctx->seed, dropout_stream(ctx, layer, 1), 0,
-                            dout, w.tmp);
+        k->dropout_backward(c, T * C, m->dropout, ctx->seed, dropout_stream(ctx, layer, 1),
+                            mask_offset(m, ctx), dout, w.tmp);
         dmlp = w.tmp;
     }
     k->gemm(c, true, false, 4 * C, C, T, 1.0f, s.g, 4 * C, dmlp, C, 1.0f, dp[P_WPROJ], C);
@@ -301,8 +308,8 @@ static void block_backward(bv_seq_model *m, size_t layer, const bv_seq_ctx *ctx,
 
     const float *dattn = din;
     if (drop) {
-        k->dropout_backward(c, T * C, m->dropout, ctx->seed, dropout_stream(ctx, layer, 0), 0,
-                            din, w.tmp);
+        k->dropout_backward(c, T * C, m->dropout, ctx->seed, dropout_stream(ctx, layer, 0),
+                            mask_offset(m, ctx), din, w.tmp);
         dattn = w.tmp;
     }
     k->gemm(c, true, false, C, C, T, 1.0f, s.atty, C, dattn, C, 1.0f, dp[P_WO], C);
@@ -328,7 +335,7 @@ static bv_status tf_backward(bv_seq_model *m, size_t layer, const bv_seq_ctx *ct
         const float *d = dout;
         if (ctx->training && m->dropout > 0.0f) {
             k->dropout_backward(c, T * C, m->dropout, ctx->seed, dropout_stream(ctx, layer, 0),
-                                0, dout, scratch);
+                                mask_offset(m, ctx), dout, scratch);
             d = scratch;
         }
         k->embedding_backward(c, ctx->batch, ctx->seq, C, ctx->tokens, d, dparams[0],

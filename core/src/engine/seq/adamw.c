@@ -37,7 +37,7 @@ double bv_adamw_step(bv_layer_engine *e, const bv_compute_ops *k, bv_compute *c,
     double sq = 0;
     for (size_t l = 0; l < nl; l++)
         for (size_t i = 0; i < bv_layer_engine_layer(e, l)->nparams; i++)
-            if (bv_layer_engine_tensor(e, l, i, &t))
+            if (bv_layer_engine_tensor(e, l, i, &t) && !t.replica)
                 sq += k->sum_squares(c, t.n, t.grad);
     double norm = sqrt(sq);
     float coef = cfg->grad_clip > 0 && norm > 0 ? (float)(cfg->grad_clip / (norm + 1e-6))

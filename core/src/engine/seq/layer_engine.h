@@ -55,10 +55,55 @@ typedef struct bv_layer_tensor {
     float *param, *grad, *m, *v;
     int64_t n; /* floats */
     bool weight_decay;
+    bool replica; /* a span's copy of a tensor another span owns (the tied head's) */
 } bv_layer_tensor;
-/* Fills t; returns whether the layer owns the tensor (false: tied to an earlier layer's,
- * which the optimizer and the checksums count once, with its owner). */
+
+/* Fills t; returns whether this engine updates the tensor: the layer owns it, or it is a
+ * replica (a span's copy of another span's tensor, which norms and checksums count with
+ * its owner only). False for a tensor tied to an earlier layer of the same engine (its
+ * owner updates it) and for layers outside the span. */
 bool bv_layer_engine_tensor(const bv_layer_engine *e, size_t layer, size_t i,
                             bv_layer_tensor *t);
+
+/* ---- spans: a pipeline stage's layers, several microbatches in flight ----------------
+ * An engine made by _create_span runs layers [first, end) only, and keeps `slots` sets of
+ * activations and saved buffers, one per microbatch in flight. A tied tensor keeps its own
+ * gradient (bv_layer_engine_tensor's grad): the caller adds it to its owner's before the
+ * update (locally, or through the stage that owns it), so the sum is the same whichever
+ * stages the two layers are on. A tied tensor whose owner is outside the span is a
+ * replica: initialised from the owner's draws and read from the owner's checkpoint blobs,
+ * it must be updated with the owner's final gradient to stay equal to it. */
+typedef struct bv_layer_span {
+    size_t first, end;
+    int slots;
+} bv_layer_span;
+
+bv_status bv_layer_engine_create_span(const bv_seq_model_ops *mops, bv_seq_model *model,
+                                      const bv_compute_ops *k, bv_compute *c,
+                                      int64_t max_batch, int64_t max_seq,
+                                      const bv_layer_span *span, bv_layer_engine **out,
+                                      bv_error *err);
+void bv_layer_engine_span_of(const bv_layer_engine *e, size_t *first, size_t *end);
+/* Where slot's input activations go when the span does not start at the embeddings
+ * (max_batch x max_seq x the first layer's in_width floats). */
+float *bv_layer_engine_input(bv_layer_engine *e, int slot);
+/* Forward of the span on the batch ctx describes (ctx->tokens for the embeddings); *out
+ * is the last layer's output in this slot (the logits when the span ends with the head). */
+bv_status bv_layer_engine_span_forward(bv_layer_engine *e, int slot, const bv_seq_ctx *ctx,
+                                       const float **out, bv_error *err);
+/* The loss of slot's logits (span ends with the head); grad_scale != 0 also leaves
+ * dLoss/dlogits for the backward that follows. */
+bv_status bv_layer_engine_span_loss(bv_layer_engine *e, int slot, const bv_seq_ctx *ctx,
+                                    const int32_t *targets, float grad_scale,
+                                    bv_xent_result *xr, bv_error *err);
+/* Backward of the span from dout (NULL: the loss's dlogits), adding into the gradients;
+ * *din (if din) gets the gradient of the span's input (NULL at the embeddings), valid
+ * until the next backward. */
+bv_status bv_layer_engine_span_backward(bv_layer_engine *e, int slot, const bv_seq_ctx *ctx,
+                                        const float *dout, const float **din, bv_error *err);
+void bv_layer_engine_zero_grads(bv_layer_engine *e);
+/* Whether tensor i of layer is tied, and to which (layer, param). */
+bool bv_layer_engine_tie(const bv_layer_engine *e, size_t layer, size_t i, size_t *owner,
+                         size_t *owner_param);
 
 #endif
