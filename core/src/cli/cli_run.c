@@ -372,11 +372,6 @@ int bv_cli_run(int argc, char **argv)
         code = st == BV_ERR_NOMEM ? BV_EXIT_FAILED : BV_EXIT_USAGE;
     }
     bv_diag_free(&d);
-    if (code == BV_EXIT_OK && bv_opts_int(&x->pipeline, "stages") > 1)
-        code = bv_cli_fail(BV_EXIT_USAGE, "%s: pipeline: {stages: %lld}: the pipeline engine "
-                           "does not train yet (issue 14); `bivouac schedule %s` shows the "
-                           "schedule", experiment, (long long)bv_opts_int(&x->pipeline, "stages"),
-                           experiment);
     void *data = code == BV_EXIT_OK ? bv_experiment_take_data(x) : NULL;
     if (code == BV_EXIT_OK && !data) { /* the check read none: read it now */
         bv_error err = {0};

@@ -2,6 +2,7 @@
 #include "text_corpus.h"
 
 #include "input_file.h"
+#include "rng.h"
 
 #include <errno.h>
 #include <stdbool.h>
@@ -118,4 +119,21 @@ void bv_text_corpus_free(bv_text_corpus *c)
     free(c->vocab);
     free(c->ids);
     memset(c, 0, sizeof *c);
+}
+
+void bv_text_corpus_batch(const bv_text_corpus *c, uint64_t seed, uint64_t stream, bool val,
+                          int64_t batch, int64_t block, int64_t row0, int64_t rows,
+                          int32_t *tokens, int32_t *targets)
+{
+    int64_t begin = val ? c->n_train : 0;
+    int64_t len = val ? c->n - c->n_train : c->n_train;
+    bv_rng rng;
+    bv_rng_init(&rng, seed, stream);
+    for (int64_t b = 0; b < batch && b < row0 + rows; b++) {
+        int64_t off = begin + (int64_t)(bv_rng_next(&rng) % (uint64_t)(len - block));
+        if (b < row0)
+            continue;
+        memcpy(tokens + (b - row0) * block, c->ids + off, (size_t)block * 4);
+        memcpy(targets + (b - row0) * block, c->ids + off + 1, (size_t)block * 4);
+    }
 }

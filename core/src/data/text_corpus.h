@@ -3,6 +3,7 @@
 #ifndef BIVOUAC_TEXT_CORPUS_H
 #define BIVOUAC_TEXT_CORPUS_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "bivouac/error.h"
@@ -23,5 +24,13 @@ typedef struct bv_text_corpus {
 bv_status bv_text_corpus_load(const char *path, double val_fraction, bv_text_corpus *out,
                               bv_error *err);
 void bv_text_corpus_free(bv_text_corpus *c);
+
+/* Rows [row0, row0 + rows) of a batch of `batch` sequences of `block` tokens at random
+ * offsets of a split (nanoGPT's get_batch): tokens and targets (the next tokens), rows x
+ * block each. The offsets depend only on (seed, stream), so any cut of a batch into rows
+ * (microbatches, a data-parallel replica's share) reads what the whole batch would. */
+void bv_text_corpus_batch(const bv_text_corpus *c, uint64_t seed, uint64_t stream, bool val,
+                          int64_t batch, int64_t block, int64_t row0, int64_t rows,
+                          int32_t *tokens, int32_t *targets);
 
 #endif

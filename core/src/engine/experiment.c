@@ -59,16 +59,23 @@ static const bv_option cluster_schema[] = {
     BV_OPT_END,
 };
 
-/* `pipeline:` a sequence model's layers split into stages (docs/pipeline.md): so far
- * `bivouac schedule` shows the schedule; the pipeline engine that trains it is issue 14. */
+/* `pipeline:` a sequence model's layers split into stages, D pipelines side by side, a
+ * step's batch cut into microbatches (docs/pipeline.md); checked before the engine's own
+ * checks, which read it. */
 static const bv_option pipeline_schema[] = {
     BV_OPT_INT_RANGE("stages", "1", 1, 64, "pipeline stages (P), each a run of layers"),
-    BV_OPT_INT_RANGE("microbatches", "1", 1, 4096, "microbatches (M) a step's batch is cut into"),
+    BV_OPT_INT_RANGE("pipelines", "1", 1, 64,
+                     "data-parallel pipelines (D); each trains on batch / D sequences a step "
+                     "and their gradients are summed (all-reduce) before the update"),
+    BV_OPT_INT_RANGE("microbatches", "1", 1, 4096, "microbatches (M) each pipeline's share of a step's batch is cut into"),
     BV_OPT_CHOICE("schedule", "1f1b", "1f1b|gpipe",
                   "one forward one backward (PipeDream-flush), or all forwards then all "
                   "backwards (GPipe)"),
     BV_OPT_STR("partition", "uniform",
                "uniform, or each stage's number of layers, comma-separated ('3,1')"),
+    BV_OPT_FLOAT_RANGE("peer_timeout", "60", 0.1, 86400,
+                       "seconds a stage waits for a peer's activations or gradients before "
+                       "the step fails, naming the peer"),
     BV_OPT_END,
 };
 
@@ -527,6 +534,8 @@ static bv_status load(const char *path, char *const *overrides, size_t noverride
                     engine == &bv_sequence_engine_ops
                         ? "missing section 'dataset' (e.g. dataset: {text: input.txt})"
                         : "missing section 'dataset' (e.g. dataset: {name: cora})");
+    const bv_node *pipeline = bv_node_get(root, "pipeline");
+    bv_config_validate(pipeline, "pipeline", pipeline_schema, NULL, &x->pipeline, diag);
     if (engine) {
         bool dataset_valid = dataset && bv_config_validate(dataset, "dataset",
                                                            engine->dataset_schema, NULL,
@@ -539,8 +548,6 @@ static bv_status load(const char *path, char *const *overrides, size_t noverride
     bv_config_validate(bv_node_get(root, "engine"), "engine", engine_schema, NULL, &x->engine,
                        diag);
     load_cluster(x, reg, diag);
-    const bv_node *pipeline = bv_node_get(root, "pipeline");
-    bv_config_validate(pipeline, "pipeline", pipeline_schema, NULL, &x->pipeline, diag);
     if (pipeline && x->engine_ops && strcmp(x->engine_ops->name, "sequence") != 0)
         bv_diag_add(diag, &pipeline->pos, "section 'pipeline' splits a sequence model's "
                     "layers; model %s runs on the %s engine",

@@ -40,6 +40,13 @@ double bv_adamw_step(bv_layer_engine *e, const bv_compute_ops *k, bv_compute *c,
             if (bv_layer_engine_tensor(e, l, i, &t) && !t.replica)
                 sq += k->sum_squares(c, t.n, t.grad);
     double norm = sqrt(sq);
+    bv_adamw_apply(e, k, c, cfg, step, lr, norm);
+    return norm;
+}
+
+void bv_adamw_apply(bv_layer_engine *e, const bv_compute_ops *k, bv_compute *c,
+                    const bv_adamw *cfg, int64_t step, double lr, double norm)
+{
     float coef = cfg->grad_clip > 0 && norm > 0 ? (float)(cfg->grad_clip / (norm + 1e-6))
                                                 : 1.0f;
     bv_adam_params ap = {
@@ -50,7 +57,8 @@ double bv_adamw_step(bv_layer_engine *e, const bv_compute_ops *k, bv_compute *c,
         .decoupled = true,
         .step = step,
     };
-    for (size_t l = 0; l < nl; l++)
+    bv_layer_tensor t;
+    for (size_t l = 0; l < bv_layer_engine_layers(e); l++)
         for (size_t i = 0; i < bv_layer_engine_layer(e, l)->nparams; i++) {
             if (!bv_layer_engine_tensor(e, l, i, &t))
                 continue;
@@ -59,5 +67,4 @@ double bv_adamw_step(bv_layer_engine *e, const bv_compute_ops *k, bv_compute *c,
             ap.weight_decay = t.weight_decay ? cfg->weight_decay : 0.0f;
             k->adam_step(c, t.n, t.param, t.grad, t.m, t.v, &ap);
         }
-    return norm;
 }

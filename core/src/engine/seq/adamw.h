@@ -24,5 +24,9 @@ double bv_adamw_lr_at(const bv_opts *train, int64_t it);
  * the layer engine holds: returns the global gradient norm before clipping. */
 double bv_adamw_step(bv_layer_engine *e, const bv_compute_ops *k, bv_compute *c,
                      const bv_adamw *cfg, int64_t step, double lr);
+/* The second half of a step, for a pipeline stage whose global norm was summed across
+ * stages: clips with that norm and steps every tensor the engine updates (replicas too). */
+void bv_adamw_apply(bv_layer_engine *e, const bv_compute_ops *k, bv_compute *c,
+                    const bv_adamw *cfg, int64_t step, double lr, double norm);
 
 #endif

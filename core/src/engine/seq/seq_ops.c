@@ -12,10 +12,15 @@
 #include <sys/stat.h>
 
 #include "adamw.h"
+#include "bivouac/log.h"
+#include "bivouac/series.h"
 #include "bivouac/wire.h"
 #include "engine.h"
 #include "experiment.h"
 #include "layer_engine.h"
+#include "plugin_arrays.h"
+#include "pipeline_plan.h"
+#include "pipeline_seq.h"
 #include "rng.h"
 #include "text_corpus.h"
 
@@ -98,6 +103,36 @@ static void check_resilience_every(const bv_experiment *x, bv_diag *diag)
 
 static void free_data(void *data);
 
+static bool pipelined(const bv_experiment *x)
+{
+    return bv_opts_int(&x->pipeline, "stages") > 1 || bv_opts_int(&x->pipeline, "pipelines") > 1 ||
+           bv_opts_int(&x->pipeline, "microbatches") > 1;
+}
+
+/* `pipeline:` against the model and the batch: the stages' layers, whole microbatches. */
+static void check_pipeline(const bv_experiment *x, bv_diag *diag)
+{
+    if (!pipelined(x))
+        return;
+    bv_pipeline_plan plan;
+    if (bv_pipeline_plan_make(x, &plan, diag) != BV_OK)
+        return;
+    int64_t batch = bv_opts_int(&x->train, "batch");
+    int64_t d = bv_opts_int(&x->pipeline, "pipelines"), m = plan.microbatches;
+    if (batch % (d * m) != 0) {
+        const bv_node *p = bv_node_get(x->root, "pipeline");
+        const bv_node *v = p ? bv_node_get(p, "microbatches") : NULL;
+        bv_diag_add(diag, v ? &v->pos : p ? &p->pos : NULL,
+                    "train.batch (%lld) must be a multiple of pipelines x microbatches "
+                    "(%lld x %lld): every microbatch has the same number of sequences",
+                    (long long)batch, (long long)d, (long long)m);
+    }
+    if (x->model.plugin && x->model.plugin->abi_minor < 8)
+        bv_diag_add(diag, NULL, "model plugin '%s' was built for ABI 1.%u; microbatches need "
+                    "1.8 (bv_seq_ctx.row0): rebuild it", x->model.plugin->name,
+                    x->model.plugin->abi_minor);
+}
+
 static void check(bv_experiment *x, const bv_node *dataset, bool dataset_valid, bool clean,
                   bv_diag *diag)
 {
@@ -142,6 +177,7 @@ static void check(bv_experiment *x, const bv_node *dataset, bool dataset_valid, 
                               bv_opts_int(&x->train, "batch")};
         mops.validate(&x->model.opts, &shape, diag);
     }
+    check_pipeline(x, diag);
     /* read once: a run takes the corpus from here (bv_experiment_take_data) */
     bv_text_corpus *c = calloc(1, sizeof *c);
     bv_error err = {0};
@@ -199,7 +235,11 @@ struct bv_engine {
     bv_seq_model_ops mops; /* the plugin's table at this build's size */
     bv_seq_model *model;
     bv_compute *c;
-    bv_layer_engine *layers;
+    bv_layer_engine *layers; /* one process, one batch (no `pipeline:`) */
+    bv_seq_pipe *pipe;       /* or stages, pipelines and microbatches */
+    bv_seq_pipe_cfg pipe_cfg;
+    double bubble_sum;       /* over the steps: the stages' idle share */
+    int64_t bubble_steps;
     bv_adamw adamw;
     int64_t batch, block, steps, eval_interval;
     int32_t *tokens, *targets;
@@ -210,6 +250,7 @@ static void destroy(bv_engine *e)
     if (!e)
         return;
     bv_layer_engine_free(e->layers);
+    bv_seq_pipe_stop(e->pipe);
     if (e->c)
         e->x->compute_ops.destroy(e->c);
     if (e->model)
@@ -217,6 +258,35 @@ static void destroy(bv_engine *e)
     free(e->tokens);
     free(e->targets);
     free(e);
+}
+
+/* The stages: the plan's blocks, plus the embeddings on the first stage and the head on
+ * the last (the model's layers are embed, its blocks, head). */
+static bv_status start_pipe(bv_engine *e, bv_error *err)
+{
+    const bv_experiment *x = e->x;
+    bv_pipeline_plan plan;
+    bv_diag diag = {0};
+    if (bv_pipeline_plan_make(x, &plan, &diag) != BV_OK) {
+        bv_diag_free(&diag);
+        return bv_error_set(err, BV_ERR_INVALID, "the pipeline does not fit the model");
+    }
+    bv_diag_free(&diag);
+    bv_seq_pipe_cfg *c = &e->pipe_cfg;
+    *c = (bv_seq_pipe_cfg){.x = x, .corpus = e->corpus, .mops = &e->mops,
+                           .stages = plan.stages,
+                           .pipelines = (int)bv_opts_int(&x->pipeline, "pipelines"),
+                           .microbatches = plan.microbatches, .kind = plan.kind,
+                           .batch = e->batch, .block = e->block, .seed = e->seed,
+                           .adamw = e->adamw,
+                           .peer_timeout_ms =
+                               (int)(1e3 * bv_opts_float(&x->pipeline, "peer_timeout"))};
+    size_t layers = e->mops.layer_count(e->model);
+    for (int s = 0; s < plan.stages; s++) {
+        c->span_first[s] = s == 0 ? 0 : 1 + (size_t)plan.first[s];
+        c->span_end[s] = s == plan.stages - 1 ? layers : 1 + (size_t)plan.first[s + 1];
+    }
+    return bv_seq_pipe_start(c, &e->pipe, err);
 }
 
 static bv_status create(const bv_experiment *x, void *data, const bv_engine_run *run,
@@ -237,6 +307,8 @@ static bv_status create(const bv_experiment *x, void *data, const bv_engine_run 
     bv_seq_shape shape = {e->corpus->vocab_size, e->block, e->batch};
     if (!(e->model = e->mops.create(&x->model.opts, &shape, err)))
         return err->status ? err->status : BV_ERR_PLUGIN;
+    if (pipelined(x))
+        return start_pipe(e, err);
     if (!(e->c = x->compute_ops.create(&x->compute.opts, err)))
         return err->status ? err->status : BV_ERR_PLUGIN;
     bv_status st = bv_layer_engine_create(&e->mops, e->model, &x->compute_ops, e->c, e->batch,
@@ -253,7 +325,8 @@ static bv_status create(const bv_experiment *x, void *data, const bv_engine_run 
 static bv_status init(bv_engine *e, bv_error *err)
 {
     (void)err;
-    bv_layer_engine_init(e->layers, e->seed);
+    if (e->layers) /* the stages initialise themselves when they start */
+        bv_layer_engine_init(e->layers, e->seed);
     return BV_OK;
 }
 
@@ -262,39 +335,49 @@ static double lr(const bv_engine *e, int64_t step)
     return bv_adamw_lr_at(&e->x->train, step);
 }
 
-/* batch sequences of block tokens at random offsets of a split, as nanoGPT's get_batch;
- * the offsets depend only on (seed, stream). */
 static void draw_batch(bv_engine *e, bool val, uint64_t stream)
 {
-    const bv_text_corpus *c = e->corpus;
-    int64_t begin = val ? c->n_train : 0;
-    int64_t len = val ? c->n - c->n_train : c->n_train;
-    bv_rng rng;
-    bv_rng_init(&rng, e->seed, stream);
-    for (int64_t b = 0; b < e->batch; b++) {
-        int64_t off = begin + (int64_t)(bv_rng_next(&rng) % (uint64_t)(len - e->block));
-        memcpy(e->tokens + b * e->block, c->ids + off, (size_t)e->block * 4);
-        memcpy(e->targets + b * e->block, c->ids + off + 1, (size_t)e->block * 4);
-    }
+    bv_text_corpus_batch(e->corpus, e->seed, stream, val, e->batch, e->block, 0, e->batch,
+                         e->tokens, e->targets);
 }
 
-#define STREAM_TRAIN(step) ((uint64_t)(step) * 2)
-#define STREAM_EVAL(step, split, i) \
-    ((uint64_t)1 << 62 | (uint64_t)(step) << 24 | (uint64_t)(split) << 23 | (uint64_t)(i))
+
+/* A step's pipeline figures as series (metrics.jsonl): the share of the stages' time not
+ * spent computing (the bubble: idle, waiting on a peer, sending), and the mean wait. */
+static void report_pipe_step(bv_engine *e, const bv_seq_pipe_step *ps)
+{
+    int nodes = e->pipe_cfg.stages * e->pipe_cfg.pipelines;
+    double bubble = ps->seconds > 0 ? 1.0 - ps->compute_seconds / (nodes * ps->seconds) : 0;
+    bv_series_report("pipeline_bubble", "fraction", bubble);
+    bv_series_report("pipeline_wait", "s", ps->wait_seconds / nodes);
+    e->bubble_sum += bubble;
+    e->bubble_steps++;
+}
 
 static bv_status train(bv_engine *e, int64_t it, double lr_now, bv_record *rec, bv_error *err)
 {
-    draw_batch(e, false, STREAM_TRAIN(it));
-    double loss;
-    bv_status st = bv_layer_engine_gradient(e->layers, e->tokens, e->targets, e->batch,
-                                            e->block, e->seed, it, &loss, err);
-    if (st != BV_OK)
-        return st;
+    double loss, norm;
+    if (e->pipe) {
+        bv_seq_pipe_step ps;
+        bv_status st = bv_seq_pipe_train(e->pipe, it, lr_now, &ps, err);
+        if (st != BV_OK)
+            return st;
+        loss = ps.loss;
+        norm = ps.norm;
+        report_pipe_step(e, &ps);
+    } else {
+        draw_batch(e, false, BV_SEQ_STREAM_TRAIN(it));
+        bv_status st = bv_layer_engine_gradient(e->layers, e->tokens, e->targets, e->batch,
+                                                e->block, e->seed, it, &loss, err);
+        if (st != BV_OK)
+            return st;
+        norm = NAN;
+    }
     if (!isfinite(loss))
         return bv_error_set(err, BV_ERR_STOPPED, "the loss is %g at step %lld", loss,
                             (long long)it + 1);
-    double norm = bv_adamw_step(e->layers, &e->x->compute_ops, e->c, &e->adamw, it + 1,
-                                lr_now);
+    if (!e->pipe)
+        norm = bv_adamw_step(e->layers, &e->x->compute_ops, e->c, &e->adamw, it + 1, lr_now);
     *rec = (bv_record){{[S_STEP] = (double)(it + 1), [S_LOSS] = loss, [S_LR] = lr_now,
                         [S_GRAD_NORM] = norm}};
     return BV_OK;
@@ -311,9 +394,16 @@ static bv_status evaluate(bv_engine *e, int64_t done, bool final, bv_record *rec
 {
     int64_t iters = bv_opts_int(&e->x->train, final ? "final_eval_iters" : "eval_iters");
     double sum[2] = {0, 0};
-    for (int split = 0; split < 2; split++)
+    for (int split = 0; split < 2 && e->pipe; split++) {
+        double l;
+        bv_status st = bv_seq_pipe_eval(e->pipe, done, split, iters, &l, err);
+        if (st != BV_OK)
+            return st;
+        sum[split] = l * (double)iters;
+    }
+    for (int split = 0; split < 2 && !e->pipe; split++)
         for (int64_t i = 0; i < iters; i++) {
-            draw_batch(e, split == 1, STREAM_EVAL(done, split, i));
+            draw_batch(e, split == 1, BV_SEQ_STREAM_EVAL(done, split, i));
             double l;
             bv_status st = bv_layer_engine_loss(e->layers, e->tokens, e->targets, e->batch,
                                                 e->block, e->seed, done, &l, err);
@@ -330,7 +420,12 @@ static bv_status evaluate(bv_engine *e, int64_t done, bool final, bv_record *rec
  * and its tokeniser from a checkpoint alone. */
 static bv_status get_state(bv_engine *e, bv_state *s, bv_error *err)
 {
-    for (size_t l = 0; l < bv_layer_engine_layers(e->layers); l++) {
+    if (e->pipe) {
+        bv_status st = bv_seq_pipe_get_state(e->pipe, s, err);
+        if (st != BV_OK)
+            return st;
+    }
+    for (size_t l = 0; e->layers && l < bv_layer_engine_layers(e->layers); l++) {
         bv_status st = bv_layer_engine_layer_get(e->layers, l, true, s, err);
         if (st != BV_OK)
             return st;
@@ -358,6 +453,8 @@ static bv_status set_state(bv_engine *e, const bv_state *s, bv_error *err)
         memcmp(vocab->data, e->corpus->vocab, vocab->size) != 0)
         return bv_error_set(err, BV_ERR_INVALID, "the checkpoint's vocabulary differs from "
                             "the text's: was the corpus changed?");
+    if (e->pipe)
+        return bv_seq_pipe_set_state(e->pipe, s, err);
     bv_status st = BV_OK;
     for (size_t l = 0; st == BV_OK && l < bv_layer_engine_layers(e->layers); l++)
         st = bv_layer_engine_layer_set(e->layers, l, true, s, err);
@@ -367,8 +464,11 @@ static bv_status set_state(bv_engine *e, const bv_state *s, bv_error *err)
 static uint32_t params_crc32c(bv_engine *e)
 {
     uint32_t crc = 0;
+    bv_error err = {0};
+    if (e->pipe && bv_seq_pipe_crc32c(e->pipe, &crc, &err) != BV_OK)
+        bv_log(BV_LOG_WARN, "the parameters' checksum: %s", err.msg);
     bv_layer_tensor t;
-    for (size_t l = 0; l < bv_layer_engine_layers(e->layers); l++)
+    for (size_t l = 0; e->layers && l < bv_layer_engine_layers(e->layers); l++)
         for (size_t i = 0; i < bv_layer_engine_layer(e->layers, l)->nparams; i++)
             if (bv_layer_engine_tensor(e->layers, l, i, &t))
                 crc = bv_crc32c(crc, t.param, (size_t)t.n * sizeof(float));
@@ -381,18 +481,21 @@ static double flops_per_token(const bv_engine *e, int64_t *nparams)
 {
     double f = 0;
     int64_t np = 0;
-    for (size_t l = 0; l < bv_layer_engine_layers(e->layers); l++) {
-        const bv_seq_layer *L = bv_layer_engine_layer(e->layers, l);
-        for (size_t i = 0; i < L->nparams; i++) {
-            const bv_seq_param *p = &L->params[i];
-            bv_layer_tensor t;
-            if (bv_layer_engine_tensor(e->layers, l, i, &t))
-                np += t.n;
-            if (L->kind != BV_SEQ_EMBED && p->rows > 1)
+    for (size_t l = 0; l < e->mops.layer_count(e->model); l++) {
+        bv_seq_layer L;
+        bv_error err = {0};
+        if (bv_seq_layer_copy(&e->mops, e->mops.layer(e->model, l), &L, &err) != BV_OK)
+            break; /* the engine read the same layers when it started */
+        for (size_t i = 0; i < L.nparams; i++) {
+            const bv_seq_param *p = &L.params[i];
+            if (p->tied_layer < 0)
+                np += p->rows * p->cols;
+            if (L.kind != BV_SEQ_EMBED && p->rows > 1)
                 f += 2.0 * (double)(p->rows * p->cols);
         }
-        if (L->kind == BV_SEQ_BLOCK)
-            f += 4.0 * (double)e->block * (double)L->in_width; /* QK^T and PV */
+        if (L.kind == BV_SEQ_BLOCK)
+            f += 4.0 * (double)e->block * (double)L.in_width; /* QK^T and PV */
+        bv_seq_layer_copy_free(&L);
     }
     *nparams = np;
     return 3.0 * f;
@@ -413,7 +516,16 @@ static void result(bv_engine *e, const bv_history *h, bv_run_result *res)
     bv_result_add(res, "block", (double)e->block, true, 0);
     bv_result_add(res, "vocab", (double)e->corpus->vocab_size, true, 0);
     bv_result_add(res, "params", (double)np, true, 0);
-    bv_result_add(res, "threads", e->x->compute_ops.num_threads(e->c), true, 0);
+    if (e->c)
+        bv_result_add(res, "threads", e->x->compute_ops.num_threads(e->c), true, 0);
+    if (e->pipe) {
+        bv_result_add(res, "pipeline_stages", e->pipe_cfg.stages, true, 0);
+        bv_result_add(res, "pipelines", e->pipe_cfg.pipelines, true, 0);
+        bv_result_add(res, "microbatches", e->pipe_cfg.microbatches, true, 0);
+        bv_result_add(res, "pipeline_bubble",
+                      e->bubble_steps ? e->bubble_sum / (double)e->bubble_steps : NAN, false,
+                      BV_RESULT_MEAN);
+    }
     bv_result_add(res, "val_loss", val, false, BV_RESULT_MEAN | BV_RESULT_HEADLINE);
     bv_result_add(res, "train_loss", train_loss, false, BV_RESULT_MEAN);
     bv_result_add(res, "final_eval_batches",

@@ -1,0 +1,357 @@
+/* A pipeline node's links (stage_link.h). */
+#include "stage_link.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "bivouac/log.h"
+#include "bivouac/wire.h"
+
+#define STEP_BYTES 8
+
+typedef struct stashed {
+    bv_msg raw;
+    bv_pipe_msg_in m;
+} stashed;
+
+struct bv_stage_link {
+    const bv_transport_ops *t;
+    bv_transport *tr;
+    const char *const *addrs;
+    int nodes, self;
+    bv_endpoint *inbox;
+    bv_endpoint **out; /* per node, opened on first send */
+    stashed *stash;
+    size_t nstash, cap;
+    uint64_t dropped;
+    bool timed_out; /* the last wait ended by its timeout */
+};
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return 1e3 * (double)ts.tv_sec + 1e-6 * (double)ts.tv_nsec;
+}
+
+bv_status bv_stage_link_open(const bv_transport_ops *t, bv_transport *tr,
+                             const char *const *addrs, int nodes, int self,
+                             bv_stage_link **out, bv_error *err)
+{
+    *out = NULL;
+    bv_stage_link *l = calloc(1, sizeof *l);
+    if (!l || !(l->out = calloc((size_t)nodes, sizeof *l->out))) {
+        free(l);
+        return bv_error_set(err, BV_ERR_NOMEM, "out of memory");
+    }
+    *l = (bv_stage_link){t, tr, addrs, nodes, self, NULL, l->out, NULL, 0, 0, 0, false};
+    if (!(l->inbox = t->bind(tr, addrs[self], err))) {
+        free(l->out);
+        free(l);
+        return err->status ? err->status : BV_ERR_IO;
+    }
+    *out = l;
+    return BV_OK;
+}
+
+void bv_stage_link_clear(bv_stage_link *l)
+{
+    for (size_t i = 0; i < l->nstash; i++)
+        l->t->release(&l->stash[i].raw);
+    l->nstash = 0;
+}
+
+void bv_stage_link_close(bv_stage_link *l)
+{
+    if (!l)
+        return;
+    bv_stage_link_clear(l);
+    free(l->stash);
+    for (int i = 0; i < l->nodes; i++)
+        if (l->out[i])
+            l->t->close(l->out[i]);
+    free(l->out);
+    l->t->close(l->inbox);
+    free(l);
+}
+
+uint64_t bv_stage_link_dropped(const bv_stage_link *l)
+{
+    return l->dropped;
+}
+
+bool bv_stage_link_timed_out(const bv_stage_link *l)
+{
+    return l->timed_out;
+}
+
+static void put_le64(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint64_t get_le64(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v |= (uint64_t)p[i] << (8 * i);
+    return v;
+}
+
+bv_status bv_stage_link_send(bv_stage_link *l, int to, uint16_t type, uint32_t tag,
+                             int64_t step, const void *data, size_t bytes, bv_error *err)
+{
+    if (to < 0 || to >= l->nodes)
+        return bv_error_set(err, BV_ERR_INTERNAL, "no node %d of %d", to, l->nodes);
+    if (!l->out[to] && !(l->out[to] = l->t->connect(l->tr, l->addrs[to], err)))
+        return err->status ? err->status : BV_ERR_IO;
+    size_t len = STEP_BYTES + bytes;
+    uint8_t *payload = malloc(len);
+    if (!payload)
+        return bv_error_set(err, BV_ERR_NOMEM, "out of memory for a %zu-byte message", len);
+    put_le64(payload, (uint64_t)step);
+    if (bytes)
+        memcpy(payload + STEP_BYTES, data, bytes);
+    bv_wire_header wh;
+    bv_wire_header_make(&wh, type, (uint32_t)l->self, tag, payload, len);
+    if (l->t->send_owned) /* the transport keeps the buffer */
+        return l->t->send_owned(l->out[to], &wh, sizeof wh, payload, len, err);
+    bv_status st = l->t->send(l->out[to], &wh, sizeof wh, payload, len, err);
+    free(payload);
+    return st;
+}
+
+static bool matches(const bv_pipe_msg_in *m, uint16_t type, int from, uint32_t tag,
+                    int64_t step)
+{
+    bool answer = (type == BV_PIPE_DONE || type == BV_PIPE_STATE) && m->type == BV_PIPE_ERROR;
+    return (m->type == type || answer) && (from < 0 || m->sender == (uint32_t)from) &&
+           (tag == BV_PIPE_ANY_TAG || m->tag == tag) &&
+           (step == BV_PIPE_ANY_STEP || m->step == step);
+}
+
+static bool is_abort(const bv_pipe_msg_in *m)
+{
+    return m->type == BV_PIPE_CMD && m->tag == BV_PIPE_ABORT;
+}
+
+/* One message from the transport, checked; BV_ERR_CORRUPT for one that fails a check. */
+static bv_status take(bv_stage_link *l, int timeout_ms, stashed *s, bv_error *err)
+{
+    bv_status st = l->t->recv(l->inbox, &s->raw, timeout_ms, err);
+    if (st != BV_OK)
+        return st;
+    bv_wire_header wh;
+    st = bv_wire_check(s->raw.header, s->raw.header_len, s->raw.payload, s->raw.payload_len,
+                       0, &wh, err);
+    if (st == BV_OK && (s->raw.payload_len < STEP_BYTES || wh.sender >= (uint32_t)l->nodes))
+        st = bv_error_set(err, BV_ERR_CORRUPT, "a pipeline message from node %u with %zu "
+                          "bytes", wh.sender, s->raw.payload_len);
+    if (st != BV_OK) {
+        l->t->release(&s->raw);
+        return BV_ERR_CORRUPT;
+    }
+    const uint8_t *p = s->raw.payload;
+    s->m = (bv_pipe_msg_in){wh.type, wh.sender, wh.tag, (int64_t)get_le64(p),
+                            p + STEP_BYTES, s->raw.payload_len - STEP_BYTES, NULL};
+    return BV_OK;
+}
+
+static bv_status stash_push(bv_stage_link *l, const stashed *s, bv_error *err)
+{
+    if (l->nstash == l->cap) {
+        size_t cap = l->cap ? 2 * l->cap : 16;
+        stashed *n = realloc(l->stash, cap * sizeof *n);
+        if (!n)
+            return bv_error_set(err, BV_ERR_NOMEM, "out of memory for early messages");
+        l->stash = n;
+        l->cap = cap;
+    }
+    l->stash[l->nstash++] = *s;
+    return BV_OK;
+}
+
+bv_status bv_stage_link_recv(bv_stage_link *l, uint16_t type, int from, uint32_t tag,
+                             int64_t step, int timeout_ms, const char *what,
+                             bv_pipe_msg_in *m, bv_error *err)
+{
+    l->timed_out = false;
+    for (size_t i = 0; i < l->nstash; i++) {
+        if (is_abort(&l->stash[i].m))
+            return bv_error_set(err, BV_ERR_STOPPED, "stopped while waiting for %s", what);
+        if (matches(&l->stash[i].m, type, from, tag, step)) {
+            stashed *s = malloc(sizeof *s);
+            if (!s)
+                return bv_error_set(err, BV_ERR_NOMEM, "out of memory");
+            *s = l->stash[i];
+            memmove(&l->stash[i], &l->stash[i + 1], (l->nstash - i - 1) * sizeof *l->stash);
+            l->nstash--;
+            *m = s->m;
+            m->own = s;
+            return BV_OK;
+        }
+    }
+    double until = timeout_ms >= 0 ? now_ms() + timeout_ms : 0;
+    for (;;) {
+        int left = -1;
+        if (timeout_ms >= 0) {
+            double n = now_ms();
+            left = n >= until ? 0 : (int)(until - n + 1);
+        }
+        stashed s;
+        bv_status st = take(l, left, &s, err);
+        if (st == BV_ERR_CORRUPT) {
+            if (l->dropped++ == 0)
+                bv_log(BV_LOG_WARN, "pipeline node %d dropped a message that failed its "
+                       "checks (%s); further ones are counted", l->self, err->msg);
+            continue;
+        }
+        if (st == BV_ERR_IO && strstr(err->msg, "timeout") && (l->timed_out = true))
+            return bv_error_set(err, BV_ERR_IO, "no %s within %.0f s", what,
+                                timeout_ms / 1e3);
+        if (st != BV_OK)
+            return st;
+        if (is_abort(&s.m)) {
+            l->t->release(&s.raw);
+            return bv_error_set(err, BV_ERR_STOPPED, "stopped while waiting for %s", what);
+        }
+        if (matches(&s.m, type, from, tag, step)) {
+            stashed *own = malloc(sizeof *own);
+            if (!own) {
+                l->t->release(&s.raw);
+                return bv_error_set(err, BV_ERR_NOMEM, "out of memory");
+            }
+            *own = s;
+            *m = s.m;
+            m->own = own;
+            return BV_OK;
+        }
+        if ((st = stash_push(l, &s, err)) != BV_OK) {
+            l->t->release(&s.raw);
+            return st;
+        }
+    }
+}
+
+void bv_stage_link_release(bv_stage_link *l, bv_pipe_msg_in *m)
+{
+    stashed *s = m->own;
+    if (s) {
+        l->t->release(&s->raw);
+        free(s);
+    }
+    memset(m, 0, sizeof *m);
+}
+
+bv_status bv_stage_link_recv_into(bv_stage_link *l, uint16_t type, int from, uint32_t tag,
+                                  int64_t step, int timeout_ms, const char *what, void *buf,
+                                  size_t bytes, bv_error *err)
+{
+    bv_pipe_msg_in m;
+    bv_status st = bv_stage_link_recv(l, type, from, tag, step, timeout_ms, what, &m, err);
+    if (st != BV_OK)
+        return st;
+    if (m.bytes != bytes) {
+        size_t got = m.bytes;
+        bv_stage_link_release(l, &m);
+        return bv_error_set(err, BV_ERR_CORRUPT, "%s from node %d: %zu bytes, expected %zu",
+                            what, from, got, bytes);
+    }
+    memcpy(buf, m.data, bytes);
+    bv_stage_link_release(l, &m);
+    return BV_OK;
+}
+
+static size_t chunk_begin(size_t n, int ranks, int c)
+{
+    return n * (size_t)c / (size_t)ranks;
+}
+
+bv_status bv_stage_link_allreduce(bv_stage_link *l, const int *ring, int ranks, int rank,
+                                  int64_t step, float *x, size_t n, int timeout_ms,
+                                  bv_error *err)
+{
+    if (ranks < 2)
+        return BV_OK;
+    int next = ring[(rank + 1) % ranks], prev = ring[(rank + ranks - 1) % ranks];
+    float *in = malloc((n / (size_t)ranks + 1) * sizeof *in); /* the largest chunk */
+    if (!in)
+        return bv_error_set(err, BV_ERR_NOMEM, "out of memory for the all-reduce");
+    bv_status st = BV_OK;
+    /* reduce-scatter: after step k, chunk (rank - k - 1) holds the sum of k + 2 ranks */
+    for (int k = 0; st == BV_OK && k < ranks - 1; k++) {
+        int cs = (rank - k + 2 * ranks) % ranks, cr = (rank - k - 1 + 2 * ranks) % ranks;
+        size_t s0 = chunk_begin(n, ranks, cs), s1 = chunk_begin(n, ranks, cs + 1);
+        size_t r0 = chunk_begin(n, ranks, cr), r1 = chunk_begin(n, ranks, cr + 1);
+        st = bv_stage_link_send(l, next, BV_PIPE_REDUCE, (uint32_t)cs, step, x + s0,
+                                (s1 - s0) * sizeof *x, err);
+        if (st == BV_OK)
+            st = bv_stage_link_recv_into(l, BV_PIPE_REDUCE, prev, (uint32_t)cr, step,
+                                         timeout_ms, "a share of the all-reduce", in,
+                                         (r1 - r0) * sizeof *x, err);
+        for (size_t i = 0; st == BV_OK && i < r1 - r0; i++)
+            x[r0 + i] = in[i] + x[r0 + i];
+    }
+    /* all-gather: the finished chunk (rank + 1) goes round */
+    for (int k = 0; st == BV_OK && k < ranks - 1; k++) {
+        int cs = (rank + 1 - k + 2 * ranks) % ranks, cr = (rank - k + 2 * ranks) % ranks;
+        size_t s0 = chunk_begin(n, ranks, cs), s1 = chunk_begin(n, ranks, cs + 1);
+        size_t r0 = chunk_begin(n, ranks, cr), r1 = chunk_begin(n, ranks, cr + 1);
+        st = bv_stage_link_send(l, next, BV_PIPE_REDUCE, (uint32_t)(ranks + cs), step,
+                                x + s0, (s1 - s0) * sizeof *x, err);
+        if (st == BV_OK)
+            st = bv_stage_link_recv_into(l, BV_PIPE_REDUCE, prev, (uint32_t)(ranks + cr), step,
+                                         timeout_ms, "a share of the all-reduce", x + r0,
+                                         (r1 - r0) * sizeof *x, err);
+    }
+    free(in);
+    return st;
+}
+
+bv_status bv_stage_state_pack(const bv_state *s, uint8_t **out, size_t *bytes, bv_error *err)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < s->count; i++)
+        n += 4 + strlen(s->blobs[i].name) + 8 + s->blobs[i].size;
+    uint8_t *buf = malloc(n ? n : 1), *p = buf;
+    if (!buf)
+        return bv_error_set(err, BV_ERR_NOMEM, "out of memory for a %zu-byte state", n);
+    for (size_t i = 0; i < s->count; i++) {
+        size_t len = strlen(s->blobs[i].name);
+        for (int b = 0; b < 4; b++)
+            p[b] = (uint8_t)(len >> (8 * b));
+        memcpy(p + 4, s->blobs[i].name, len);
+        put_le64(p + 4 + len, s->blobs[i].size);
+        memcpy(p + 12 + len, s->blobs[i].data, s->blobs[i].size);
+        p += 12 + len + s->blobs[i].size;
+    }
+    *out = buf;
+    *bytes = n;
+    return BV_OK;
+}
+
+bv_status bv_stage_state_unpack(const void *buf, size_t bytes, bv_state *out, bv_error *err)
+{
+    const uint8_t *p = buf, *end = p + bytes;
+    char name[1024];
+    while (p < end) {
+        if (end - p < 4)
+            return bv_error_set(err, BV_ERR_CORRUPT, "a state cut off in a name's length");
+        size_t len = (size_t)p[0] | (size_t)p[1] << 8 | (size_t)p[2] << 16 | (size_t)p[3] << 24;
+        if (len >= sizeof name || (size_t)(end - p) < 12 + len)
+            return bv_error_set(err, BV_ERR_CORRUPT, "a state with a name of %zu bytes", len);
+        memcpy(name, p + 4, len);
+        name[len] = '\0';
+        uint64_t size = get_le64(p + 4 + len);
+        if (size > (uint64_t)(end - p) - 12 - len)
+            return bv_error_set(err, BV_ERR_CORRUPT, "state blob %s: %llu bytes, %zu left",
+                                name, (unsigned long long)size, (size_t)(end - p) - 12 - len);
+        if (bv_state_add(out, name, p + 12 + len, (size_t)size) != BV_OK)
+            return bv_error_set(err, BV_ERR_NOMEM, "out of memory for the state");
+        p += 12 + len + size;
+    }
+    return BV_OK;
+}

@@ -1,0 +1,104 @@
+/* A pipeline node's links (docs/pipeline.md#the-runtime): its inbox, an outbox to each
+ * peer it sends to, and receives matched by (type, sender, tag, step), so messages that
+ * come early (a gradient while a stage waits for an activation) wait in the node's stash
+ * until the schedule asks for them. Every message is a wire frame (wire.h) whose payload
+ * is the step (8 bytes, little-endian) and then the data; a receiver checks the frame and
+ * the data's exact size. Nodes are numbered: stage s of pipeline d is d * P + s, and the
+ * coordinator is D * P. Model-agnostic: the sequence engine's stages (engine/seq) use it
+ * for activations, gradients, the tied-weight sums, the gradient norm and the all-reduce.
+ */
+#ifndef BIVOUAC_ENGINE_PIPELINE_STAGE_LINK_H
+#define BIVOUAC_ENGINE_PIPELINE_STAGE_LINK_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "bivouac/error.h"
+#include "bivouac/resilience.h"
+#include "bivouac/transport.h"
+
+/* Message types (the wire header's type). */
+enum bv_pipe_msg {
+    BV_PIPE_CMD = 0x50,  /* coordinator -> node: tag = bv_pipe_cmd, data = arguments */
+    BV_PIPE_DONE,        /* node -> coordinator: tag = the command, data = its results */
+    BV_PIPE_ERROR,       /* node -> coordinator: data = the message text */
+    BV_PIPE_ACT,         /* stage -> next stage: tag = microbatch, data = activations */
+    BV_PIPE_GRAD,        /* stage -> stage before: tag = microbatch, data = d(activations) */
+    BV_PIPE_TIED,        /* a tied tensor's gradient to its owner's stage, and the sum back */
+    BV_PIPE_NORM,        /* squared gradient norms to stage 0, the global norm back */
+    BV_PIPE_REDUCE,      /* all-reduce between a stage's replicas: tag = phase * D + chunk */
+    BV_PIPE_STATE,       /* coordinator <-> node: packed state blobs */
+};
+
+/* Commands (BV_PIPE_CMD's tag). ABORT reaches a node that waits on a peer: the wait ends
+ * with BV_ERR_STOPPED instead of waiting for a peer that has failed. */
+enum bv_pipe_cmd {
+    BV_PIPE_INIT = 1,
+    BV_PIPE_TRAIN,
+    BV_PIPE_EVAL,
+    BV_PIPE_GET_STATE,
+    BV_PIPE_SET_STATE,
+    BV_PIPE_CRC,
+    BV_PIPE_STOP,
+    BV_PIPE_ABORT,
+};
+
+typedef struct bv_stage_link bv_stage_link;
+
+/* A received message; data stays valid until bv_stage_link_release. */
+typedef struct bv_pipe_msg_in {
+    uint16_t type;
+    uint32_t sender, tag;
+    int64_t step;
+    const void *data;
+    size_t bytes;
+    void *own; /* internal */
+} bv_pipe_msg_in;
+
+/* Binds node self's inbox at addrs[self]; outboxes to addrs[i] are opened on first send.
+ * addrs has nodes entries and must outlive the link. */
+bv_status bv_stage_link_open(const bv_transport_ops *t, bv_transport *tr,
+                             const char *const *addrs, int nodes, int self,
+                             bv_stage_link **out, bv_error *err);
+void bv_stage_link_close(bv_stage_link *l);
+
+bv_status bv_stage_link_send(bv_stage_link *l, int to, uint16_t type, uint32_t tag,
+                             int64_t step, const void *data, size_t bytes, bv_error *err);
+
+#define BV_PIPE_ANY_TAG UINT32_MAX
+#define BV_PIPE_ANY_STEP INT64_MIN
+
+/* Waits up to timeout_ms (< 0: forever) for the message (type, from, tag, step); from < 0,
+ * BV_PIPE_ANY_TAG and BV_PIPE_ANY_STEP match any sender, tag and step. Messages that fail their checks are dropped and counted; others
+ * that do not match wait in the stash. An ABORT command ends the wait with
+ * BV_ERR_STOPPED. `what` names the message in a timeout's error (BV_ERR_IO, and
+ * bv_stage_link_timed_out then says so). A wait for a DONE or a STATE also takes an ERROR
+ * with the same tag and step: the answer to a command is one or the other. */
+bv_status bv_stage_link_recv(bv_stage_link *l, uint16_t type, int from, uint32_t tag,
+                             int64_t step, int timeout_ms, const char *what,
+                             bv_pipe_msg_in *m, bv_error *err);
+/* The same, copying exactly `bytes` bytes of data into buf (another size is an error). */
+bv_status bv_stage_link_recv_into(bv_stage_link *l, uint16_t type, int from, uint32_t tag,
+                                  int64_t step, int timeout_ms, const char *what, void *buf,
+                                  size_t bytes, bv_error *err);
+void bv_stage_link_release(bv_stage_link *l, bv_pipe_msg_in *m);
+/* Drops every stashed message (after an aborted step, whose messages are stale). */
+void bv_stage_link_clear(bv_stage_link *l);
+uint64_t bv_stage_link_dropped(const bv_stage_link *l);
+bool bv_stage_link_timed_out(const bv_stage_link *l);
+
+/* Sums x (n floats) over the `ranks` nodes ring[0..ranks) (this node is ring[rank]) with
+ * a ring all-reduce: reduce-scatter then all-gather, D - 1 steps each, chunk c's sum made
+ * in a fixed order on one node and copied to the others, so every node ends with the same
+ * bits, run after run. */
+bv_status bv_stage_link_allreduce(bv_stage_link *l, const int *ring, int ranks, int rank,
+                                  int64_t step, float *x, size_t n, int timeout_ms,
+                                  bv_error *err);
+
+/* A state's blobs as one buffer (name length u32, name, size u64, bytes; little-endian
+ * lengths), for BV_PIPE_STATE; _unpack checks every length against the buffer. */
+bv_status bv_stage_state_pack(const bv_state *s, uint8_t **out, size_t *bytes, bv_error *err);
+bv_status bv_stage_state_unpack(const void *buf, size_t bytes, bv_state *out, bv_error *err);
+
+#endif

@@ -1,0 +1,78 @@
+/* The sequence engine as a pipeline (docs/pipeline.md#the-runtime): D pipelines of P
+ * stages, each stage a span of the model's layers (layer_engine.h) running its schedule
+ * (engine/pipeline/schedule_gen.h) on M microbatches a step, as a thread of this process;
+ * stages talk only through the transport (engine/pipeline/stage_link.h), to their
+ * neighbours (activations, gradients), to the stage that owns a tied tensor, and to their
+ * replicas in the other pipelines (the gradient all-reduce). The coordinator here drives
+ * them by commands: initialise, train a step, evaluate, state, checksum, stop. */
+#ifndef BIVOUAC_PIPELINE_SEQ_H
+#define BIVOUAC_PIPELINE_SEQ_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "adamw.h"
+#include "experiment.h"
+#include "schedule_gen.h"
+#include "text_corpus.h"
+
+/* The random streams the sequence engine draws its batches from (text_corpus.h): step
+ * it's training batch, and evaluation batch i of a split after `done` steps. */
+#define BV_SEQ_STREAM_TRAIN(it) ((uint64_t)(it) * 2)
+#define BV_SEQ_STREAM_EVAL(done, split, i) \
+    ((uint64_t)1 << 62 | (uint64_t)(done) << 24 | (uint64_t)(split) << 23 | (uint64_t)(i))
+
+typedef struct bv_seq_pipe_cfg {
+    const bv_experiment *x;
+    const bv_text_corpus *corpus;
+    const bv_seq_model_ops *mops; /* the core's copy of the model's table */
+    int stages, pipelines, microbatches;
+    bv_schedule_kind kind;
+    size_t span_first[65], span_end[65]; /* stage s runs layers [first, end) */
+    int64_t batch, block;        /* the global batch: every pipeline's rows */
+    uint64_t seed;
+    bv_adamw adamw;
+    int peer_timeout_ms;         /* a stage waits this long for a peer's message */
+} bv_seq_pipe_cfg;
+
+/* What one training step gave. */
+typedef struct bv_seq_pipe_step {
+    double loss;           /* mean over the global batch */
+    double norm;           /* the global gradient norm before clipping */
+    double compute_seconds; /* summed over the stages */
+    double wait_seconds;    /* stages waiting on a peer's message, summed */
+    double seconds;         /* the step's wall time */
+} bv_seq_pipe_step;
+
+typedef struct bv_seq_pipe bv_seq_pipe;
+
+/* Starts the D x P stage threads and initialises their layers from cfg->seed. */
+bv_status bv_seq_pipe_start(const bv_seq_pipe_cfg *cfg, bv_seq_pipe **out, bv_error *err);
+/* Stops every stage and frees everything (NULL: nothing). */
+void bv_seq_pipe_stop(bv_seq_pipe *p);
+
+bv_status bv_seq_pipe_train(bv_seq_pipe *p, int64_t it, double lr, bv_seq_pipe_step *out,
+                            bv_error *err);
+/* Mean loss over `iters` batches of a split (split 1: validation) after `done` steps,
+ * batch i drawn from BV_SEQ_STREAM_EVAL(done, split, i). */
+bv_status bv_seq_pipe_eval(bv_seq_pipe *p, int64_t done, int split, int64_t iters,
+                           double *loss, bv_error *err);
+/* Every layer's blobs (layer_engine.h's names), from the stages that own them. */
+bv_status bv_seq_pipe_get_state(bv_seq_pipe *p, bv_state *s, bv_error *err);
+bv_status bv_seq_pipe_set_state(bv_seq_pipe *p, const bv_state *s, bv_error *err);
+/* CRC-32C over every owned parameter in layer order (the layer engine's order). */
+bv_status bv_seq_pipe_crc32c(bv_seq_pipe *p, uint32_t *crc, bv_error *err);
+
+/* ---- inside: one stage, the thread's body (pipeline_stage.c) ---- */
+typedef struct bv_seq_stage_arg {
+    const bv_seq_pipe_cfg *cfg;
+    const char *const *addrs; /* every node's inbox */
+    void *transport;          /* bv_transport * */
+    int stage, pipeline;
+    atomic_bool gone; /* set if the thread ended without its inbox (no answer will come) */
+} bv_seq_stage_arg;
+
+void *bv_seq_stage_main(void *arg);
+
+#endif

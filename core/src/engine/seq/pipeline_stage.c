@@ -1,0 +1,566 @@
+/* One pipeline stage (pipeline_seq.h): its span of layers, its compute instance and its
+ * links, a loop that takes the coordinator's commands, and the interpreter of its
+ * schedule (docs/pipeline.md#the-runtime). */
+#include <math.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "bivouac/log.h"
+#include "bivouac/wire.h"
+#include "pipeline_seq.h"
+#include "stage_link.h"
+
+typedef struct stage {
+    const bv_seq_pipe_cfg *cfg;
+    const bv_experiment *x;
+    int s, d, P, D, M, node, coord;
+    int64_t rows_mb, rows_pipe; /* sequences per microbatch, per pipeline */
+    bv_stage_link *link;
+    bv_seq_model *model;
+    bv_compute *c;
+    bv_layer_engine *le;
+    size_t first, end, nlayers;
+    bool has_head;
+    int slots;
+    bv_schedule sched;
+    int32_t *tokens, *targets; /* this pipeline's rows of the batch */
+    float *dout, *flat;        /* a received d(output); the gradients for the all-reduce */
+    size_t nflat;
+    double *sq;                /* per owned tensor: its squared gradient norm */
+    size_t nsq, nsq_all;
+    const float **out;         /* per slot: the forward's output */
+    int64_t in_w, out_w;
+    double compute_s, wait_s;
+} stage;
+
+static double now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static int node_of(const stage *st, int pipeline, int s)
+{
+    return pipeline * st->P + s;
+}
+
+static int stage_of_layer(const stage *st, size_t l)
+{
+    for (int s = 0; s < st->P; s++)
+        if (l >= st->cfg->span_first[s] && l < st->cfg->span_end[s])
+            return s;
+    return -1;
+}
+
+/* The compute instance's options: `threads: 0` (every core this process may run on) gives
+ * each of the process's stages its share of the cores instead of all of them. */
+static bv_compute *make_compute(const stage *st, bv_error *err)
+{
+    const bv_experiment *x = st->x;
+    const bv_opt_value *th = bv_opts_find(&x->compute.opts, "threads");
+    if (!th || th->decl->type != BV_OPT_INT || th->v.i != 0)
+        return x->compute_ops.create(&x->compute.opts, err);
+    cpu_set_t set;
+    int cores = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+    int share = cores / (st->P * st->D);
+    char text[32];
+    snprintf(text, sizeof text, "%d", share > 0 ? share : 1);
+    bv_opts opts;
+    if (bv_opts_copy(&x->compute.opts, &opts, err) != BV_OK)
+        return NULL;
+    bv_compute *c = bv_opts_set(&opts, "threads", text, err) == BV_OK
+                        ? x->compute_ops.create(&opts, err)
+                        : NULL;
+    bv_opts_free(&opts);
+    return c;
+}
+
+static bv_status stage_setup(stage *st, bv_error *err)
+{
+    const bv_seq_pipe_cfg *cfg = st->cfg;
+    bv_seq_shape shape = {st->cfg->corpus->vocab_size, cfg->block, st->rows_mb};
+    if (!(st->model = cfg->mops->create(&st->x->model.opts, &shape, err)))
+        return err->status ? err->status : BV_ERR_PLUGIN;
+    if (!(st->c = make_compute(st, err)))
+        return err->status ? err->status : BV_ERR_PLUGIN;
+    st->first = cfg->span_first[st->s];
+    st->end = cfg->span_end[st->s];
+    st->slots = cfg->kind == BV_SCHEDULE_GPIPE || st->P - st->s > st->M ? st->M
+                                                                        : st->P - st->s;
+    bv_layer_span span = {st->first, st->end, st->slots};
+    bv_status rc = bv_layer_engine_create_span(cfg->mops, st->model, &st->x->compute_ops,
+                                               st->c, st->rows_mb, cfg->block, &span,
+                                               &st->le, err);
+    if (rc != BV_OK)
+        return rc;
+    st->nlayers = bv_layer_engine_layers(st->le);
+    st->has_head = st->end == st->nlayers;
+    st->in_w = bv_layer_engine_layer(st->le, st->first)->in_width;
+    st->out_w = bv_layer_engine_layer(st->le, st->end - 1)->out_width;
+    bv_schedule_init(&st->sched);
+    if ((rc = bv_schedule_generate(cfg->kind, st->s, st->P, st->M, &st->sched, err)) != BV_OK)
+        return rc;
+    int64_t T = st->rows_mb * cfg->block;
+    st->tokens = malloc((size_t)(st->rows_pipe * cfg->block) * sizeof *st->tokens);
+    st->targets = malloc((size_t)(st->rows_pipe * cfg->block) * sizeof *st->targets);
+    st->dout = malloc((size_t)(T * st->out_w) * sizeof *st->dout);
+    st->out = calloc((size_t)st->slots, sizeof *st->out);
+    /* every gradient buffer this stage has (for the all-reduce), every owned tensor */
+    bv_layer_tensor t;
+    for (size_t l = st->first; l < st->end; l++)
+        for (size_t i = 0; i < bv_layer_engine_layer(st->le, l)->nparams; i++) {
+            size_t o, oi;
+            bool mine = bv_layer_engine_tensor(st->le, l, i, &t);
+            if (mine || bv_layer_engine_tie(st->le, l, i, &o, &oi))
+                st->nflat += (size_t)t.n;
+            st->nsq += mine && !t.replica;
+        }
+    st->flat = st->D > 1 ? malloc(st->nflat * sizeof *st->flat) : NULL;
+    st->sq = malloc((st->nsq + 1) * sizeof *st->sq);
+    if (!st->tokens || !st->targets || !st->dout || !st->out || !st->sq ||
+        (st->D > 1 && !st->flat))
+        return bv_error_set(err, BV_ERR_NOMEM, "out of memory for stage %d", st->s);
+    return BV_OK;
+}
+
+static void stage_free(stage *st)
+{
+    bv_layer_engine_free(st->le);
+    if (st->c)
+        st->x->compute_ops.destroy(st->c);
+    if (st->model)
+        st->cfg->mops->destroy(st->model);
+    bv_schedule_free(&st->sched);
+    free(st->tokens);
+    free(st->targets);
+    free(st->dout);
+    free(st->flat);
+    free(st->sq);
+    free(st->out);
+    bv_stage_link_close(st->link);
+}
+
+static bv_seq_ctx make_ctx(const stage *st, int mb, bool training, int64_t step)
+{
+    int64_t T = st->rows_mb * st->cfg->block;
+    return (bv_seq_ctx){.k = &st->x->compute_ops, .compute = st->c, .batch = st->rows_mb,
+                        .seq = st->cfg->block, .tokens = st->tokens + mb * T,
+                        .training = training, .seed = st->cfg->seed, .step = step,
+                        .row0 = st->d * st->rows_pipe + mb * st->rows_mb};
+}
+
+static bv_status recv_into(stage *st, uint16_t type, int from, uint32_t tag, int64_t step,
+                           const char *what, void *buf, size_t bytes, bv_error *err)
+{
+    double t0 = now();
+    bv_status rc = bv_stage_link_recv_into(st->link, type, from, tag, step,
+                                           st->cfg->peer_timeout_ms, what, buf, bytes, err);
+    st->wait_s += now() - t0;
+    return rc;
+}
+
+/* ---- the update: gradients summed over the pipelines, tied ones over their stages, the
+ * global norm over every stage, then AdamW ---- */
+
+static bv_status allreduce(stage *st, int64_t it, bv_error *err)
+{
+    bv_layer_tensor t;
+    size_t off = 0, o, oi;
+    for (int pass = 0; pass < 2; pass++) {
+        off = 0;
+        for (size_t l = st->first; l < st->end; l++)
+            for (size_t i = 0; i < bv_layer_engine_layer(st->le, l)->nparams; i++) {
+                if (!bv_layer_engine_tensor(st->le, l, i, &t) &&
+                    !bv_layer_engine_tie(st->le, l, i, &o, &oi))
+                    continue;
+                float *a = pass ? t.grad : st->flat + off, *b = pass ? st->flat + off : t.grad;
+                memcpy(a, b, (size_t)t.n * sizeof *a);
+                off += (size_t)t.n;
+            }
+        if (pass == 0) {
+            int ring[64];
+            for (int d = 0; d < st->D; d++)
+                ring[d] = node_of(st, d, st->s);
+            bv_status rc = bv_stage_link_allreduce(st->link, ring, st->D, st->d, it, st->flat,
+                                                   st->nflat, st->cfg->peer_timeout_ms, err);
+            if (rc != BV_OK)
+                return rc;
+        }
+    }
+    return BV_OK;
+}
+
+/* owner += tied, for every tied tensor: here when both layers are on this stage, else
+ * through the owner's stage, which sends the sum back to the replica. */
+static bv_status sum_tied(stage *st, int64_t it, bv_error *err)
+{
+    const bv_compute_ops *k = &st->x->compute_ops;
+    bv_layer_tensor t, ot;
+    size_t o, oi;
+    for (size_t l = st->first; l < st->nlayers; l++)
+        for (size_t i = 0; i < bv_layer_engine_layer(st->le, l)->nparams; i++) {
+            if (!bv_layer_engine_tie(st->le, l, i, &o, &oi))
+                continue;
+            bool here = l < st->end, owner_here = o >= st->first && o < st->end;
+            if (!here && !owner_here)
+                continue;
+            bv_layer_engine_tensor(st->le, l, i, &t);
+            bv_layer_engine_tensor(st->le, o, oi, &ot);
+            uint32_t tag = (uint32_t)(l << 16 | i);
+            bv_status rc = BV_OK;
+            if (here && owner_here) {
+                k->axpy(st->c, t.n, 1.0f, t.grad, ot.grad);
+            } else if (here) { /* a replica: its gradient out, the owner's sum back */
+                int to = node_of(st, st->d, stage_of_layer(st, o));
+                rc = bv_stage_link_send(st->link, to, BV_PIPE_TIED, tag, it, t.grad,
+                                        (size_t)t.n * sizeof(float), err);
+                if (rc == BV_OK)
+                    rc = recv_into(st, BV_PIPE_TIED, to, tag, it, "a tied tensor's gradient",
+                                   t.grad, (size_t)t.n * sizeof(float), err);
+            } else { /* the owner: the replica's gradient in (into dout's room), the sum out */
+                int from = node_of(st, st->d, stage_of_layer(st, l));
+                float *in = malloc((size_t)ot.n * sizeof *in);
+                if (!in)
+                    return bv_error_set(err, BV_ERR_NOMEM, "out of memory");
+                rc = recv_into(st, BV_PIPE_TIED, from, tag, it, "a tied tensor's gradient", in,
+                               (size_t)ot.n * sizeof(float), err);
+                if (rc == BV_OK) {
+                    k->axpy(st->c, ot.n, 1.0f, in, ot.grad);
+                    rc = bv_stage_link_send(st->link, from, BV_PIPE_TIED, tag, it, ot.grad,
+                                            (size_t)ot.n * sizeof(float), err);
+                }
+                free(in);
+            }
+            if (rc != BV_OK)
+                return rc;
+        }
+    return BV_OK;
+}
+
+/* The global norm: each owned tensor's squares, summed in layer order by stage 0 as one
+ * process sums them (adamw.c), and sent back. */
+static bv_status global_norm(stage *st, int64_t it, double *norm, bv_error *err)
+{
+    const bv_compute_ops *k = &st->x->compute_ops;
+    bv_layer_tensor t;
+    size_t n = 0;
+    for (size_t l = st->first; l < st->end; l++)
+        for (size_t i = 0; i < bv_layer_engine_layer(st->le, l)->nparams; i++)
+            if (bv_layer_engine_tensor(st->le, l, i, &t) && !t.replica)
+                st->sq[n++] = k->sum_squares(st->c, t.n, t.grad);
+    int root = node_of(st, st->d, 0);
+    if (st->s > 0) {
+        bv_status rc = bv_stage_link_send(st->link, root, BV_PIPE_NORM, (uint32_t)st->s, it,
+                                          st->sq, n * sizeof *st->sq, err);
+        return rc != BV_OK ? rc
+                           : recv_into(st, BV_PIPE_NORM, root, 0, it, "the gradient norm",
+                                       norm, sizeof *norm, err);
+    }
+    double sq = 0;
+    for (size_t j = 0; j < n; j++)
+        sq += st->sq[j];
+    for (int s = 1; s < st->P; s++) {
+        bv_pipe_msg_in m;
+        bv_status rc = bv_stage_link_recv(st->link, BV_PIPE_NORM, node_of(st, st->d, s),
+                                          (uint32_t)s, it, st->cfg->peer_timeout_ms,
+                                          "a stage's gradient norms", &m, err);
+        if (rc != BV_OK)
+            return rc;
+        if (m.bytes % sizeof(double)) {
+            bv_stage_link_release(st->link, &m);
+            return bv_error_set(err, BV_ERR_CORRUPT, "stage %d's norms: %zu bytes", s,
+                                m.bytes);
+        }
+        for (size_t j = 0; j < m.bytes / sizeof(double); j++) {
+            double v;
+            memcpy(&v, (const char *)m.data + j * sizeof v, sizeof v);
+            sq += v;
+        }
+        bv_stage_link_release(st->link, &m);
+    }
+    *norm = sqrt(sq);
+    for (int s = 1; s < st->P; s++) {
+        bv_status rc = bv_stage_link_send(st->link, node_of(st, st->d, s), BV_PIPE_NORM, 0, it,
+                                          norm, sizeof *norm, err);
+        if (rc != BV_OK)
+            return rc;
+    }
+    return BV_OK;
+}
+
+static bv_status update(stage *st, int64_t it, double lr, double *norm, bv_error *err)
+{
+    double t0 = now(), w0 = st->wait_s;
+    bv_status rc = st->D > 1 ? allreduce(st, it, err) : BV_OK;
+    if (rc == BV_OK)
+        rc = sum_tied(st, it, err);
+    if (rc == BV_OK)
+        rc = global_norm(st, it, norm, err);
+    if (rc == BV_OK)
+        bv_adamw_apply(st->le, &st->x->compute_ops, st->c, &st->cfg->adamw, it + 1, lr, *norm);
+    st->compute_s += now() - t0 - (st->wait_s - w0);
+    return rc;
+}
+
+/* ---- one step of the schedule ---- */
+
+static bv_status train_step(stage *st, int64_t it, double lr, double res[6], bv_error *err)
+{
+    const bv_seq_pipe_cfg *cfg = st->cfg;
+    double t_step = now();
+    st->compute_s = st->wait_s = 0;
+    bv_text_corpus_batch(cfg->corpus, cfg->seed, BV_SEQ_STREAM_TRAIN(it), false, cfg->batch,
+                         cfg->block, st->d * st->rows_pipe, st->rows_pipe, st->tokens,
+                         st->targets);
+    bv_layer_engine_zero_grads(st->le);
+    int64_t T = st->rows_mb * cfg->block;
+    size_t in_bytes = (size_t)(T * st->in_w) * sizeof(float);
+    size_t out_bytes = (size_t)(T * st->out_w) * sizeof(float);
+    double loss_sum = 0, count = 0, norm = 0;
+    const float *din = NULL;
+    bv_status rc = BV_OK;
+    for (size_t i = 0; rc == BV_OK && i < st->sched.count; i++) {
+        const bv_instruction *ins = bv_schedule_at(&st->sched, i);
+        int mb = ins->microbatch, slot = mb >= 0 ? mb % st->slots : 0;
+        int peer = ins->peer >= 0 ? node_of(st, st->d, ins->peer) : -1;
+        bv_seq_ctx ctx = make_ctx(st, mb >= 0 ? mb : 0, true, it);
+        double t0 = now();
+        switch (ins->op) {
+        case BV_INSTR_RECV_ACT:
+            rc = recv_into(st, BV_PIPE_ACT, peer, (uint32_t)mb, it, "activations",
+                           bv_layer_engine_input(st->le, slot), in_bytes, err);
+            break;
+        case BV_INSTR_FORWARD:
+            rc = bv_layer_engine_span_forward(st->le, slot, &ctx, &st->out[slot], err);
+            st->compute_s += now() - t0;
+            break;
+        case BV_INSTR_SEND_ACT:
+            rc = bv_stage_link_send(st->link, peer, BV_PIPE_ACT, (uint32_t)mb, it,
+                                    st->out[slot], out_bytes, err);
+            break;
+        case BV_INSTR_RECV_GRAD:
+            rc = recv_into(st, BV_PIPE_GRAD, peer, (uint32_t)mb, it, "gradients", st->dout,
+                           out_bytes, err);
+            break;
+        case BV_INSTR_BACKWARD:
+            if (st->has_head) {
+                bv_xent_result xr;
+                rc = bv_layer_engine_span_loss(st->le, slot, &ctx, st->targets + mb * T,
+                                               1.0f / (float)(cfg->batch * cfg->block), &xr,
+                                               err);
+                loss_sum += xr.loss_sum;
+                count += (double)xr.count;
+            }
+            if (rc == BV_OK)
+                rc = bv_layer_engine_span_backward(st->le, slot, &ctx,
+                                                   st->has_head ? NULL : st->dout, &din, err);
+            st->compute_s += now() - t0;
+            break;
+        case BV_INSTR_SEND_GRAD:
+            rc = bv_stage_link_send(st->link, peer, BV_PIPE_GRAD, (uint32_t)mb, it, din,
+                                    in_bytes, err);
+            break;
+        case BV_INSTR_UPDATE:
+            rc = update(st, it, lr, &norm, err);
+            break;
+        default:
+            rc = bv_error_set(err, BV_ERR_INTERNAL, "stage %d cannot run instruction %u",
+                              st->s, ins->op);
+        }
+    }
+    double r[6] = {loss_sum, count, norm, st->compute_s, st->wait_s, now() - t_step};
+    memcpy(res, r, sizeof r);
+    return rc;
+}
+
+/* Forward only, one microbatch at a time; the last stage sums each batch's loss. */
+static bv_status eval_batches(stage *st, int64_t done, int split, int64_t iters, double *res,
+                              bv_error *err)
+{
+    const bv_seq_pipe_cfg *cfg = st->cfg;
+    int64_t T = st->rows_mb * cfg->block;
+    size_t in_bytes = (size_t)(T * st->in_w) * sizeof(float);
+    size_t out_bytes = (size_t)(T * st->out_w) * sizeof(float);
+    for (int64_t i = 0; i < iters; i++) {
+        bv_text_corpus_batch(cfg->corpus, cfg->seed, BV_SEQ_STREAM_EVAL(done, split, i),
+                             split == 1, cfg->batch, cfg->block, st->d * st->rows_pipe,
+                             st->rows_pipe, st->tokens, st->targets);
+        res[2 * i] = res[2 * i + 1] = 0;
+        int64_t tag_step = -1 - i;
+        for (int mb = 0; mb < st->M; mb++) {
+            bv_seq_ctx ctx = make_ctx(st, mb, false, done);
+            bv_status rc = BV_OK;
+            if (st->s > 0)
+                rc = recv_into(st, BV_PIPE_ACT, node_of(st, st->d, st->s - 1), (uint32_t)mb,
+                               tag_step, "activations", bv_layer_engine_input(st->le, 0),
+                               in_bytes, err);
+            if (rc == BV_OK)
+                rc = bv_layer_engine_span_forward(st->le, 0, &ctx, &st->out[0], err);
+            if (rc == BV_OK && !st->has_head)
+                rc = bv_stage_link_send(st->link, node_of(st, st->d, st->s + 1), BV_PIPE_ACT,
+                                        (uint32_t)mb, tag_step, st->out[0], out_bytes, err);
+            if (rc == BV_OK && st->has_head) {
+                bv_xent_result xr;
+                rc = bv_layer_engine_span_loss(st->le, 0, &ctx, st->targets + mb * T, 0.0f,
+                                               &xr, err);
+                res[2 * i] += xr.loss_sum;
+                res[2 * i + 1] += (double)xr.count;
+            }
+            if (rc != BV_OK)
+                return rc;
+        }
+    }
+    return BV_OK;
+}
+
+/* ---- state and checksum ---- */
+
+static bv_status send_state(stage *st, int64_t step, bv_error *err)
+{
+    bv_state s = {0};
+    bv_status rc = BV_OK;
+    for (size_t l = st->first; rc == BV_OK && l < st->end; l++)
+        rc = bv_layer_engine_layer_get(st->le, l, true, &s, err);
+    uint8_t *buf = NULL;
+    size_t bytes = 0;
+    if (rc == BV_OK)
+        rc = bv_stage_state_pack(&s, &buf, &bytes, err);
+    bv_state_free(&s);
+    if (rc == BV_OK)
+        rc = bv_stage_link_send(st->link, st->coord, BV_PIPE_STATE, BV_PIPE_GET_STATE, step,
+                                buf, bytes, err);
+    free(buf);
+    return rc;
+}
+
+static bv_status set_state(stage *st, const bv_pipe_msg_in *m, bv_error *err)
+{
+    bv_state s = {0};
+    bv_status rc = bv_stage_state_unpack(m->data, m->bytes, &s, err);
+    for (size_t l = st->first; rc == BV_OK && l < st->end; l++)
+        rc = bv_layer_engine_layer_set(st->le, l, true, &s, err);
+    bv_state_free(&s);
+    return rc;
+}
+
+static uint32_t params_crc(const stage *st, uint32_t crc)
+{
+    bv_layer_tensor t;
+    for (size_t l = st->first; l < st->end; l++)
+        for (size_t i = 0; i < bv_layer_engine_layer(st->le, l)->nparams; i++)
+            if (bv_layer_engine_tensor(st->le, l, i, &t) && !t.replica)
+                crc = bv_crc32c(crc, t.param, (size_t)t.n * sizeof(float));
+    return crc;
+}
+
+/* ---- the command loop ---- */
+
+static bv_status run_command(stage *st, const bv_pipe_msg_in *m, bv_error *err)
+{
+    double res[6] = {0};
+    switch (m->tag) {
+    case BV_PIPE_INIT:
+        bv_layer_engine_init(st->le, st->cfg->seed);
+        break;
+    case BV_PIPE_TRAIN: {
+        double lr;
+        if (m->bytes != sizeof lr)
+            return bv_error_set(err, BV_ERR_CORRUPT, "a train command of %zu bytes", m->bytes);
+        memcpy(&lr, m->data, sizeof lr);
+        bv_status rc = train_step(st, m->step, lr, res, err);
+        if (rc != BV_OK)
+            return rc;
+        return bv_stage_link_send(st->link, st->coord, BV_PIPE_DONE, m->tag, m->step, res,
+                                  sizeof res, err);
+    }
+    case BV_PIPE_EVAL: {
+        int64_t a[2];
+        if (m->bytes != sizeof a)
+            return bv_error_set(err, BV_ERR_CORRUPT, "an eval command of %zu bytes", m->bytes);
+        memcpy(a, m->data, sizeof a);
+        double *sums = calloc((size_t)(2 * a[1]) + 1, sizeof *sums);
+        if (!sums)
+            return bv_error_set(err, BV_ERR_NOMEM, "out of memory");
+        bv_status rc = eval_batches(st, m->step, (int)a[0], a[1], sums, err);
+        if (rc == BV_OK)
+            rc = bv_stage_link_send(st->link, st->coord, BV_PIPE_DONE, m->tag, m->step, sums,
+                                    st->has_head ? (size_t)(2 * a[1]) * sizeof *sums : 0,
+                                    err);
+        free(sums);
+        return rc;
+    }
+    case BV_PIPE_GET_STATE:
+        return send_state(st, m->step, err);
+    case BV_PIPE_SET_STATE: {
+        bv_status rc = set_state(st, m, err);
+        if (rc != BV_OK)
+            return rc;
+        break;
+    }
+    case BV_PIPE_CRC: {
+        uint32_t crc;
+        if (m->bytes != sizeof crc)
+            return bv_error_set(err, BV_ERR_CORRUPT, "a crc command of %zu bytes", m->bytes);
+        memcpy(&crc, m->data, sizeof crc);
+        crc = params_crc(st, crc);
+        return bv_stage_link_send(st->link, st->coord, BV_PIPE_DONE, m->tag, m->step, &crc,
+                                  sizeof crc, err);
+    }
+    default:
+        return bv_error_set(err, BV_ERR_CORRUPT, "unknown command %u", m->tag);
+    }
+    return bv_stage_link_send(st->link, st->coord, BV_PIPE_DONE, m->tag, m->step, NULL, 0, err);
+}
+
+void *bv_seq_stage_main(void *arg)
+{
+    bv_seq_stage_arg *a = arg;
+    const bv_seq_pipe_cfg *cfg = a->cfg;
+    stage st = {.cfg = cfg, .x = cfg->x, .s = a->stage, .d = a->pipeline, .P = cfg->stages,
+                .D = cfg->pipelines, .M = cfg->microbatches};
+    st.node = node_of(&st, st.d, st.s);
+    st.coord = st.D * st.P;
+    st.rows_pipe = cfg->batch / st.D;
+    st.rows_mb = st.rows_pipe / st.M;
+    bv_error err = {0};
+    if (bv_stage_link_open(&cfg->x->transport_ops, a->transport, a->addrs, st.coord + 1,
+                           st.node, &st.link, &err) != BV_OK) {
+        bv_log(BV_LOG_ERROR, "stage %d of pipeline %d: %s", st.s, st.d, err.msg);
+        stage_free(&st);
+        atomic_store(&a->gone, true); /* the coordinator's wait sees it and says so */
+        return NULL;
+    }
+    bv_status setup = stage_setup(&st, &err);
+    bv_error setup_err = err;
+    for (;;) {
+        bv_pipe_msg_in m;
+        bv_status rc = bv_stage_link_recv(st.link, BV_PIPE_CMD, st.coord, BV_PIPE_ANY_TAG,
+                                          BV_PIPE_ANY_STEP, BV_TIMEOUT_FOREVER, "a command",
+                                          &m, &err);
+        if (rc == BV_ERR_STOPPED) /* an abort that found this stage idle */
+            continue;
+        if (rc != BV_OK)
+            break;
+        if (m.tag == BV_PIPE_STOP) {
+            bv_stage_link_release(st.link, &m);
+            break;
+        }
+        err = setup_err;
+        rc = setup != BV_OK ? setup : run_command(&st, &m, &err);
+        int64_t step = m.step;
+        uint32_t cmd = m.tag;
+        bv_stage_link_release(st.link, &m);
+        if (rc != BV_OK) {
+            bv_stage_link_clear(st.link); /* the failed step's messages are stale */
+            bv_error e2 = {0};
+            bv_stage_link_send(st.link, st.coord, BV_PIPE_ERROR, cmd, step, err.msg,
+                               strlen(err.msg), &e2);
+        }
+    }
+    stage_free(&st);
+    return NULL;
+}
