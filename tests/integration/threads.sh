@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The engines' threads (graph-engine roles sharing arrays, the cpu plugin's pool, the
-# checkpoint writer) run without data races: scripts/test.sh runs this test (LABELS tsan)
+# checkpoint writer, pipeline stages) run without data races: scripts/test.sh runs this test (LABELS tsan)
 # in a ThreadSanitizer build, where any race ends the run with exit 66. The roles talk over
 # the example in-process transport (examples/plugins/transport_queue.c), whose mutexes and
 # condition variables ThreadSanitizer sees; libzmq's lock-free queues are not instrumented
@@ -69,7 +69,17 @@ run gcn-queue-set-threads "$quick" -s model.plugin=gcn "${graph[@]}" -s transpor
     -s "policy.file=$BIVOUAC_SOURCE_DIR/tests/data/transformer/policy_exports.lua" \
     -s policy.params.case=live -s policy.on_error=stop
 # the sequence engine with the checkpoint plugin's writer thread
-run transformer "$BIVOUAC_SOURCE_DIR/tests/data/transformer/tiny.yaml" -s train.steps=20
+tiny="$BIVOUAC_SOURCE_DIR/tests/data/transformer/tiny.yaml"
+run transformer "$tiny" -s train.steps=20
+# the pipeline engine: 2 pipelines of 2 stages, 2 microbatches each, as threads (the
+# all-reduce, the tied projection's sum, the norm, activations both ways)
+pipe=(-s train.steps=12 -s train.batch=8 -s pipeline.stages=2 -s pipeline.pipelines=2
+      -s pipeline.microbatches=2)
+run pipeline-queue "$tiny" "${pipe[@]}" -s transport.plugin=queue
+if ! $tsan; then
+    run pipeline-zmq "$tiny" "${pipe[@]}"
+    same "pipeline: the queue transport gives zmq's weights" pipeline-queue pipeline-zmq
+fi
 
 echo "$passed passed, $failed failed"
 [[ $failed == 0 ]]

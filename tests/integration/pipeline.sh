@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# The pipeline engine (docs/pipeline.md) with stages as threads, on a 4-block transformer
+# with dropout and the tied output projection:
+# - P = 1, 2 and 4 stages with the same M = 4 microbatches give the same final weights,
+#   bit for bit (each stage sums the same terms in the same order: the microbatches'
+#   gradients in microbatch order, the tied projection's two halves once at the end, the
+#   gradient norm tensor by tensor in layer order);
+# - they, D = 2 pipelines x P = 2 stages and GPipe's schedule end within 1e-5 (relative)
+#   of the one-process run (M = 1), whose gradients sum the whole batch in one product;
+# - the same seed twice gives the same bits (D = 2: the ring all-reduce's order is fixed);
+# - a run killed after step 25 and resumed from its checkpoint ends with the same weights;
+# - a batch that does not cut into whole microbatches is refused at its position.
+# Environment (set by ctest): BIVOUAC, BIVOUAC_SOURCE_DIR, BIVOUAC_DATA_DIR.
+set -euo pipefail
+: "${BIVOUAC:?BIVOUAC must name the bivouac binary}"
+: "${BIVOUAC_DATA_DIR:?BIVOUAC_DATA_DIR must name the data directory (with tinyshakespeare/)}"
+BIVOUAC_SOURCE_DIR=${BIVOUAC_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
+exp="$BIVOUAC_SOURCE_DIR/tests/data/transformer/tiny.yaml"
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/bivouac-pipeline.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+failed=0
+
+field() { sed -n "s/.*\"$2\": \([^,}]*\).*/\1/p" "$1/result.json" | head -1; }
+# run NAME STAGES PIPELINES MICROBATCHES [more -s overrides]
+run() {
+    local name=$1 p=$2 d=$3 m=$4
+    shift 4
+    "$BIVOUAC" run "$exp" --out "$tmp/$name" --quiet --no-plot -s model.layers=4 \
+        -s model.dropout=0.1 -s train.batch=8 -s pipeline.stages="$p" \
+        -s pipeline.pipelines="$d" -s pipeline.microbatches="$m" "$@" >/dev/null
+}
+same() { # same NAME_A NAME_B FIELD
+    if [ "$(field "$tmp/$1" "$3")" = "$(field "$tmp/$2" "$3")" ]; then
+        echo "ok: $2 has $1's $3 $(field "$tmp/$1" "$3")"
+    else
+        echo "FAIL: $2's $3 is $(field "$tmp/$2" "$3"), $1's $(field "$tmp/$1" "$3")" >&2
+        failed=1
+    fi
+}
+close() { # close NAME_A NAME_B FIELD: within 1e-5 relative
+    local a b
+    a=$(field "$tmp/$1" "$3")
+    b=$(field "$tmp/$2" "$3")
+    if awk -v a="$a" -v b="$b" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 1e-5 * a) }'; then
+        echo "ok: $2's $3 $b is within 1e-5 of $1's $a"
+    else
+        echo "FAIL: $2's $3 $b is not within 1e-5 of $1's $a" >&2
+        failed=1
+    fi
+}
+
+run one 1 1 1
+for p in 1 2 4; do run "p$p" "$p" 1 4; done
+run d2p2 2 2 2
+run d2p2-again 2 2 2
+run gpipe 2 1 4 -s pipeline.schedule=gpipe
+
+for p in 2 4; do same p1 "p$p" params_crc32c; same p1 "p$p" val_loss; done
+same d2p2 d2p2-again params_crc32c
+for r in p1 p2 p4 d2p2 gpipe; do close one "$r" val_loss; close one "$r" last_step_loss; done
+for f in pipeline_stages pipelines microbatches; do
+    [ "$(field "$tmp/d2p2" $f)" = 2 ] || { echo "FAIL: d2p2's $f is $(field "$tmp/d2p2" $f)" >&2; failed=1; }
+done
+if grep -q '"pipeline_bubble"' "$tmp/p4/metrics.jsonl"; then
+    echo "ok: metrics.jsonl has the pipeline_bubble series"
+else
+    echo "FAIL: no pipeline_bubble series in metrics.jsonl" >&2; failed=1
+fi
+
+# killed after step 25 (its checkpoint is step 20's), resumed: the same weights
+set +e
+BIVOUAC_FAULT_KILL_AFTER_EPOCH=25 run killed 2 1 2 2>/dev/null
+code=$?
+set -e
+[ $code -eq 137 ] || { echo "FAIL: the fault-injected run exited $code, want 137" >&2; exit 1; }
+"$BIVOUAC" run --resume "$tmp/killed" --quiet --no-plot >/dev/null
+run whole 2 1 2
+same whole killed params_crc32c
+same whole killed val_loss
+
+set +e
+"$BIVOUAC" run "$exp" --out "$tmp/bad" -s pipeline.pipelines=3 -s pipeline.microbatches=2 \
+    2>"$tmp/err" >/dev/null
+code=$?
+set -e
+want="train.batch (4) must be a multiple of pipelines x microbatches (3 x 2): every microbatch has the same number of sequences"
+if [ $code -eq 2 ] && grep -qF "<command line>:1:23: error: $want" "$tmp/err"; then
+    echo "ok: refused: $(head -1 "$tmp/err")"
+else
+    echo "FAIL: exit $code, $(cat "$tmp/err"), want 2 and '$want'" >&2; failed=1
+fi
+exit $failed
