@@ -4,7 +4,6 @@
  * watches the processes, so that a role that dies, a Ctrl-C or a missed deadline ends the
  * wait with a message that names the role, never a hang; and at the end every process is
  * ended and the directory removed. */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -20,6 +19,7 @@
 #include "engine_graph_internal.h"
 #include "experiment.h"
 #include "graph_partition.h"
+#include "node_group.h"
 
 #define BOOK_MAGIC "bivouac-address-book 1"
 #define WATCH_SLICE_MS 50
@@ -43,36 +43,6 @@ void bv_role_slot_name(const bv_graph_engine *e, int slot, char *buf, size_t len
         snprintf(buf, len, "parameter server %d", slot - bv_slot_ps(e, 0));
     else
         snprintf(buf, len, "tensor worker %d", slot - bv_slot_tw(e, 0));
-}
-
-/* ---- Ctrl-C: the coordinator ends the roles itself (they ignore SIGINT) ---- */
-
-static volatile sig_atomic_t interrupted;
-static struct sigaction old_int, old_term;
-static int handlers_installed; /* engines with processes alive in this process */
-
-static void on_interrupt(int sig)
-{
-    interrupted = sig;
-}
-
-static void handlers_on(void)
-{
-    if (handlers_installed++)
-        return;
-    interrupted = 0;
-    struct sigaction sa = {.sa_handler = on_interrupt};
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, &old_int);
-    sigaction(SIGTERM, &sa, &old_term);
-}
-
-static void handlers_off(void)
-{
-    if (--handlers_installed)
-        return;
-    sigaction(SIGINT, &old_int, NULL);
-    sigaction(SIGTERM, &old_term, NULL);
 }
 
 /* ---- the address book ---- */
@@ -332,21 +302,9 @@ void bv_engine_role_cleanup_on_term(const bv_graph_engine *e, const char *book)
 
 /* ---- starting the processes ---- */
 
-/* A directory for the run's sockets: under $TMPDIR when its path leaves room for the
- * socket names (a unix socket path has at most 107 bytes), else under /tmp. */
 static bv_status make_dir(bv_graph_engine *e, bv_error *err)
 {
-    const char *tmp = getenv("TMPDIR");
-    if (!tmp || !tmp[0] || strlen(tmp) > 48)
-        tmp = "/tmp";
-    snprintf(e->dir, sizeof e->dir, "%s/bivouac-XXXXXX", tmp);
-    if (!mkdtemp(e->dir)) {
-        bv_error_set(err, BV_ERR_IO, "cannot make a directory for the run's sockets in %s: %s",
-                     tmp, strerror(errno));
-        e->dir[0] = '\0';
-        return err->status;
-    }
-    return BV_OK;
+    return bv_node_group_make_dir(e->dir, sizeof e->dir, err);
 }
 
 static void ipc_addresses(bv_graph_engine *e)
@@ -497,19 +455,12 @@ bv_status bv_engine_launch(bv_graph_engine *e, bv_error *err)
         bv_log(BV_LOG_INFO, "cut the graph into %d parts in %.1f s", e->ngs,
                bv_engine_now() - t0);
     }
-    if (c->role_exe) {
-        snprintf(exe, sizeof exe, "%s", c->role_exe);
-    } else {
-        ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-        if (n <= 0)
-            return bv_error_set(err, BV_ERR_IO, "cannot find this program to start the roles: "
-                                "%s", strerror(errno));
-        exe[n] = '\0';
-    }
+    if ((st = bv_node_group_self_exe(c->role_exe, exe, sizeof exe, err)) != BV_OK)
+        return st;
     e->cloud = c->cloud_ops->create(c->cloud_opts, &c->run_info, err);
     if (!e->cloud)
         return err->status ? err->status : BV_ERR_PLUGIN;
-    handlers_on();
+    bv_node_group_signals_on();
     e->procs = true;
     for (int s = 0; s < bv_role_slots(e) && st == BV_OK; s++)
         st = launch_role(e, s, exe, book, err);
@@ -560,25 +511,6 @@ bv_status bv_engine_launch(bv_graph_engine *e, bv_error *err)
 
 /* ---- watching them ---- */
 
-static int slot_of(const bv_graph_engine *e, int64_t node)
-{
-    for (int s = 0; s < bv_role_slots(e); s++)
-        if (e->node[s] == node)
-            return s;
-    return -1;
-}
-
-static void describe_exit(int32_t status, char *buf, size_t len)
-{
-    if (status >= 0 && WIFSIGNALED(status))
-        snprintf(buf, len, "was killed by signal %d (%s)", WTERMSIG(status),
-                 strsignal(WTERMSIG(status)));
-    else if (status >= 0 && WIFEXITED(status))
-        snprintf(buf, len, "exited with status %d", WEXITSTATUS(status));
-    else
-        snprintf(buf, len, "ended");
-}
-
 /* A role's ERROR, if one comes within a moment: a role that fails says why before it
  * exits, and its words are better than its exit status. */
 static bool late_error(bv_graph_engine *e, bv_error *err)
@@ -604,32 +536,26 @@ static bool late_error(bv_graph_engine *e, bv_error *err)
 /* A role process that ended, Ctrl-C, or the deadline: the wait fails. */
 static bv_status watch(bv_graph_engine *e, double deadline, uint16_t type, bv_error *err)
 {
-    bv_cloud_event ev[16];
-    for (int i = 0; i < 16; i++)
-        ev[i].size = sizeof ev[i];
-    int n = e->cfg.cloud_ops->poll(e->cloud, ev, 16, err);
-    if (n < 0)
+    int slot;
+    int64_t id;
+    int32_t status;
+    int got = bv_node_group_poll(e->cfg.cloud_ops, e->cloud, e->node, bv_role_slots(e), &slot,
+                                 &id, &status, err);
+    if (got < 0)
         return err->status ? err->status : BV_ERR_PLUGIN;
-    for (int i = 0; i < n; i++) {
-        int slot = ev[i].kind == BV_CLOUD_EXITED || ev[i].kind == BV_CLOUD_PREEMPTED
-                       ? slot_of(e, ev[i].node)
-                       : -1;
-        if (slot < 0)
-            continue;
-        e->node[slot] = -1; /* gone: nothing to stop */
+    if (got == 1) {
         char name[48], how[96];
         bv_role_slot_name(e, slot, name, sizeof name);
-        int32_t status = ev[i].size >= sizeof ev[i] ? ev[i].wait_status : -1;
-        describe_exit(status, how, sizeof how);
+        bv_node_group_exit_text(status, how, sizeof how);
         if (status >= 0 && WIFEXITED(status) && late_error(e, err))
             return err->status;
         return bv_error_set(err, BV_ERR_IO, "lost the %s (node %lld on %s): it %s", name,
-                            (long long)ev[i].node,
+                            (long long)id,
                             e->slot_host[slot][0] ? e->slot_host[slot] : "localhost", how);
     }
-    if (interrupted)
+    if (bv_node_group_interrupted())
         return bv_error_set(err, BV_ERR_IO, "interrupted (%s): stopping the roles",
-                            strsignal(interrupted));
+                            strsignal(bv_node_group_interrupted()));
     if (deadline > 0 && bv_engine_now() > deadline)
         return bv_error_set(err, BV_ERR_IO, "the roles did not all report %s within %.1f s "
                             "(engine.start_timeout)",
@@ -708,21 +634,9 @@ bv_status bv_engine_coord_send(bv_graph_engine *e, bv_endpoint *to, uint16_t typ
 
 /* ---- the end ---- */
 
-static void remove_dir(const char *dir)
+static void slot_name(void *e, int slot, char *buf, size_t len)
 {
-    DIR *d = opendir(dir);
-    if (!d)
-        return;
-    char path[sizeof ((bv_graph_engine *)0)->dir + 300];
-    for (struct dirent *ent; (ent = readdir(d));) {
-        if (strcmp(ent->d_name, ".") == 0 || strcmp(ent->d_name, "..") == 0)
-            continue;
-        snprintf(path, sizeof path, "%s/%s", dir, ent->d_name);
-        unlink(path);
-    }
-    closedir(d);
-    if (rmdir(dir) != 0)
-        bv_log(BV_LOG_WARN, "cannot remove %s: %s", dir, strerror(errno));
+    bv_role_slot_name(e, slot, buf, len);
 }
 
 /* Sends SHUTDOWN to every role still running and waits up to peer_timeout for them to
@@ -737,58 +651,30 @@ static void shutdown_roles(bv_graph_engine *e)
         to[bv_slot_ps(e, i)] = e->to_ps[i];
     for (int i = 0; i < e->cfg.tensor_workers; i++)
         to[bv_slot_tw(e, i)] = e->to_tw[i];
-    int running = 0;
     for (int s = 0; s < bv_role_slots(e); s++) {
         bv_error ignored;
-        if (e->node[s] >= 0 && to[s] &&
-            bv_role_send(t, to[s], BV_MSG_SHUTDOWN, BV_ROLE_COORD, NULL, NULL, 0, NULL, 0,
-                         NULL, 0, &ignored) == BV_OK)
-            running++;
+        if (e->node[s] >= 0 && to[s])
+            bv_role_send(t, to[s], BV_MSG_SHUTDOWN, BV_ROLE_COORD, NULL, NULL, 0, NULL, 0, NULL,
+                         0, &ignored);
     }
-    double deadline = bv_engine_now() + e->cfg.peer_timeout;
-    while (running > 0 && bv_engine_now() < deadline) {
-        bv_cloud_event ev[16];
-        for (int i = 0; i < 16; i++)
-            ev[i].size = sizeof ev[i];
-        bv_error ignored;
-        int n = e->cfg.cloud_ops->poll(e->cloud, ev, 16, &ignored);
-        for (int i = 0; i < n; i++) {
-            int slot = ev[i].kind == BV_CLOUD_EXITED ? slot_of(e, ev[i].node) : -1;
-            if (slot < 0)
-                continue;
-            e->node[slot] = -1;
-            running--;
-            int32_t status = ev[i].size >= sizeof ev[i] ? ev[i].wait_status : -1;
-            if (status != 0) {
-                char name[48], how[96];
-                bv_role_slot_name(e, slot, name, sizeof name);
-                describe_exit(status, how, sizeof how);
-                bv_log(BV_LOG_WARN, "the %s %s on shutdown", name, how);
-            }
-        }
-        if (n <= 0)
-            nanosleep(&(struct timespec){0, 5 * 1000 * 1000}, NULL);
-    }
+    bv_node_group_await_exits(e->cfg.cloud_ops, e->cloud, e->node, bv_role_slots(e),
+                              e->cfg.peer_timeout, slot_name, e);
 }
 
 void bv_engine_land(bv_graph_engine *e)
 {
     if (e->cloud) {
-        if (!e->failed && !interrupted)
+        if (!e->failed && !bv_node_group_interrupted())
             shutdown_roles(e);
-        for (int s = 0; s < bv_role_slots(e); s++) {
-            bv_error ignored;
-            if (e->node[s] >= 0)
-                e->cfg.cloud_ops->terminate(e->cloud, e->node[s], &ignored);
-        }
-        e->cfg.cloud_ops->destroy(e->cloud); /* joins its readers: all output is out */
+        /* destroying the cloud joins its readers: all output is out */
+        bv_node_group_end(e->cfg.cloud_ops, e->cloud, e->node, bv_role_slots(e));
         e->cloud = NULL;
     }
     if (e->dir[0])
-        remove_dir(e->dir);
+        bv_node_group_remove_dir(e->dir);
     free(e->node);
     e->node = NULL;
     if (e->procs)
-        handlers_off();
+        bv_node_group_signals_off();
     e->procs = false;
 }

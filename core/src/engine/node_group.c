@@ -1,0 +1,188 @@
+/* A run's node processes on a cloud (node_group.h). */
+#include "node_group.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "bivouac/log.h"
+
+static double now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* ---- Ctrl-C: the coordinator ends the nodes itself (they ignore SIGINT) ---- */
+
+static volatile sig_atomic_t interrupted;
+static struct sigaction old_int, old_term;
+static int handlers_installed; /* engines with processes alive in this process */
+
+static void on_interrupt(int sig)
+{
+    interrupted = sig;
+}
+
+void bv_node_group_signals_on(void)
+{
+    if (handlers_installed++)
+        return;
+    interrupted = 0;
+    struct sigaction sa = {.sa_handler = on_interrupt};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, &old_int);
+    sigaction(SIGTERM, &sa, &old_term);
+}
+
+void bv_node_group_signals_off(void)
+{
+    if (--handlers_installed)
+        return;
+    sigaction(SIGINT, &old_int, NULL);
+    sigaction(SIGTERM, &old_term, NULL);
+}
+
+int bv_node_group_interrupted(void)
+{
+    return interrupted;
+}
+
+/* ---- the directory, the program ---- */
+
+bv_status bv_node_group_make_dir(char *dir, size_t len, bv_error *err)
+{
+    const char *tmp = getenv("TMPDIR");
+    if (!tmp || !tmp[0] || strlen(tmp) > 48)
+        tmp = "/tmp";
+    snprintf(dir, len, "%s/bivouac-XXXXXX", tmp);
+    if (!mkdtemp(dir)) {
+        bv_error_set(err, BV_ERR_IO, "cannot make a directory for the run's sockets in %s: %s",
+                     tmp, strerror(errno));
+        dir[0] = '\0';
+        return err->status;
+    }
+    return BV_OK;
+}
+
+void bv_node_group_remove_dir(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    char path[4096];
+    for (struct dirent *ent; (ent = readdir(d));) {
+        if (strcmp(ent->d_name, ".") == 0 || strcmp(ent->d_name, "..") == 0)
+            continue;
+        snprintf(path, sizeof path, "%s/%s", dir, ent->d_name);
+        unlink(path);
+    }
+    closedir(d);
+    if (rmdir(dir) != 0)
+        bv_log(BV_LOG_WARN, "cannot remove %s: %s", dir, strerror(errno));
+}
+
+bv_status bv_node_group_self_exe(const char *override, char *exe, size_t len, bv_error *err)
+{
+    if (override) {
+        snprintf(exe, len, "%s", override);
+        return BV_OK;
+    }
+    ssize_t n = readlink("/proc/self/exe", exe, len - 1);
+    if (n <= 0)
+        return bv_error_set(err, BV_ERR_IO, "cannot find this program to start the nodes: %s",
+                            strerror(errno));
+    exe[n] = '\0';
+    return BV_OK;
+}
+
+/* ---- the nodes' ends ---- */
+
+static int member_of(const int64_t *nodes, int count, int64_t node)
+{
+    for (int i = 0; i < count; i++)
+        if (nodes[i] == node)
+            return i;
+    return -1;
+}
+
+int bv_node_group_poll(const bv_cloud_ops *ops, bv_cloud *cloud, int64_t *nodes, int count,
+                       int *member, int64_t *id, int32_t *status, bv_error *err)
+{
+    bv_cloud_event ev[16];
+    for (int i = 0; i < 16; i++)
+        ev[i].size = sizeof ev[i];
+    int n = ops->poll(cloud, ev, 16, err);
+    if (n < 0)
+        return -1;
+    for (int i = 0; i < n; i++) {
+        int m = ev[i].kind == BV_CLOUD_EXITED || ev[i].kind == BV_CLOUD_PREEMPTED
+                    ? member_of(nodes, count, ev[i].node)
+                    : -1;
+        if (m < 0)
+            continue;
+        nodes[m] = -1; /* gone: nothing to stop */
+        *member = m;
+        *id = ev[i].node;
+        *status = ev[i].size >= sizeof ev[i] ? ev[i].wait_status : -1;
+        return 1;
+    }
+    return 0;
+}
+
+void bv_node_group_exit_text(int32_t status, char *buf, size_t len)
+{
+    if (status >= 0 && WIFSIGNALED(status))
+        snprintf(buf, len, "was killed by signal %d (%s)", WTERMSIG(status),
+                 strsignal(WTERMSIG(status)));
+    else if (status >= 0 && WIFEXITED(status))
+        snprintf(buf, len, "exited with status %d", WEXITSTATUS(status));
+    else
+        snprintf(buf, len, "ended");
+}
+
+void bv_node_group_await_exits(const bv_cloud_ops *ops, bv_cloud *cloud, int64_t *nodes,
+                               int count, double seconds,
+                               void (*name)(void *ctx, int member, char *buf, size_t len),
+                               void *ctx)
+{
+    int running = 0;
+    for (int i = 0; i < count; i++)
+        running += nodes[i] >= 0;
+    double deadline = now() + seconds;
+    while (running > 0 && now() < deadline) {
+        int m;
+        int64_t id;
+        int32_t status;
+        bv_error ignored;
+        int got = bv_node_group_poll(ops, cloud, nodes, count, &m, &id, &status, &ignored);
+        if (got == 1) {
+            running--;
+            if (status != 0) {
+                char who[64], how[96];
+                name(ctx, m, who, sizeof who);
+                bv_node_group_exit_text(status, how, sizeof how);
+                bv_log(BV_LOG_WARN, "the %s %s on shutdown", who, how);
+            }
+        } else {
+            nanosleep(&(struct timespec){0, 5 * 1000 * 1000}, NULL);
+        }
+    }
+}
+
+void bv_node_group_end(const bv_cloud_ops *ops, bv_cloud *cloud, int64_t *nodes, int count)
+{
+    for (int i = 0; i < count; i++) {
+        bv_error ignored;
+        if (nodes[i] >= 0)
+            ops->terminate(cloud, nodes[i], &ignored);
+        nodes[i] = -1;
+    }
+    ops->destroy(cloud);
+}

@@ -1,0 +1,51 @@
+/* A run's node processes on a cloud (docs/cluster.md), what every engine that starts
+ * processes shares: the graph engine's roles and the pipeline's stages. A private
+ * directory for the run's sockets, this program's path for the nodes' command line,
+ * Ctrl-C caught while nodes run (the coordinator ends them itself), the cloud's events
+ * read for a node that ended, and the end: the nodes' exits awaited, the rest terminated,
+ * the directory removed. */
+#ifndef BIVOUAC_ENGINE_NODE_GROUP_H
+#define BIVOUAC_ENGINE_NODE_GROUP_H
+
+#include <signal.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "bivouac/cloud.h"
+#include "bivouac/error.h"
+
+/* A directory of mode 0700 for the run's sockets (and files only its nodes read): under
+ * $TMPDIR when its path leaves room for the socket names (a unix socket path has at most
+ * 107 bytes), else under /tmp. */
+bv_status bv_node_group_make_dir(char *dir, size_t len, bv_error *err);
+/* Removes the directory's files and the directory (a warning if it cannot). */
+void bv_node_group_remove_dir(const char *dir);
+/* This program's path (or override, when not NULL), for the nodes' command lines. */
+bv_status bv_node_group_self_exe(const char *override, char *exe, size_t len, bv_error *err);
+
+/* While nodes run, SIGINT and SIGTERM only set a flag (nesting counted: every _on needs
+ * its _off); bv_node_group_interrupted says which signal came, 0 none. */
+void bv_node_group_signals_on(void);
+void bv_node_group_signals_off(void);
+int bv_node_group_interrupted(void);
+
+/* Reads the cloud's events: 1 when one of nodes[0, count) exited or was preempted (its
+ * index in *member, its id in *id, its wait status or -1 in *status; nodes[*member]
+ * becomes -1), 0 when none did, -1 with err set when the cloud cannot say. */
+int bv_node_group_poll(const bv_cloud_ops *ops, bv_cloud *cloud, int64_t *nodes, int count,
+                       int *member, int64_t *id, int32_t *status, bv_error *err);
+/* How a node ended, as words: "was killed by signal 9 (Killed)", "exited with status 1". */
+void bv_node_group_exit_text(int32_t status, char *buf, size_t len);
+/* Waits up to `seconds` for the nodes still running (nodes[i] >= 0) to exit after the
+ * caller told them to; a node that ends with a status other than 0 is logged with its
+ * name (name(i), ctx). */
+void bv_node_group_await_exits(const bv_cloud_ops *ops, bv_cloud *cloud, int64_t *nodes,
+                               int count, double seconds,
+                               void (*name)(void *ctx, int member, char *buf, size_t len),
+                               void *ctx);
+/* Terminates the nodes still running and destroys the cloud (which joins its readers, so
+ * every line of the nodes' output is out). */
+void bv_node_group_end(const bv_cloud_ops *ops, bv_cloud *cloud, int64_t *nodes, int count);
+
+#endif
