@@ -1,5 +1,5 @@
-/* `bivouac role`: one role of a cluster run, as a process the coordinator started on a
- * cloud (docs/cluster.md). Not for users to run by hand: the coordinator gives it the run's
+/* `bivouac role`: one role of a cluster run (docs/cluster.md), or one stage of a
+ * pipeline (docs/pipeline.md), as a process the coordinator started on a cloud. Not for users to run by hand: the coordinator gives it the run's
  * own copy of the experiment, the seed and the address book of the run's endpoints. */
 #include <malloc.h>
 #include <signal.h>
@@ -10,6 +10,7 @@
 #include "cli.h"
 #include "experiment.h"
 #include "graph_ops.h"
+#include "pipeline_seq.h"
 
 int bv_cli_role(int argc, char **argv)
 {
@@ -59,8 +60,12 @@ int bv_cli_role(int argc, char **argv)
     /* the role loads the data it needs itself (a graph server of several: only its part) */
     void *data = code == BV_EXIT_OK ? bv_experiment_take_data(x) : NULL;
     bv_error err = {0};
-    if (code == BV_EXIT_OK &&
-        bv_graph_serve_role(x, data, role, (int)index, (uint64_t)seed, book, &err) != BV_OK)
+    bv_status st = BV_OK;
+    if (code == BV_EXIT_OK && strcmp(role, "stage") == 0) /* a pipeline's stage */
+        st = bv_seq_serve_stage(x, data, (int)index, (uint64_t)seed, book, &err);
+    else if (code == BV_EXIT_OK)
+        st = bv_graph_serve_role(x, data, role, (int)index, (uint64_t)seed, book, &err);
+    if (st != BV_OK)
         code = bv_cli_fail(BV_EXIT_FAILED, "%s", err.msg);
     if (x && x->engine_ops->free_data)
         x->engine_ops->free_data(data);

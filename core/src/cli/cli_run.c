@@ -345,8 +345,14 @@ int bv_cli_run(int argc, char **argv)
     char *experiment = (char *)a.experiment;
     char copy[4200];
     if (a.resume) {
-        if (a.experiment || a.noverrides || a.seed >= 0 || a.repeat != 1 || a.out)
-            return bv_cli_fail(BV_EXIT_USAGE, "--resume DIR takes no experiment file, -s, "
+        /* the one thing a resumed run may change: how the model is cut into stages and
+         * pipelines (the checkpoint's state is per layer, so any cut reads it) */
+        for (size_t i = 0; i < a.noverrides; i++)
+            if (strncmp(a.overrides[i], "pipeline.", 9) != 0)
+                return bv_cli_fail(BV_EXIT_USAGE, "--resume DIR takes -s pipeline.KEY=VALUE "
+                                   "only (re-partitioning the run), not '%s'", a.overrides[i]);
+        if (a.experiment || a.seed >= 0 || a.repeat != 1 || a.out)
+            return bv_cli_fail(BV_EXIT_USAGE, "--resume DIR takes no experiment file, "
                                "--seed, --repeat or --out: they come from DIR/run.yaml");
         if (a.force)
             return bv_cli_fail(BV_EXIT_USAGE, "--force replaces the run in --out DIR; "
@@ -399,6 +405,10 @@ int bv_cli_run(int argc, char **argv)
                 (write_run_file(out, experiment, &a, seed) != 0 ||
                  bv_run_dir_write_experiment(out, x) != 0))
                 code = bv_cli_fail(BV_EXIT_FAILED, "cannot write the run files in %s", out);
+            /* re-partitioned: the stage processes load the run's copy, so it says so */
+            if (code == BV_EXIT_OK && a.resume && a.noverrides &&
+                bv_run_dir_write_experiment(out, x) != 0)
+                code = bv_cli_fail(BV_EXIT_FAILED, "cannot rewrite %s/experiment.yaml", out);
             if (code == BV_EXIT_OK)
                 code = train_all(x, data, out, &a, seed);
             bv_run_dir_unlock(&lock);

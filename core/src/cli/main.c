@@ -22,6 +22,7 @@ static const char usage[] =
     "                                 result.json has the mean and standard deviation\n"
     "      --resume DIR               continue the run in DIR from its newest good\n"
     "                                 checkpoint, with DIR's copy of the experiment\n"
+    "                                 (-s pipeline.KEY=VALUE may re-partition it)\n"
     "      --quiet                    no progress line\n"
     "      --no-plot                  do not draw DIR/curves.png and curves.svg at the end\n"
     "      --x step|time              the curves' x-axis: epochs or steps (default), or\n"

@@ -451,7 +451,8 @@ static void check_hosts(const bv_experiment *x, bv_diag *diag)
 }
 
 /* `cluster:` and `cloud:` come together: a cluster's roles are processes that a cloud
- * starts; without both, the run is the one-process embedded default. */
+ * starts; without both, the run is the one-process embedded default. A sequence model
+ * has no `cluster:`: with `cloud:` its pipeline's stages are the processes. */
 static void load_cluster(bv_experiment *x, bv_registry *reg, bv_diag *diag)
 {
     const bv_node *cluster = bv_node_get(x->root, "cluster");
@@ -462,9 +463,11 @@ static void load_cluster(bv_experiment *x, bv_registry *reg, bv_diag *diag)
     if (cluster && !cloud)
         bv_diag_add(diag, &cluster->pos, "section 'cluster' needs a cloud to start its roles "
                     "(e.g. cloud: {plugin: local})");
-    if ((cluster || cloud) && x->engine_ops && strcmp(x->engine_ops->name, "graph") != 0)
-        bv_diag_add(diag, &(cluster ? cluster : cloud)->pos, "the %s engine runs in one "
-                    "process; only graph models run on a cluster", x->engine_ops->name);
+    /* a sequence model's stages are processes on a cloud when it has one (pipeline:) */
+    if (cluster && x->engine_ops && strcmp(x->engine_ops->name, "graph") != 0)
+        bv_diag_add(diag, &cluster->pos, "section 'cluster' places a graph model's roles; "
+                    "the %s engine's stages are set in 'pipeline:' (and run as processes "
+                    "on 'cloud:')", x->engine_ops->name);
     if (cluster && x->cluster.values)
         check_hosts(x, diag);
 }

@@ -115,25 +115,22 @@ static int member_of(const int64_t *nodes, int count, int64_t node)
 int bv_node_group_poll(const bv_cloud_ops *ops, bv_cloud *cloud, int64_t *nodes, int count,
                        int *member, int64_t *id, int32_t *status, bv_error *err)
 {
-    bv_cloud_event ev[16];
-    for (int i = 0; i < 16; i++)
-        ev[i].size = sizeof ev[i];
-    int n = ops->poll(cloud, ev, 16, err);
-    if (n < 0)
-        return -1;
-    for (int i = 0; i < n; i++) {
-        int m = ev[i].kind == BV_CLOUD_EXITED || ev[i].kind == BV_CLOUD_PREEMPTED
-                    ? member_of(nodes, count, ev[i].node)
+    for (;;) { /* one event at a time: none is read and dropped */
+        bv_cloud_event ev = {.size = sizeof ev};
+        int n = ops->poll(cloud, &ev, 1, err);
+        if (n <= 0)
+            return n < 0 ? -1 : 0;
+        int m = ev.kind == BV_CLOUD_EXITED || ev.kind == BV_CLOUD_PREEMPTED
+                    ? member_of(nodes, count, ev.node)
                     : -1;
         if (m < 0)
             continue;
         nodes[m] = -1; /* gone: nothing to stop */
         *member = m;
-        *id = ev[i].node;
-        *status = ev[i].size >= sizeof ev[i] ? ev[i].wait_status : -1;
+        *id = ev.node;
+        *status = ev.size >= sizeof ev ? ev.wait_status : -1;
         return 1;
     }
-    return 0;
 }
 
 void bv_node_group_exit_text(int32_t status, char *buf, size_t len)

@@ -1,17 +1,23 @@
-/* The pipeline's coordinator (pipeline_seq.h): the stage threads started over the
- * experiment's transport (inproc), one command at a time to every stage, their replies
- * collected; a stage's error aborts the others' waits and is returned naming the stage. */
+/* The pipeline's coordinator (pipeline_seq.h): the stages started, as threads over the
+ * experiment's transport (inproc) or as processes on its cloud (ipc, in a private
+ * directory, node_group.h); one command at a time to every stage, their replies
+ * collected; a stage's error, or a stage process that ends, aborts the others' waits and
+ * is returned naming the stage. */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "bivouac/log.h"
+#include "node_group.h"
+#include "pipeline_plan.h"
 #include "pipeline_seq.h"
 #include "stage_link.h"
 
-#define ADDR_LEN 64
+#define ADDR_LEN 96
+#define BOOK_MAGIC "bivouac-stage-book 1"
 
 struct bv_seq_pipe {
     bv_seq_pipe_cfg cfg;
@@ -21,8 +27,13 @@ struct bv_seq_pipe {
     const char **addrs;
     bv_seq_stage_arg *args;
     pthread_t *threads;
-    int started;
+    int started;   /* threads started */
     bv_stage_link *link;
+    /* stages as processes */
+    bv_cloud *cloud;
+    int64_t *node; /* per stage node: the cloud's id, -1 gone */
+    char dir[64];
+    bool signals;
 };
 
 static atomic_int pipe_counter;
@@ -36,11 +47,50 @@ static void stage_name(const bv_seq_pipe *p, int node, char *buf, size_t len)
         snprintf(buf, len, "stage %d", node);
 }
 
-/* Sends cmd to nodes [0, count) (count <= p->nodes; the nodes in order for CRC). */
+/* Sends cmd to a stage node. */
 static bv_status send_cmd(bv_seq_pipe *p, int node, uint32_t cmd, int64_t step,
                           const void *data, size_t bytes, bv_error *err)
 {
+    if (p->node && p->node[node] < 0) /* a process that ended: nobody would take it */
+        return bv_error_set(err, BV_ERR_IO, "stage node %d has ended", node);
     return bv_stage_link_send(p->link, node, BV_PIPE_CMD, cmd, step, data, bytes, err);
+}
+
+static void node_name(void *p, int node, char *buf, size_t len)
+{
+    stage_name(p, node, buf, len);
+}
+
+/* A stage that cannot answer: a thread that could not open its inbox, a process that
+ * ended (named, with how it ended), or Ctrl-C. */
+static bv_status watch(bv_seq_pipe *p, bv_error *err)
+{
+    for (int n = 0; n < p->started; n++)
+        if (atomic_load(&p->args[n].gone)) {
+            char who[64];
+            stage_name(p, n, who, sizeof who);
+            return bv_error_set(err, BV_ERR_IO, "%s could not open its inbox", who);
+        }
+    if (!p->cloud)
+        return BV_OK;
+    int n;
+    int64_t id;
+    int32_t status;
+    int got = bv_node_group_poll(p->cfg.cloud_ops, p->cloud, p->node, p->nodes, &n, &id,
+                                 &status, err);
+    if (got < 0)
+        return err->status ? err->status : BV_ERR_PLUGIN;
+    if (got == 1) {
+        char who[64], how[96];
+        stage_name(p, n, who, sizeof who);
+        bv_node_group_exit_text(status, how, sizeof how);
+        return bv_error_set(err, BV_ERR_IO, "lost %s (node %lld on localhost): it %s", who,
+                            (long long)id, how);
+    }
+    if (bv_node_group_interrupted())
+        return bv_error_set(err, BV_ERR_IO, "interrupted (%s): stopping the stages",
+                            strsignal(bv_node_group_interrupted()));
+    return BV_OK;
 }
 
 /* Waits for every node's answer to cmd: DONE (data handed to each(), may be NULL) or
@@ -56,22 +106,16 @@ static bv_status collect(bv_seq_pipe *p, uint32_t cmd, int64_t step, uint16_t do
         bv_pipe_msg_in m = {0};
         bv_error e = {0};
         bv_status rc;
-        while ((rc = bv_stage_link_recv(p->link, done_type, -1, cmd, step, 200, "an answer",
+        while ((rc = bv_stage_link_recv(p->link, done_type, -1, cmd, step, 100, "an answer",
                                         &m, &e)) != BV_OK &&
-               bv_stage_link_timed_out(p->link)) {
-            int gone = -1;
-            for (int n = 0; n < p->started && gone < 0; n++)
-                gone = atomic_load(&p->args[n].gone) ? n : -1;
-            if (gone >= 0) {
-                char who[64];
-                stage_name(p, gone, who, sizeof who);
-                rc = bv_error_set(&e, BV_ERR_IO, "%s could not open its inbox", who);
-                break;
-            }
+               bv_stage_link_timed_out(p->link) && (rc = watch(p, &e)) == BV_OK) {
         }
         if (rc != BV_OK) {
-            if (first == BV_OK)
+            if (first == BV_OK) {
                 first = bv_error_set(err, rc, "%s", e.msg);
+                for (int n = 0; n < p->nodes; n++) /* the others stop waiting for it */
+                    send_cmd(p, n, BV_PIPE_ABORT, step, NULL, 0, &e);
+            }
             break;
         }
         char who[64];
@@ -114,18 +158,129 @@ void bv_seq_pipe_stop(bv_seq_pipe *p)
     if (!p)
         return;
     bv_error e = {0};
-    for (int n = 0; p->link && n < p->started; n++)
+    for (int n = 0; p->link && n < (p->cloud ? p->nodes : p->started); n++)
         send_cmd(p, n, BV_PIPE_STOP, 0, NULL, 0, &e);
     for (int n = 0; n < p->started; n++)
         pthread_join(p->threads[n], NULL);
+    if (p->cloud) { /* the processes exit on STOP; the cloud ends those that do not */
+        if (!bv_node_group_interrupted())
+            bv_node_group_await_exits(p->cfg.cloud_ops, p->cloud, p->node, p->nodes,
+                                      p->cfg.peer_timeout_ms / 1e3, node_name, p);
+        bv_node_group_end(p->cfg.cloud_ops, p->cloud, p->node, p->nodes);
+    }
     bv_stage_link_close(p->link);
     if (p->tr)
         p->cfg.x->transport_ops.destroy(p->tr);
+    if (p->dir[0])
+        bv_node_group_remove_dir(p->dir);
+    if (p->signals)
+        bv_node_group_signals_off();
+    free(p->node);
     free(p->addr);
     free(p->addrs);
     free(p->args);
     free(p->threads);
     free(p);
+}
+
+bv_status bv_seq_pipe_cfg_make(const bv_experiment *x, const bv_text_corpus *corpus,
+                               const bv_seq_model_ops *mops, uint64_t seed,
+                               bv_seq_pipe_cfg *c, bv_error *err)
+{
+    bv_pipeline_plan plan;
+    bv_diag diag = {0};
+    bv_status st = bv_pipeline_plan_make(x, &plan, &diag);
+    bv_diag_free(&diag);
+    if (st != BV_OK)
+        return bv_error_set(err, BV_ERR_INVALID, "the pipeline does not fit the model");
+    int64_t batch = bv_opts_int(&x->train, "batch"), block = bv_opts_int(&x->train, "block");
+    bv_seq_shape shape = {corpus->vocab_size, block, batch};
+    bv_seq_model *m = mops->create(&x->model.opts, &shape, err);
+    if (!m)
+        return err->status ? err->status : BV_ERR_PLUGIN;
+    size_t layers = mops->layer_count(m);
+    mops->destroy(m);
+    *c = (bv_seq_pipe_cfg){.x = x, .corpus = corpus, .mops = mops, .stages = plan.stages,
+                           .pipelines = (int)bv_opts_int(&x->pipeline, "pipelines"),
+                           .microbatches = plan.microbatches, .kind = plan.kind,
+                           .batch = batch, .block = block, .seed = seed,
+                           .adamw = bv_adamw_from_opts(&x->train),
+                           .peer_timeout_ms =
+                               (int)(1e3 * bv_opts_float(&x->pipeline, "peer_timeout"))};
+    for (int s = 0; s < plan.stages; s++) { /* layers: embed, the blocks, head */
+        c->span_first[s] = s == 0 ? 0 : 1 + (size_t)plan.first[s];
+        c->span_end[s] = s == plan.stages - 1 ? layers : 1 + (size_t)plan.first[s + 1];
+    }
+    return BV_OK;
+}
+
+/* The book: every node's inbox, one a line, the coordinator's last. */
+static bv_status write_book(const bv_seq_pipe *p, const char *path, bv_error *err)
+{
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return bv_error_set(err, BV_ERR_IO, "%s: %s", path, strerror(errno));
+    fprintf(f, "%s\n", BOOK_MAGIC);
+    for (int n = 0; n <= p->nodes; n++)
+        fprintf(f, "%s\n", p->addr[n]);
+    if (fclose(f) != 0)
+        return bv_error_set(err, BV_ERR_IO, "%s: %s", path, strerror(errno));
+    return BV_OK;
+}
+
+bv_status bv_seq_pipe_read_book(const char *path, int nodes, char (*addr)[96], bv_error *err)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return bv_error_set(err, BV_ERR_IO, "%s: %s", path, strerror(errno));
+    char line[256];
+    bool ok = fgets(line, sizeof line, f) && strcmp(line, BOOK_MAGIC "\n") == 0;
+    for (int n = 0; ok && n <= nodes; n++) {
+        ok = fgets(line, sizeof line, f) && strlen(line) > 1 && strlen(line) < 96;
+        if (ok) {
+            line[strcspn(line, "\n")] = '\0';
+            snprintf(addr[n], 96, "%s", line);
+        }
+    }
+    ok = ok && !fgets(line, sizeof line, f);
+    fclose(f);
+    if (!ok)
+        return bv_error_set(err, BV_ERR_CORRUPT, "%s is not the address book of %d stages",
+                            path, nodes);
+    return BV_OK;
+}
+
+/* One `bivouac role --role stage` process per stage node, started by the cloud. */
+static bv_status launch(bv_seq_pipe *p, const char *book, bv_error *err)
+{
+    const bv_seq_pipe_cfg *c = &p->cfg;
+    char exe[4096];
+    bv_status st = bv_node_group_self_exe(NULL, exe, sizeof exe, err);
+    if (st != BV_OK)
+        return st;
+    if (!(p->cloud = c->cloud_ops->create(c->cloud_opts, &c->run_info, err)))
+        return err->status ? err->status : BV_ERR_PLUGIN;
+    bv_node_group_signals_on();
+    p->signals = true;
+    char seed[32];
+    snprintf(seed, sizeof seed, "%llu", (unsigned long long)c->seed);
+    for (int n = 0; n < p->nodes; n++) {
+        char index[16], label[64], address[ADDR_LEN];
+        snprintf(index, sizeof index, "%d", n);
+        stage_name(p, n, label, sizeof label);
+        const char *argv[] = {exe,      "role",  "--experiment", c->experiment_file,
+                              "--role", "stage", "--index",      index,
+                              "--seed", seed,    "--book",       book,
+                              NULL};
+        bv_node_request req = {.size = sizeof req, .role = "stage", .argv = argv,
+                               .label = label};
+        if ((p->node[n] = c->cloud_ops->launch(p->cloud, &req, address, sizeof address,
+                                                err)) < 0)
+            return err->status ? err->status : BV_ERR_PLUGIN;
+        bv_log(BV_LOG_INFO, "%s: node %lld on localhost, inbox %s", label,
+               (long long)p->node[n], p->addr[n]);
+    }
+    return BV_OK;
 }
 
 bv_status bv_seq_pipe_start(const bv_seq_pipe_cfg *cfg, bv_seq_pipe **out, bv_error *err)
@@ -144,18 +299,31 @@ bv_status bv_seq_pipe_start(const bv_seq_pipe_cfg *cfg, bv_seq_pipe **out, bv_er
         bv_seq_pipe_stop(p);
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory");
     }
+    bv_status rc = BV_OK;
     int id = atomic_fetch_add(&pipe_counter, 1);
+    if (cfg->cloud_ops && !(p->node = malloc((size_t)p->nodes * sizeof *p->node)))
+        rc = bv_error_set(err, BV_ERR_NOMEM, "out of memory");
+    for (int n = 0; p->node && n < p->nodes; n++)
+        p->node[n] = -1;
+    if (rc == BV_OK && cfg->cloud_ops)
+        rc = bv_node_group_make_dir(p->dir, sizeof p->dir, err);
     for (int n = 0; n <= p->nodes; n++) {
-        snprintf(p->addr[n], ADDR_LEN, "inproc://bv-pipe%d-%d", id, n);
+        if (cfg->cloud_ops)
+            snprintf(p->addr[n], ADDR_LEN, "ipc://%s/n%d", p->dir, n);
+        else
+            snprintf(p->addr[n], ADDR_LEN, "inproc://bv-pipe%d-%d", id, n);
         p->addrs[n] = p->addr[n];
     }
     const bv_transport_ops *t = &cfg->x->transport_ops;
-    bv_status rc = BV_OK;
-    if (!(p->tr = t->create(&cfg->x->transport.opts, err)))
+    if (rc == BV_OK && !(p->tr = t->create(&cfg->x->transport.opts, err)))
         rc = err->status ? err->status : BV_ERR_PLUGIN;
     if (rc == BV_OK)
         rc = bv_stage_link_open(t, p->tr, p->addrs, p->nodes + 1, p->nodes, &p->link, err);
-    for (int n = 0; rc == BV_OK && n < p->nodes; n++) {
+    char book[sizeof p->dir + 8];
+    snprintf(book, sizeof book, "%s/book", p->dir);
+    if (rc == BV_OK && cfg->cloud_ops && (rc = write_book(p, book, err)) == BV_OK)
+        rc = launch(p, book, err);
+    for (int n = 0; rc == BV_OK && !cfg->cloud_ops && n < p->nodes; n++) {
         bv_seq_stage_arg *a = &p->args[n];
         a->cfg = &p->cfg;
         a->addrs = p->addrs;

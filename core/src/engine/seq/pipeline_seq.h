@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "adamw.h"
+#include "bivouac/cloud.h"
 #include "experiment.h"
 #include "schedule_gen.h"
 #include "text_corpus.h"
@@ -34,7 +35,20 @@ typedef struct bv_seq_pipe_cfg {
     uint64_t seed;
     bv_adamw adamw;
     int peer_timeout_ms;         /* a stage waits this long for a peer's message */
+    /* Stages as processes (the experiment has a `cloud:`): the cloud that starts them and
+     * the run's copy of the experiment they load; NULL: stages as threads. */
+    const bv_cloud_ops *cloud_ops;
+    const bv_opts *cloud_opts;
+    bv_run_info run_info;
+    char experiment_file[4096];
 } bv_seq_pipe_cfg;
+
+/* The pipeline of an experiment whose check passed (`pipeline:` and the model's layers:
+ * the first stage also runs the embeddings, the last the head), for stages as threads;
+ * the caller sets the cloud fields for processes. mops must outlive the pipeline. */
+bv_status bv_seq_pipe_cfg_make(const bv_experiment *x, const bv_text_corpus *corpus,
+                               const bv_seq_model_ops *mops, uint64_t seed,
+                               bv_seq_pipe_cfg *cfg, bv_error *err);
 
 /* What one training step gave. */
 typedef struct bv_seq_pipe_step {
@@ -47,7 +61,8 @@ typedef struct bv_seq_pipe_step {
 
 typedef struct bv_seq_pipe bv_seq_pipe;
 
-/* Starts the D x P stage threads and initialises their layers from cfg->seed. */
+/* Starts the D x P stages (threads, or processes on cfg->cloud_ops) and initialises
+ * their layers from cfg->seed. */
 bv_status bv_seq_pipe_start(const bv_seq_pipe_cfg *cfg, bv_seq_pipe **out, bv_error *err);
 /* Stops every stage and frees everything (NULL: nothing). */
 void bv_seq_pipe_stop(bv_seq_pipe *p);
@@ -74,5 +89,14 @@ typedef struct bv_seq_stage_arg {
 } bv_seq_stage_arg;
 
 void *bv_seq_stage_main(void *arg);
+
+/* Reads the book of a pipeline of `nodes` stages (the coordinator's address last). */
+bv_status bv_seq_pipe_read_book(const char *path, int nodes, char (*addr)[96], bv_error *err);
+
+/* `bivouac role --role stage`: node `index` of a pipeline run as this process, its
+ * coordinator's and peers' addresses in the book the coordinator wrote; returns when the
+ * coordinator says stop. */
+bv_status bv_seq_serve_stage(const bv_experiment *x, void *corpus, int index, uint64_t seed,
+                             const char *book, bv_error *err);
 
 #endif

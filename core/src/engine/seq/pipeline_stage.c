@@ -3,14 +3,18 @@
  * schedule (docs/pipeline.md#the-runtime). */
 #include <math.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "bivouac/log.h"
 #include "bivouac/wire.h"
+#include "pipeline_plan.h"
 #include "pipeline_seq.h"
+#include "plugin_arrays.h"
 #include "stage_link.h"
 
 typedef struct stage {
@@ -563,4 +567,83 @@ void *bv_seq_stage_main(void *arg)
     }
     stage_free(&st);
     return NULL;
+}
+
+/* ---- a stage as its own process ---- */
+
+/* What a stage process removes when SIGTERM (the cloud's terminate, or the local cloud's
+ * PR_SET_PDEATHSIG when the coordinator dies) ends it: every socket file of the run, the
+ * book and the directory, so a coordinator killed outright leaves nothing behind. Only
+ * async-signal-safe calls in the handler. */
+#define MAX_CLEANUP (BV_PIPELINE_MAX_STAGES * 64 + 2)
+static char cleanup_files[MAX_CLEANUP][96];
+static char cleanup_dir[96];
+static int ncleanup;
+
+static void on_term(int sig)
+{
+    for (int i = 0; i < ncleanup; i++)
+        unlink(cleanup_files[i]);
+    rmdir(cleanup_dir);
+    _exit(128 + sig);
+}
+
+static void cleanup_on_term(char (*addr)[96], int count, const char *book)
+{
+    ncleanup = 0;
+    for (int i = 0; i < count && ncleanup < MAX_CLEANUP - 1; i++)
+        if (strncmp(addr[i], "ipc://", 6) == 0)
+            snprintf(cleanup_files[ncleanup++], sizeof cleanup_files[0], "%s", addr[i] + 6);
+    snprintf(cleanup_files[ncleanup++], sizeof cleanup_files[0], "%s", book);
+    snprintf(cleanup_dir, sizeof cleanup_dir, "%s", book);
+    char *slash = strrchr(cleanup_dir, '/');
+    if (slash)
+        *slash = '\0';
+    struct sigaction sa = {.sa_handler = on_term};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+}
+
+bv_status bv_seq_serve_stage(const bv_experiment *x, void *corpus, int index, uint64_t seed,
+                             const char *book, bv_error *err)
+{
+    bv_seq_model_ops mops;
+    bv_ops_copy(&mops, sizeof mops, x->model.plugin);
+    bv_seq_pipe_cfg cfg;
+    bv_status rc = bv_seq_pipe_cfg_make(x, corpus, &mops, seed, &cfg, err);
+    if (rc != BV_OK)
+        return rc;
+    int nodes = cfg.stages * cfg.pipelines;
+    if (index < 0 || index >= nodes)
+        return bv_error_set(err, BV_ERR_INVALID, "stage node %d of %d", index, nodes);
+    char(*addr)[96] = calloc((size_t)nodes + 1, sizeof *addr);
+    const char **addrs = calloc((size_t)nodes + 1, sizeof *addrs);
+    if (!addr || !addrs) {
+        free(addr);
+        free(addrs);
+        return bv_error_set(err, BV_ERR_NOMEM, "out of memory");
+    }
+    rc = bv_seq_pipe_read_book(book, nodes, addr, err);
+    for (int n = 0; n <= nodes; n++)
+        addrs[n] = addr[n];
+    bv_transport *tr = NULL;
+    if (rc == BV_OK) {
+        cleanup_on_term(addr, nodes + 1, book);
+        if (!(tr = x->transport_ops.create(&x->transport.opts, err)))
+            rc = err->status ? err->status : BV_ERR_PLUGIN;
+    }
+    if (rc == BV_OK) {
+        bv_seq_stage_arg a = {.cfg = &cfg, .addrs = addrs, .transport = tr,
+                              .stage = index % cfg.stages, .pipeline = index / cfg.stages};
+        atomic_init(&a.gone, false);
+        bv_seq_stage_main(&a);
+        if (atomic_load(&a.gone))
+            rc = bv_error_set(err, BV_ERR_IO, "stage node %d could not open its inbox %s",
+                              index, addr[index]);
+    }
+    if (tr)
+        x->transport_ops.destroy(tr);
+    free(addr);
+    free(addrs);
+    return rc;
 }

@@ -238,6 +238,7 @@ struct bv_engine {
     bv_layer_engine *layers; /* one process, one batch (no `pipeline:`) */
     bv_seq_pipe *pipe;       /* or stages, pipelines and microbatches */
     bv_seq_pipe_cfg pipe_cfg;
+    char config_dir[4096];   /* the experiment's directory (the cloud's run info) */
     double bubble_sum;       /* over the steps: the stages' idle share */
     int64_t bubble_steps;
     bv_adamw adamw;
@@ -260,31 +261,21 @@ static void destroy(bv_engine *e)
     free(e);
 }
 
-/* The stages: the plan's blocks, plus the embeddings on the first stage and the head on
- * the last (the model's layers are embed, its blocks, head). */
-static bv_status start_pipe(bv_engine *e, bv_error *err)
+/* The stages: threads, or processes on the experiment's cloud. */
+static bv_status start_pipe(bv_engine *e, const bv_engine_run *run, bv_error *err)
 {
     const bv_experiment *x = e->x;
-    bv_pipeline_plan plan;
-    bv_diag diag = {0};
-    if (bv_pipeline_plan_make(x, &plan, &diag) != BV_OK) {
-        bv_diag_free(&diag);
-        return bv_error_set(err, BV_ERR_INVALID, "the pipeline does not fit the model");
-    }
-    bv_diag_free(&diag);
     bv_seq_pipe_cfg *c = &e->pipe_cfg;
-    *c = (bv_seq_pipe_cfg){.x = x, .corpus = e->corpus, .mops = &e->mops,
-                           .stages = plan.stages,
-                           .pipelines = (int)bv_opts_int(&x->pipeline, "pipelines"),
-                           .microbatches = plan.microbatches, .kind = plan.kind,
-                           .batch = e->batch, .block = e->block, .seed = e->seed,
-                           .adamw = e->adamw,
-                           .peer_timeout_ms =
-                               (int)(1e3 * bv_opts_float(&x->pipeline, "peer_timeout"))};
-    size_t layers = e->mops.layer_count(e->model);
-    for (int s = 0; s < plan.stages; s++) {
-        c->span_first[s] = s == 0 ? 0 : 1 + (size_t)plan.first[s];
-        c->span_end[s] = s == plan.stages - 1 ? layers : 1 + (size_t)plan.first[s + 1];
+    bv_status st = bv_seq_pipe_cfg_make(x, e->corpus, &e->mops, e->seed, c, err);
+    if (st != BV_OK)
+        return st;
+    if (x->cloud.plugin) { /* the run's copy of the experiment, which the stages load */
+        c->cloud_ops = &x->cloud_ops;
+        c->cloud_opts = &x->cloud.opts;
+        bv_experiment_dir(x, e->config_dir, sizeof e->config_dir);
+        c->run_info = (bv_run_info){run->out_dir, e->config_dir, e->seed};
+        snprintf(c->experiment_file, sizeof c->experiment_file, "%s/experiment.yaml",
+                 run->run_dir ? run->run_dir : run->out_dir ? run->out_dir : ".");
     }
     return bv_seq_pipe_start(c, &e->pipe, err);
 }
@@ -308,7 +299,7 @@ static bv_status create(const bv_experiment *x, void *data, const bv_engine_run 
     if (!(e->model = e->mops.create(&x->model.opts, &shape, err)))
         return err->status ? err->status : BV_ERR_PLUGIN;
     if (pipelined(x))
-        return start_pipe(e, err);
+        return start_pipe(e, run, err);
     if (!(e->c = x->compute_ops.create(&x->compute.opts, err)))
         return err->status ? err->status : BV_ERR_PLUGIN;
     bv_status st = bv_layer_engine_create(&e->mops, e->model, &x->compute_ops, e->c, e->batch,
