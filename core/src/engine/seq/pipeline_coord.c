@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "bivouac/log.h"
 #include "node_group.h"
@@ -17,6 +18,7 @@
 #include "stage_link.h"
 
 #define ADDR_LEN 96
+#define WATCH_MS 50
 #define BOOK_MAGIC "bivouac-stage-book 1"
 
 struct bv_seq_pipe {
@@ -34,6 +36,8 @@ struct bv_seq_pipe {
     int64_t *node; /* per stage node: the cloud's id, -1 gone */
     char dir[64];
     bool signals;
+    bool failed; /* a stage failed or ended: stop ends the rest without waiting */
+    double next_watch;
 };
 
 static atomic_int pipe_counter;
@@ -93,6 +97,22 @@ static bv_status watch(bv_seq_pipe *p, bv_error *err)
     return BV_OK;
 }
 
+static double now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static bv_status watch_due(bv_seq_pipe *p, bv_error *err)
+{
+    double t = now();
+    if (t < p->next_watch)
+        return BV_OK;
+    p->next_watch = t + WATCH_MS * 1e-3;
+    return watch(p, err);
+}
+
 /* Waits for every node's answer to cmd: DONE (data handed to each(), may be NULL) or
  * ERROR. The first error aborts the waits of the others, whose answers are still
  * collected, so no stage is left in the middle of a step. */
@@ -106,9 +126,11 @@ static bv_status collect(bv_seq_pipe *p, uint32_t cmd, int64_t step, uint16_t do
         bv_pipe_msg_in m = {0};
         bv_error e = {0};
         bv_status rc;
-        while ((rc = bv_stage_link_recv(p->link, done_type, -1, cmd, step, 100, "an answer",
-                                        &m, &e)) != BV_OK &&
-               bv_stage_link_timed_out(p->link) && (rc = watch(p, &e)) == BV_OK) {
+        /* the stages are looked at every WATCH_MS, answering or not (Ctrl-C) */
+        while ((rc = watch_due(p, &e)) == BV_OK &&
+               (rc = bv_stage_link_recv(p->link, done_type, -1, cmd, step, WATCH_MS,
+                                        "an answer", &m, &e)) != BV_OK &&
+               bv_stage_link_timed_out(p->link)) {
         }
         if (rc != BV_OK) {
             if (first == BV_OK) {
@@ -134,8 +156,10 @@ static bv_status collect(bv_seq_pipe *p, uint32_t cmd, int64_t step, uint16_t do
         }
         bv_stage_link_release(p->link, &m);
     }
-    if (first != BV_OK)
+    if (first != BV_OK) {
         bv_stage_link_clear(p->link);
+        p->failed = true;
+    }
     return first;
 }
 
@@ -163,7 +187,7 @@ void bv_seq_pipe_stop(bv_seq_pipe *p)
     for (int n = 0; n < p->started; n++)
         pthread_join(p->threads[n], NULL);
     if (p->cloud) { /* the processes exit on STOP; the cloud ends those that do not */
-        if (!bv_node_group_interrupted())
+        if (!p->failed && !bv_node_group_interrupted())
             bv_node_group_await_exits(p->cfg.cloud_ops, p->cloud, p->node, p->nodes,
                                       p->cfg.peer_timeout_ms / 1e3, node_name, p);
         bv_node_group_end(p->cfg.cloud_ops, p->cloud, p->node, p->nodes);

@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# Pipeline stages as processes on the local cloud (docs/pipeline.md#stages-as-processes):
+#  - P = 2 stages (and D = 2 pipelines of 2) as processes end with the weights of the same
+#    pipeline as threads, bit for bit, and leave nothing behind;
+#  - killing a stage process (SIGKILL) ends the run within 5 s with exit 1 and the lost
+#    stage named; nothing is left (processes, socket directories); --resume from the
+#    checkpoints ends with the uninterrupted run's weights, and so does a resume that
+#    re-partitions the run into 4 stages (-s pipeline.stages=4);
+#  - SIGKILL of the coordinator: the stages end and clean up; Ctrl-C: exit 1, "interrupted".
+# Every run is in its own process group, killed at the end whatever happens.
+# Environment (set by ctest): BIVOUAC, BIVOUAC_SOURCE_DIR, BIVOUAC_DATA_DIR.
+set -euo pipefail
+: "${BIVOUAC:?BIVOUAC must name the bivouac binary}"
+: "${BIVOUAC_DATA_DIR:?BIVOUAC_DATA_DIR must name the data directory (with tinyshakespeare/)}"
+BIVOUAC_SOURCE_DIR=${BIVOUAC_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
+source "$(dirname "$0")/check_lib.bash"
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/bivouac-pipeline-procs.XXXXXX")
+groups=() # process groups this test started: killed at the end, whatever happens
+cleanup() {
+    for g in "${groups[@]}"; do kill -KILL -- "-$g" 2>/dev/null || true; done
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+# the runs' socket directories go here, so that the test can see none is left
+export TMPDIR="$tmp/sockets"
+mkdir -p "$TMPDIR"
+
+exp="$BIVOUAC_SOURCE_DIR/tests/data/transformer/tiny.yaml"
+model=(-s model.layers=4 -s model.dropout=0.1 -s train.batch=8 -s pipeline.microbatches=2)
+procs=(-s 'cloud={plugin: local}')
+
+# run LOG ARGS...: bivouac in its own process group; sets rc and pgid.
+run() {
+    local log=$1
+    shift
+    rc=0
+    setsid bash -c 'echo $$ >"$0.pgid"; exec "$@"' "$log" "$BIVOUAC" "$@" \
+        >"$log.out" 2>"$log.err" </dev/null || rc=$?
+    pgid=$(cat "$log.pgid")
+    groups+=("$pgid")
+}
+
+leftovers() { # PGID: processes of the group still alive, and socket directories
+    local left
+    for _ in $(seq 500); do [ "$(pgrep -g "$1" | wc -l)" = 0 ] && break; sleep 0.01; done
+    left=$(pgrep -g "$1" 2>/dev/null | wc -l || true)
+    echo "processes $left, socket dirs $(find "$TMPDIR" -mindepth 1 | wc -l)"
+}
+
+# ---- the same bits as threads ----
+for layout in "2 1" "2 2"; do
+    read -r p d <<<"$layout"
+    name="p$p-d$d"
+    run "$tmp/$name-threads" run "$exp" --out "$tmp/$name-threads" --quiet "${model[@]}" \
+        -s pipeline.stages="$p" -s pipeline.pipelines="$d"
+    check "$name as threads exits 0" "$rc" 0
+    run "$tmp/$name" run "$exp" --out "$tmp/$name" --quiet "${model[@]}" \
+        -s pipeline.stages="$p" -s pipeline.pipelines="$d" "${procs[@]}"
+    check "$name as processes exits 0" "$rc" 0
+    [ "$rc" = 0 ] || cat "$tmp/$name.err" >&2
+    check "$name: processes end with the threads' weights" \
+        "$(field "$tmp/$name" params_crc32c)" "$(field "$tmp/$name-threads" params_crc32c)"
+    check "$name: nothing left" "$(leftovers "$pgid")" "processes 0, socket dirs 0"
+done
+ref_crc=$(field "$tmp/p2-d1" params_crc32c)
+
+# ---- a stage process killed ----
+long=(-s train.steps=400 "${model[@]}" -s pipeline.stages=2 "${procs[@]}")
+run "$tmp/whole" run "$exp" --out "$tmp/whole" --quiet "${long[@]}"
+check "400 steps as processes exits 0" "$rc" 0
+whole_crc=$(field "$tmp/whole" params_crc32c)
+for node in 0 1; do
+    out="$tmp/kill$node"
+    (run "$out" run "$exp" --out "$out" --quiet "${long[@]}"; echo "$rc" >"$out.rc") &
+    waiter=$!
+    until [ -s "$out.pgid" ]; do sleep 0.01; done
+    g=$(cat "$out.pgid")
+    groups+=("$g")
+    for _ in $(seq 3000); do # up to 30 s for the run to pass step 100
+        lines=0
+        [ -f "$out/metrics.jsonl" ] && lines=$(grep -c '"train_loss"' "$out/metrics.jsonl" || true)
+        [ "$lines" -ge 100 ] && break
+        sleep 0.01
+    done
+    pkill -KILL -g "$g" -f -- "--role stage --index $node" || true
+    t0=$(date +%s%N)
+    wait "$waiter" || true
+    took_ms=$((($(date +%s%N) - t0) / 1000000))
+    check "kill stage $node: exit status" "$(cat "$out.rc")" 1
+    check "kill stage $node: names the lost stage" \
+        "$(grep -c "^bivouac: error: lost stage $node (node $node on localhost): it was killed by signal 9 (Killed)$" "$out.err")" 1
+    check "kill stage $node: ends within 5 s" \
+        "$([ "$took_ms" -lt 5000 ] && echo yes || echo "no ($took_ms ms)")" yes
+    check "kill stage $node: nothing left" "$(leftovers "$g")" "processes 0, socket dirs 0"
+done
+run "$tmp/resume" run --resume "$tmp/kill1" --quiet
+check "--resume after a stage was killed exits 0" "$rc" 0
+check "--resume ends with the uninterrupted weights" "$(field "$tmp/kill1" params_crc32c)" \
+    "$whole_crc"
+run "$tmp/repart" run --resume "$tmp/kill0" --quiet -s pipeline.stages=4
+check "--resume re-partitioned into 4 stages exits 0" "$rc" 0
+check "re-partitioned: the uninterrupted weights" "$(field "$tmp/kill0" params_crc32c)" \
+    "$whole_crc"
+check "re-partitioned: 4 stages" "$(field "$tmp/kill0" pipeline_stages)" '"pipeline_stages": 4'
+check "re-partitioned: nothing left" "$(leftovers "$pgid")" "processes 0, socket dirs 0"
+run "$tmp/bad-resume" run --resume "$tmp/kill0" --quiet -s train.lr=1
+check "--resume takes only pipeline overrides" "$rc: $(cat "$tmp/bad-resume.err")" \
+    "2: bivouac: error: --resume DIR takes -s pipeline.KEY=VALUE only (re-partitioning the run), not 'train.lr=1'"
+
+# ---- SIGKILL of the coordinator: the stages end and clean up ----
+out="$tmp/kcoord"
+(run "$out" run "$exp" --out "$out" --quiet "${long[@]}") 2>/dev/null &
+waiter=$!
+until [ -s "$out/metrics.jsonl" ]; do sleep 0.01; done
+g=$(cat "$out.pgid")
+groups+=("$g")
+kill -KILL "$g" # the coordinator is the group's leader
+wait "$waiter" || true
+check "coordinator killed: nothing left" "$(leftovers "$g")" "processes 0, socket dirs 0"
+
+# ---- Ctrl-C ----
+out="$tmp/int"
+(run "$out" run "$exp" --out "$out" --quiet "${long[@]}" -s train.steps=100000
+ echo "$rc" >"$out.rc") &
+waiter=$!
+until [ -s "$out/metrics.jsonl" ]; do sleep 0.01; done
+g=$(cat "$out.pgid")
+groups+=("$g")
+kill -INT -- "-$g" # what a terminal sends to its foreground group
+wait "$waiter" || true
+check "Ctrl-C: exit status" "$(cat "$out.rc")" 1
+check "Ctrl-C: says so" \
+    "$(grep -c '^bivouac: error: interrupted (Interrupt): stopping the stages' "$out.err")" 1
+check "Ctrl-C: nothing left" "$(leftovers "$g")" "processes 0, socket dirs 0"
+finish
