@@ -1,8 +1,10 @@
 /* The layer engine: runs a sequence model's layers (seqmodel.h) in this process, in
- * order, for a whole batch: a depth-1 pipeline. It owns every buffer the layers need and
- * lays each layer's state out on its own ("layer/<name>/<param>" blobs), so a pipeline
- * stage can run any range of layers and move a layer's state between processes. The
- * sequence engine (seq_ops.c) trains with it and `bivouac sample` generates with it. */
+ * order, for a whole batch, or (a span) a pipeline stage's range of them on microbatches.
+ * It owns every buffer the layers need and lays each layer's state out on its own
+ * ("layer/<name>/<param>" blobs), so a stage can run any range of layers and a layer's
+ * state can move between processes. The sequence engine (seq_ops.c) trains with it, its
+ * pipeline stages (pipeline_stage.c) run spans of it, and `bivouac sample` generates
+ * with it. */
 #ifndef BIVOUAC_LAYER_ENGINE_H
 #define BIVOUAC_LAYER_ENGINE_H
 
