@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The pipeline engine (docs/pipeline.md) with stages as threads, on a 4-block transformer
 # with dropout and the tied output projection:
-# - P = 1, 2 and 4 stages with the same M = 4 microbatches give the same final weights,
+# - P = 1, 2 and 4 stages (and 2 cut by a profiling pass, partition: balanced) with the
+#   same M = 4 microbatches and the same threads give the same final weights,
 #   bit for bit (each stage sums the same terms in the same order: the microbatches'
 #   gradients in microbatch order, the tied projection's two halves once at the end, the
 #   gradient norm tensor by tensor in layer order);
@@ -54,8 +55,9 @@ for p in 1 2 4; do run "p$p" "$p" 1 4; done
 run d2p2 2 2 2
 run d2p2-again 2 2 2
 run gpipe 2 1 4 -s pipeline.schedule=gpipe
+run balanced 2 1 4 -s pipeline.partition=balanced
 
-for p in 2 4; do same p1 "p$p" params_crc32c; same p1 "p$p" val_loss; done
+for r in p2 p4 balanced; do same p1 "$r" params_crc32c; same p1 "$r" val_loss; done
 same d2p2 d2p2-again params_crc32c
 for r in p1 p2 p4 d2p2 gpipe; do close one "$r" val_loss; close one "$r" last_step_loss; done
 for f in pipeline_stages pipelines microbatches; do

@@ -78,6 +78,15 @@ step 30, bubble 46.7 %, activations held per stage: 3 2 1"
 check "an explicit partition" \
     "$("$BIVOUAC" schedule "$tmp/gpt.yaml" -s pipeline.stages=2 -s pipeline.partition=3,1 | head -1)" \
     "$tmp/gpt.yaml: 4 layers of model transformer in 2 stages: [0, 3) [3, 4); stage costs in proportion to their layers"
+# balanced: a profiling pass measures the layers; the stages' costs are printed (the
+# times vary from run to run; their shape does not) and the bubble simulated with them
+out=$("$BIVOUAC" schedule "$tmp/gpt.yaml" -s pipeline.stages=2 -s pipeline.partition=balanced 2>&1)
+check "balanced: every stage's measured costs" \
+    "$(echo "$out" | grep -cE '^stage [01]: forward [0-9]+\.[0-9]{2} ms, backward [0-9]+\.[0-9]{2} ms, [0-9]+\.[0-9] MB a microbatch$')" 2
+check "balanced: the cut and where its costs come from" \
+    "$(echo "$out" | grep -c "^$tmp/gpt.yaml: 4 layers of model transformer in 2 stages: \[0, [1-3]) \[[1-3], 4); stage costs measured in a profiling pass$")" 1
+check "balanced: the simulation in milliseconds" \
+    "$(echo "$out" | grep -cE '^(1f1b, 2 stages, [0-9]+ microbatches \(milliseconds as measured\):|step [0-9.]+, bubble [0-9.]+ %, activations held per stage: [0-9]+ 1)$')" 2
 sed 's/  stages: 3/  stages: 5/' "$tmp/gpt.yaml" >"$tmp/five.yaml"
 rc=0; err=$("$BIVOUAC" schedule "$tmp/five.yaml" 2>&1 >/dev/null) || rc=$?
 check "5 stages for 4 layers: exit 2" "$rc" 2

@@ -158,6 +158,9 @@ static void test_partition(void **state)
     assert_memory_equal(first, ((int[]){0, 3, 6, 9, 12}), 5 * sizeof(int));
     assert_int_equal(bv_pipeline_partition(4, 2, "3,1", first, &err), BV_OK);
     assert_memory_equal(first, ((int[]){0, 3, 4}), 3 * sizeof(int));
+    /* balanced is uniform until a run measures the layers */
+    assert_int_equal(bv_pipeline_partition(4, 3, "balanced", first, &err), BV_OK);
+    assert_memory_equal(first, ((int[]){0, 1, 2, 4}), 4 * sizeof(int));
     static const struct {
         int layers, stages;
         const char *spec, *msg;
@@ -166,10 +169,11 @@ static void test_partition(void **state)
         {4, 2, "3,2", "'3,2' adds up to 5 layers; the model has 4"},
         {4, 3, "2,1", "'2,1' gives 2 stages their layers, not 3"},
         {4, 2, "2,1,1", "'2,1,1' gives more than 2 stages their layers"},
-        {4, 2, "2,0", "'2,0' is neither uniform nor 2 layer counts of 1 or more, "
-                      "comma-separated"},
-        {4, 2, "balanced", "'balanced' is neither uniform nor 2 layer counts of 1 or more, "
-                           "comma-separated"},
+        {4, 2, "2,0", "'2,0' is neither uniform, balanced nor 2 layer counts of 1 or "
+                      "more, comma-separated"},
+        {4, 2, "even", "'even' is neither uniform, balanced nor 2 layer counts of 1 or "
+                       "more, comma-separated"},
+        {4, 5, "balanced", "5 stages for 4 layers: a stage would have no layer"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         assert_int_equal(bv_pipeline_partition(bad[i].layers, bad[i].stages, bad[i].spec,
@@ -179,6 +183,26 @@ static void test_partition(void **state)
     }
 }
 
+/* The balanced cut: the costliest stage as cheap as it can be, each stage one layer or
+ * more, ties to the earliest cut. */
+static void test_balance(void **state)
+{
+    (void)state;
+    int first[BV_PIPELINE_MAX_STAGES + 1];
+    bv_error err;
+    assert_int_equal(bv_pipeline_balance((double[]){1, 1, 1, 1, 4}, 5, 2, first, &err), BV_OK);
+    assert_memory_equal(first, ((int[]){0, 4, 5}), 3 * sizeof(int));
+    assert_int_equal(bv_pipeline_balance((double[]){4, 1, 1, 1, 1}, 5, 2, first, &err), BV_OK);
+    assert_memory_equal(first, ((int[]){0, 1, 5}), 3 * sizeof(int));
+    assert_int_equal(bv_pipeline_balance((double[]){1, 2, 3, 4, 5, 6}, 6, 3, first, &err),
+                     BV_OK); /* [1 2 3] [4 5] [6]: 9 at most; any other cut costs more */
+    assert_memory_equal(first, ((int[]){0, 3, 5, 6}), 4 * sizeof(int));
+    assert_int_equal(bv_pipeline_balance((double[]){2, 2, 2, 2}, 4, 4, first, &err), BV_OK);
+    assert_memory_equal(first, ((int[]){0, 1, 2, 3, 4}), 5 * sizeof(int));
+    assert_int_equal(bv_pipeline_balance((double[]){1, 1}, 2, 3, first, &err), BV_ERR_INVALID);
+    assert_string_equal(err.msg, "3 stages for 2 layers");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -186,6 +210,7 @@ int main(void)
         cmocka_unit_test(test_simulated_times_and_memory),
         cmocka_unit_test(test_broken_schedules_are_named),
         cmocka_unit_test(test_partition),
+        cmocka_unit_test(test_balance),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

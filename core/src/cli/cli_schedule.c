@@ -2,7 +2,9 @@
  * GPipe, P stages, M microbatches) and how they run together with given forward and
  * backward costs: the step's time, the bubble, the activations each stage holds
  * (core/src/engine/pipeline/schedule_gen.h). From an experiment's `pipeline:` section,
- * each stage's layers and a cost in proportion to them (pipeline_plan.h). */
+ * each stage's layers and a cost in proportion to them (pipeline_plan.h), or, with
+ * `partition: balanced`, the stages cut from a profiling pass and its measured costs
+ * (engine/seq/pipeline_profile.c). */
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,6 +12,8 @@
 
 #include "cli.h"
 #include "pipeline_plan.h"
+#include "pipeline_seq.h"
+#include "plugin_arrays.h"
 #include "plot.h"
 #include "registry.h"
 #include "schedule_gen.h"
@@ -26,6 +30,8 @@ typedef struct schedule_args {
     char *overrides[MAX_OVERRIDES];
     size_t noverrides;
     int first[BV_PIPELINE_MAX_STAGES + 1]; /* from an experiment: each stage's layers */
+    bool measured; /* balanced: cost[] measured in a profiling pass (milliseconds) */
+    bv_schedule_costs cost[BV_PIPELINE_MAX_STAGES];
 } schedule_args;
 
 static int parse_args(int argc, char **argv, schedule_args *a)
@@ -128,6 +134,36 @@ static bv_status draw(const schedule_args *a, const bv_schedule *s,
     return st;
 }
 
+/* partition: balanced: a profiling pass cuts the blocks into stages (plan->first) and
+ * gives each stage's measured forward and backward milliseconds, printed. */
+static int profile(schedule_args *a, bv_experiment *x, const bv_pipeline_plan *plan)
+{
+    bv_error err = {0};
+    void *data = bv_experiment_take_data(x);
+    if (!data && x->engine_ops->load_data(x, &data, &err) != BV_OK)
+        return bv_cli_fail(BV_EXIT_USAGE, "%s", err.msg);
+    bv_seq_model_ops mops;
+    bv_ops_copy(&mops, sizeof mops, x->model.plugin);
+    bv_seq_pipe_cfg cfg;
+    bv_seq_layer_cost cost[BV_PIPELINE_MAX_STAGES];
+    bv_status st = bv_seq_pipe_cfg_make(x, data, &mops, (uint64_t)bv_opts_int(&x->train, "seed"),
+                                        &cfg, &err);
+    if (st == BV_OK)
+        st = bv_seq_pipe_balance(&cfg, cost, &err);
+    x->engine_ops->free_data(data);
+    if (st != BV_OK)
+        return bv_cli_fail(BV_EXIT_FAILED, "the profiling pass: %s", err.msg);
+    a->measured = true;
+    for (int s = 0; s < plan->stages; s++) {
+        a->first[s + 1] = (int)cfg.span_end[s] - 1 - (s == plan->stages - 1);
+        a->cost[s] = (bv_schedule_costs){.forward = 1e3 * cost[s].forward,
+                                         .backward = 1e3 * cost[s].backward};
+        printf("stage %d: forward %.2f ms, backward %.2f ms, %.1f MB a microbatch\n", s,
+               1e3 * cost[s].forward, 1e3 * cost[s].backward, cost[s].bytes / 1e6);
+    }
+    return BV_EXIT_OK;
+}
+
 /* The pipeline an experiment describes: its stages, microbatches, schedule and each
  * stage's layers (printed), or an exit code. */
 static int from_experiment(schedule_args *a)
@@ -149,11 +185,20 @@ static int from_experiment(schedule_args *a)
         a->microbatches = plan.microbatches;
         a->kind = plan.kind;
         memcpy(a->first, plan.first, sizeof a->first);
+        /* balanced: the profile's cut (profile() below replaces plan.first's) */
+        if (strcmp(bv_opts_str(&x->pipeline, "partition"), "balanced") == 0 &&
+            (code = profile(a, x, &plan)) != BV_EXIT_OK) {
+            bv_diag_free(&d);
+            bv_experiment_free(x);
+            bv_registry_free(reg);
+            return code;
+        }
         printf("%s: %d layers of model %s in %d stages:", a->experiment, plan.layers,
                x->model.plugin->name, plan.stages);
         for (int s = 0; s < plan.stages; s++)
-            printf(" [%d, %d)", plan.first[s], plan.first[s + 1]);
-        printf("; stage costs in proportion to their layers\n");
+            printf(" [%d, %d)", a->first[s], a->first[s + 1]);
+        printf(a->measured ? "; stage costs measured in a profiling pass\n"
+                           : "; stage costs in proportion to their layers\n");
     }
     bv_diag_free(&d);
     bv_experiment_free(x);
@@ -176,19 +221,25 @@ int bv_cli_schedule(int argc, char **argv)
     bv_status st = s && c ? BV_OK : bv_error_set(&err, BV_ERR_NOMEM, "out of memory");
     for (int i = 0; i < p && st == BV_OK; i++) {
         bv_schedule_init(&s[i]);
-        /* from an experiment: a stage costs its layers (each layer alike) */
+        /* from an experiment: a stage costs its layers (each layer alike), or what the
+         * profiling pass measured */
         double share = a.experiment ? a.first[i + 1] - a.first[i] : 1;
-        c[i] = (bv_schedule_costs){.forward = a.forward * share,
-                                   .backward = a.backward * share};
+        c[i] = a.measured ? a.cost[i]
+                          : (bv_schedule_costs){.forward = a.forward * share,
+                                                .backward = a.backward * share};
         st = bv_schedule_generate(a.kind, i, p, m, &s[i], &err);
     }
     bv_schedule_timeline t = {0};
     if (st == BV_OK)
         st = bv_schedule_simulate(s, p, c, &t, &err);
     if (st == BV_OK) {
-        printf("%s, %d stages, %d microbatches (%sforward %g, backward %g):\n",
-               bv_schedule_kind_name(a.kind), p, m, a.experiment ? "per layer: " : "",
-               a.forward, a.backward);
+        if (a.measured)
+            printf("%s, %d stages, %d microbatches (milliseconds as measured):\n",
+                   bv_schedule_kind_name(a.kind), p, m);
+        else
+            printf("%s, %d stages, %d microbatches (%sforward %g, backward %g):\n",
+                   bv_schedule_kind_name(a.kind), p, m, a.experiment ? "per layer: " : "",
+                   a.forward, a.backward);
         for (int i = 0; i < p; i++) {
             printf("stage %d:", i);
             for (size_t k = 0; k < s[i].count; k++) {

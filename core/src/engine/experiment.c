@@ -72,7 +72,8 @@ static const bv_option pipeline_schema[] = {
                   "one forward one backward (PipeDream-flush), or all forwards then all "
                   "backwards (GPipe)"),
     BV_OPT_STR("partition", "uniform",
-               "uniform, or each stage's number of layers, comma-separated ('3,1')"),
+               "uniform, balanced (by the layers' times in a profiling pass), or each "
+               "stage's number of layers, comma-separated ('3,1')"),
     BV_OPT_FLOAT_RANGE("peer_timeout", "60", 0.1, 86400,
                        "seconds a stage waits for a peer's activations or gradients before "
                        "the step fails, naming the peer"),

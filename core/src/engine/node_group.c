@@ -11,13 +11,7 @@
 #include <unistd.h>
 
 #include "bivouac/log.h"
-
-static double now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
+#include "clock.h"
 
 /* ---- Ctrl-C: the coordinator ends the nodes itself (they ignore SIGINT) ---- */
 
@@ -152,8 +146,8 @@ void bv_node_group_await_exits(const bv_cloud_ops *ops, bv_cloud *cloud, int64_t
     int running = 0;
     for (int i = 0; i < count; i++)
         running += nodes[i] >= 0;
-    double deadline = now() + seconds;
-    while (running > 0 && now() < deadline) {
+    double deadline = bv_now_seconds() + seconds;
+    while (running > 0 && bv_now_seconds() < deadline) {
         int m;
         int64_t id;
         int32_t status;

@@ -14,7 +14,8 @@ bv_status bv_pipeline_partition(int layers, int stages, const char *spec, int *f
         return bv_error_set(err, BV_ERR_INVALID, "%d stages for %d layers: a stage would "
                             "have no layer", stages, layers);
     first[0] = 0;
-    if (strcmp(spec, "uniform") == 0) {
+    /* balanced: uniform until a profiling pass measured the layers (bv_pipeline_balance) */
+    if (strcmp(spec, "uniform") == 0 || strcmp(spec, "balanced") == 0) {
         for (int s = 1; s <= stages; s++)
             first[s] = (int)((long long)layers * s / stages);
         return BV_OK;
@@ -24,8 +25,8 @@ bv_status bv_pipeline_partition(int layers, int stages, const char *spec, int *f
         char *end;
         long n = strtol(p, &end, 10);
         if (end == p || n < 1 || n > layers || (*end && *end != ','))
-            return bv_error_set(err, BV_ERR_INVALID, "'%s' is neither uniform nor %d layer "
-                                "counts of 1 or more, comma-separated", spec, stages);
+            return bv_error_set(err, BV_ERR_INVALID, "'%s' is neither uniform, balanced nor "
+                                "%d layer counts of 1 or more, comma-separated", spec, stages);
         first[s + 1] = first[s] + (int)n;
         p = *end ? end + 1 : end;
         if (!*end && s + 1 < stages)
@@ -38,6 +39,51 @@ bv_status bv_pipeline_partition(int layers, int stages, const char *spec, int *f
     if (first[stages] != layers)
         return bv_error_set(err, BV_ERR_INVALID, "'%s' adds up to %d layers; the model has %d",
                             spec, first[stages], layers);
+    return BV_OK;
+}
+
+bv_status bv_pipeline_balance(const double *cost, int layers, int stages, int *first,
+                              bv_error *err)
+{
+    if (stages < 1 || stages > layers || stages > BV_PIPELINE_MAX_STAGES)
+        return bv_error_set(err, BV_ERR_INVALID, "%d stages for %d layers", stages, layers);
+    /* best[s][j]: the cheapest costliest stage when s stages take layers [0, j) */
+    size_t w = (size_t)layers + 1;
+    double *best = malloc((size_t)(stages + 1) * w * sizeof *best);
+    double *prefix = malloc(w * sizeof *prefix);
+    int *cut = malloc((size_t)(stages + 1) * w * sizeof *cut);
+    if (!best || !prefix || !cut) {
+        free(best);
+        free(prefix);
+        free(cut);
+        return bv_error_set(err, BV_ERR_NOMEM, "out of memory");
+    }
+    prefix[0] = 0;
+    for (int j = 0; j < layers; j++)
+        prefix[j + 1] = prefix[j] + cost[j];
+    for (int j = 0; j <= layers; j++)
+        best[w + (size_t)j] = prefix[j];
+    for (int s = 2; s <= stages; s++)
+        for (int j = s; j <= layers; j++) {
+            double *b = &best[(size_t)s * w + (size_t)j];
+            *b = -1;
+            for (int i = s - 1; i < j; i++) { /* stage s takes [i, j), at least one layer */
+                double before = best[(size_t)(s - 1) * w + (size_t)i];
+                double mine = prefix[j] - prefix[i];
+                double worst = before > mine ? before : mine;
+                if (*b < 0 || worst < *b) {
+                    *b = worst;
+                    cut[(size_t)s * w + (size_t)j] = i;
+                }
+            }
+        }
+    first[stages] = layers;
+    for (int s = stages; s > 1; s--)
+        first[s - 1] = cut[(size_t)s * w + (size_t)first[s]];
+    first[0] = 0;
+    free(best);
+    free(prefix);
+    free(cut);
     return BV_OK;
 }
 

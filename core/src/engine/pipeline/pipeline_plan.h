@@ -17,9 +17,16 @@ typedef struct bv_pipeline_plan {
 
 /* Splits `layers` layers into `stages` stages: "uniform" (the sizes differ by one at most,
  * the larger ones last) or each stage's count, comma-separated ("3,1"), which must add up
- * to `layers`. A stage without a layer is an error. */
+ * to `layers`. A stage without a layer is an error. "balanced" is uniform here: the run
+ * replaces it with bv_pipeline_balance of the layers' measured costs. */
 bv_status bv_pipeline_partition(int layers, int stages, const char *spec, int *first,
                                 bv_error *err);
+
+/* Cuts layers with these costs into `stages` (<= layers) contiguous runs of one or more,
+ * so that the costliest run costs as little as it can (PipeDream's and Bamboo's balanced
+ * partition); first as bv_pipeline_partition's. */
+bv_status bv_pipeline_balance(const double *cost, int layers, int stages, int *first,
+                              bv_error *err);
 
 /* The plan of a loaded experiment; errors go to diag with the position of the value they
  * are about. BV_ERR_INVALID when there are any. */

@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "bivouac/log.h"
+#include "clock.h"
 #include "bivouac/wire.h"
 
 #define STEP_BYTES 8
@@ -28,13 +29,6 @@ struct bv_stage_link {
     uint64_t dropped;
     bool timed_out; /* the last wait ended by its timeout */
 };
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return 1e3 * (double)ts.tv_sec + 1e-6 * (double)ts.tv_nsec;
-}
 
 bv_status bv_stage_link_open(const bv_transport_ops *t, bv_transport *tr,
                              const char *const *addrs, int nodes, int self,
@@ -194,11 +188,11 @@ bv_status bv_stage_link_recv(bv_stage_link *l, uint16_t type, int from, uint32_t
             return BV_OK;
         }
     }
-    double until = timeout_ms >= 0 ? now_ms() + timeout_ms : 0;
+    double until = timeout_ms >= 0 ? (1e3 * bv_now_seconds()) + timeout_ms : 0;
     for (;;) {
         int left = -1;
         if (timeout_ms >= 0) {
-            double n = now_ms();
+            double n = (1e3 * bv_now_seconds());
             left = n >= until ? 0 : (int)(until - n + 1);
         }
         stashed s;

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "bivouac/tensor.h"
+#include "clock.h"
 #include "plugin_arrays.h"
 #include "rng.h"
 
@@ -460,6 +461,50 @@ bv_status bv_layer_engine_loss(bv_layer_engine *e, const int32_t *tokens,
     st = bv_layer_engine_span_loss(e, 0, &ctx, targets, 0.0f, &xr, err);
     *loss = xr.count ? xr.loss_sum / (double)xr.count : 0.0;
     return st;
+}
+
+bv_status bv_layer_engine_profile(bv_layer_engine *e, const bv_seq_ctx *ctx,
+                                  const int32_t *targets, double *fwd, double *bwd,
+                                  double *bytes, bv_error *err)
+{
+    if (e->first != 0 || e->end != e->nlayers)
+        return bv_error_set(err, BV_ERR_INTERNAL, "a profile needs every layer");
+    int64_t T = ctx->batch * ctx->seq;
+    for (size_t l = 0; l < e->nlayers; l++) {
+        seq_layer_state *L = &e->layers[l];
+        double t0 = bv_now_seconds();
+        bv_status st = e->mops->forward(e->model, l, ctx, L->param, layer_input(e, l, 0),
+                                        e->act[l][0], L->saved[0], e->scratch, err);
+        if (st != BV_OK)
+            return st;
+        fwd[l] = bv_now_seconds() - t0;
+        size_t floats = L->saved_floats + (size_t)(T * L->desc->out_width);
+        for (size_t i = 0; i < L->desc->nparams; i++)
+            if (L->owned[i] || L->replica[i])
+                floats += 4 * (size_t)numel(&L->desc->params[i]);
+        bytes[l] = (double)floats * sizeof(float);
+    }
+    double t0 = bv_now_seconds();
+    bv_xent_result xr;
+    bv_status st = bv_layer_engine_span_loss(e, 0, ctx, targets, 1.0f / (float)T, &xr, err);
+    if (st != BV_OK)
+        return st;
+    fwd[e->nlayers - 1] += bv_now_seconds() - t0; /* the loss is the head's */
+    const float *dout = e->dlogits;
+    int which = 0;
+    for (size_t l = e->nlayers; l-- > 0;) {
+        seq_layer_state *L = &e->layers[l];
+        float *d = l ? e->dact[which] : NULL;
+        t0 = bv_now_seconds();
+        st = e->mops->backward(e->model, l, ctx, L->param, layer_input(e, l, 0), L->saved[0],
+                               dout, d, L->grad, e->scratch, err);
+        if (st != BV_OK)
+            return st;
+        bwd[l] = bv_now_seconds() - t0;
+        dout = d;
+        which ^= 1;
+    }
+    return BV_OK;
 }
 
 size_t bv_layer_engine_layers(const bv_layer_engine *e)

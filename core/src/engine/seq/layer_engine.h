@@ -104,6 +104,13 @@ bv_status bv_layer_engine_span_loss(bv_layer_engine *e, int slot, const bv_seq_c
 bv_status bv_layer_engine_span_backward(bv_layer_engine *e, int slot, const bv_seq_ctx *ctx,
                                         const float *dout, const float **din, bv_error *err);
 void bv_layer_engine_zero_grads(bv_layer_engine *e);
+/* A profiling pass over every layer (an engine of the whole model): each layer's forward
+ * (the head's with the loss) and backward on the batch ctx describes, in seconds, and the
+ * bytes it holds (its tensors with their gradients and moments, its saved buffer and its
+ * output, for one microbatch). */
+bv_status bv_layer_engine_profile(bv_layer_engine *e, const bv_seq_ctx *ctx,
+                                  const int32_t *targets, double *fwd, double *bwd,
+                                  double *bytes, bv_error *err);
 /* Whether tensor i of layer is tied, and to which (layer, param). */
 bool bv_layer_engine_tie(const bv_layer_engine *e, size_t layer, size_t i, size_t *owner,
                          size_t *owner_param);

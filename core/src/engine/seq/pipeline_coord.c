@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "bivouac/log.h"
+#include "clock.h"
 #include "node_group.h"
 #include "pipeline_plan.h"
 #include "pipeline_seq.h"
@@ -97,16 +98,9 @@ static bv_status watch(bv_seq_pipe *p, bv_error *err)
     return BV_OK;
 }
 
-static double now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 static bv_status watch_due(bv_seq_pipe *p, bv_error *err)
 {
-    double t = now();
+    double t = bv_now_seconds();
     if (t < p->next_watch)
         return BV_OK;
     p->next_watch = t + WATCH_MS * 1e-3;
@@ -238,7 +232,8 @@ bv_status bv_seq_pipe_cfg_make(const bv_experiment *x, const bv_text_corpus *cor
     return BV_OK;
 }
 
-/* The book: every node's inbox, one a line, the coordinator's last. */
+/* The book: every node's inbox, one a line, the coordinator's last; then each stage's
+ * layers (a balanced partition was measured here, once, for every stage). */
 static bv_status write_book(const bv_seq_pipe *p, const char *path, bv_error *err)
 {
     FILE *f = fopen(path, "w");
@@ -247,13 +242,17 @@ static bv_status write_book(const bv_seq_pipe *p, const char *path, bv_error *er
     fprintf(f, "%s\n", BOOK_MAGIC);
     for (int n = 0; n <= p->nodes; n++)
         fprintf(f, "%s\n", p->addr[n]);
+    for (int s = 0; s < p->cfg.stages; s++)
+        fprintf(f, "span %zu %zu\n", p->cfg.span_first[s], p->cfg.span_end[s]);
     if (fclose(f) != 0)
         return bv_error_set(err, BV_ERR_IO, "%s: %s", path, strerror(errno));
     return BV_OK;
 }
 
-bv_status bv_seq_pipe_read_book(const char *path, int nodes, char (*addr)[96], bv_error *err)
+bv_status bv_seq_pipe_read_book(const char *path, bv_seq_pipe_cfg *cfg, char (*addr)[96],
+                                bv_error *err)
 {
+    int nodes = cfg->stages * cfg->pipelines;
     FILE *f = fopen(path, "r");
     if (!f)
         return bv_error_set(err, BV_ERR_IO, "%s: %s", path, strerror(errno));
@@ -266,11 +265,23 @@ bv_status bv_seq_pipe_read_book(const char *path, int nodes, char (*addr)[96], b
             snprintf(addr[n], 96, "%s", line);
         }
     }
-    ok = ok && !fgets(line, sizeof line, f);
+    size_t end = 0, layers = cfg->span_end[cfg->stages - 1];
+    for (int s = 0; ok && s < cfg->stages; s++) {
+        size_t a, b;
+        char extra;
+        ok = fgets(line, sizeof line, f) &&
+             sscanf(line, "span %zu %zu %c", &a, &b, &extra) == 2 && a == end && b > a &&
+             b <= layers;
+        if (ok) {
+            cfg->span_first[s] = a;
+            cfg->span_end[s] = end = b;
+        }
+    }
+    ok = ok && end == layers && !fgets(line, sizeof line, f);
     fclose(f);
     if (!ok)
-        return bv_error_set(err, BV_ERR_CORRUPT, "%s is not the address book of %d stages",
-                            path, nodes);
+        return bv_error_set(err, BV_ERR_CORRUPT, "%s is not the address book of %d stage "
+                            "nodes of %zu layers", path, nodes, layers);
     return BV_OK;
 }
 

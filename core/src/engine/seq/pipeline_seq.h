@@ -79,7 +79,24 @@ bv_status bv_seq_pipe_set_state(bv_seq_pipe *p, const bv_state *s, bv_error *err
 /* CRC-32C over every owned parameter in layer order (the layer engine's order). */
 bv_status bv_seq_pipe_crc32c(bv_seq_pipe *p, uint32_t *crc, bv_error *err);
 
+/* A profiling pass (pipeline_profile.c): every layer's forward and backward seconds on
+ * one microbatch (the median of `reps` passes after one to warm up) and the bytes it
+ * holds, with a stage's share of the cores. cost has one entry per model layer. */
+typedef struct bv_seq_layer_cost {
+    double forward, backward, bytes;
+} bv_seq_layer_cost;
+bv_status bv_seq_pipe_profile(const bv_seq_pipe_cfg *cfg, int reps, bv_seq_layer_cost *cost,
+                              size_t layers, bv_error *err);
+/* partition: balanced: the stages' spans cut from a profiling pass so that the costliest
+ * stage (forward + backward, the embeddings on the first, the head on the last) costs as
+ * little as it can; *stage_cost (if not NULL, cfg->stages entries) gets each stage's. */
+bv_status bv_seq_pipe_balance(bv_seq_pipe_cfg *cfg, bv_seq_layer_cost *stage_cost,
+                              bv_error *err);
+
 /* ---- inside: one stage, the thread's body (pipeline_stage.c) ---- */
+/* The compute instance of one of `stages` stages in this process: `threads: 0` (every
+ * core) gives each its share of the cores instead of all of them. */
+bv_compute *bv_seq_stage_compute(const bv_experiment *x, int stages, bv_error *err);
 typedef struct bv_seq_stage_arg {
     const bv_seq_pipe_cfg *cfg;
     const char *const *addrs; /* every node's inbox */
@@ -90,8 +107,10 @@ typedef struct bv_seq_stage_arg {
 
 void *bv_seq_stage_main(void *arg);
 
-/* Reads the book of a pipeline of `nodes` stages (the coordinator's address last). */
-bv_status bv_seq_pipe_read_book(const char *path, int nodes, char (*addr)[96], bv_error *err);
+/* Reads the book the coordinator wrote: every node's address (the coordinator's last)
+ * into addr, and each stage's layers into cfg's spans. */
+bv_status bv_seq_pipe_read_book(const char *path, bv_seq_pipe_cfg *cfg, char (*addr)[96],
+                                bv_error *err);
 
 /* `bivouac role --role stage`: node `index` of a pipeline run as this process, its
  * coordinator's and peers' addresses in the book the coordinator wrote; returns when the

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "bivouac/log.h"
+#include "clock.h"
 #include "bivouac/wire.h"
 #include "pipeline_plan.h"
 #include "pipeline_seq.h"
@@ -40,13 +41,6 @@ typedef struct stage {
     double compute_s, wait_s;
 } stage;
 
-static double now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 static int node_of(const stage *st, int pipeline, int s)
 {
     return pipeline * st->P + s;
@@ -60,17 +54,14 @@ static int stage_of_layer(const stage *st, size_t l)
     return -1;
 }
 
-/* The compute instance's options: `threads: 0` (every core this process may run on) gives
- * each of the process's stages its share of the cores instead of all of them. */
-static bv_compute *make_compute(const stage *st, bv_error *err)
+bv_compute *bv_seq_stage_compute(const bv_experiment *x, int stages, bv_error *err)
 {
-    const bv_experiment *x = st->x;
     const bv_opt_value *th = bv_opts_find(&x->compute.opts, "threads");
     if (!th || th->decl->type != BV_OPT_INT || th->v.i != 0)
         return x->compute_ops.create(&x->compute.opts, err);
     cpu_set_t set;
     int cores = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
-    int share = cores / (st->P * st->D);
+    int share = cores / stages;
     char text[32];
     snprintf(text, sizeof text, "%d", share > 0 ? share : 1);
     bv_opts opts;
@@ -89,7 +80,7 @@ static bv_status stage_setup(stage *st, bv_error *err)
     bv_seq_shape shape = {st->cfg->corpus->vocab_size, cfg->block, st->rows_mb};
     if (!(st->model = cfg->mops->create(&st->x->model.opts, &shape, err)))
         return err->status ? err->status : BV_ERR_PLUGIN;
-    if (!(st->c = make_compute(st, err)))
+    if (!(st->c = bv_seq_stage_compute(st->x, st->P * st->D, err)))
         return err->status ? err->status : BV_ERR_PLUGIN;
     st->first = cfg->span_first[st->s];
     st->end = cfg->span_end[st->s];
@@ -160,10 +151,10 @@ static bv_seq_ctx make_ctx(const stage *st, int mb, bool training, int64_t step)
 static bv_status recv_into(stage *st, uint16_t type, int from, uint32_t tag, int64_t step,
                            const char *what, void *buf, size_t bytes, bv_error *err)
 {
-    double t0 = now();
+    double t0 = bv_now_seconds();
     bv_status rc = bv_stage_link_recv_into(st->link, type, from, tag, step,
                                            st->cfg->peer_timeout_ms, what, buf, bytes, err);
-    st->wait_s += now() - t0;
+    st->wait_s += bv_now_seconds() - t0;
     return rc;
 }
 
@@ -298,7 +289,7 @@ static bv_status global_norm(stage *st, int64_t it, double *norm, bv_error *err)
 
 static bv_status update(stage *st, int64_t it, double lr, double *norm, bv_error *err)
 {
-    double t0 = now(), w0 = st->wait_s;
+    double t0 = bv_now_seconds(), w0 = st->wait_s;
     bv_status rc = st->D > 1 ? allreduce(st, it, err) : BV_OK;
     if (rc == BV_OK)
         rc = sum_tied(st, it, err);
@@ -306,7 +297,7 @@ static bv_status update(stage *st, int64_t it, double lr, double *norm, bv_error
         rc = global_norm(st, it, norm, err);
     if (rc == BV_OK)
         bv_adamw_apply(st->le, &st->x->compute_ops, st->c, &st->cfg->adamw, it + 1, lr, *norm);
-    st->compute_s += now() - t0 - (st->wait_s - w0);
+    st->compute_s += bv_now_seconds() - t0 - (st->wait_s - w0);
     return rc;
 }
 
@@ -315,7 +306,7 @@ static bv_status update(stage *st, int64_t it, double lr, double *norm, bv_error
 static bv_status train_step(stage *st, int64_t it, double lr, double res[6], bv_error *err)
 {
     const bv_seq_pipe_cfg *cfg = st->cfg;
-    double t_step = now();
+    double t_step = bv_now_seconds();
     st->compute_s = st->wait_s = 0;
     bv_text_corpus_batch(cfg->corpus, cfg->seed, BV_SEQ_STREAM_TRAIN(it), false, cfg->batch,
                          cfg->block, st->d * st->rows_pipe, st->rows_pipe, st->tokens,
@@ -332,7 +323,7 @@ static bv_status train_step(stage *st, int64_t it, double lr, double res[6], bv_
         int mb = ins->microbatch, slot = mb >= 0 ? mb % st->slots : 0;
         int peer = ins->peer >= 0 ? node_of(st, st->d, ins->peer) : -1;
         bv_seq_ctx ctx = make_ctx(st, mb >= 0 ? mb : 0, true, it);
-        double t0 = now();
+        double t0 = bv_now_seconds();
         switch (ins->op) {
         case BV_INSTR_RECV_ACT:
             rc = recv_into(st, BV_PIPE_ACT, peer, (uint32_t)mb, it, "activations",
@@ -340,7 +331,7 @@ static bv_status train_step(stage *st, int64_t it, double lr, double res[6], bv_
             break;
         case BV_INSTR_FORWARD:
             rc = bv_layer_engine_span_forward(st->le, slot, &ctx, &st->out[slot], err);
-            st->compute_s += now() - t0;
+            st->compute_s += bv_now_seconds() - t0;
             break;
         case BV_INSTR_SEND_ACT:
             rc = bv_stage_link_send(st->link, peer, BV_PIPE_ACT, (uint32_t)mb, it,
@@ -362,7 +353,7 @@ static bv_status train_step(stage *st, int64_t it, double lr, double res[6], bv_
             if (rc == BV_OK)
                 rc = bv_layer_engine_span_backward(st->le, slot, &ctx,
                                                    st->has_head ? NULL : st->dout, &din, err);
-            st->compute_s += now() - t0;
+            st->compute_s += bv_now_seconds() - t0;
             break;
         case BV_INSTR_SEND_GRAD:
             rc = bv_stage_link_send(st->link, peer, BV_PIPE_GRAD, (uint32_t)mb, it, din,
@@ -376,7 +367,7 @@ static bv_status train_step(stage *st, int64_t it, double lr, double res[6], bv_
                               st->s, ins->op);
         }
     }
-    double r[6] = {loss_sum, count, norm, st->compute_s, st->wait_s, now() - t_step};
+    double r[6] = {loss_sum, count, norm, st->compute_s, st->wait_s, bv_now_seconds() - t_step};
     memcpy(res, r, sizeof r);
     return rc;
 }
@@ -623,7 +614,7 @@ bv_status bv_seq_serve_stage(const bv_experiment *x, void *corpus, int index, ui
         free(addrs);
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory");
     }
-    rc = bv_seq_pipe_read_book(book, nodes, addr, err);
+    rc = bv_seq_pipe_read_book(book, &cfg, addr, err);
     for (int n = 0; n <= nodes; n++)
         addrs[n] = addr[n];
     bv_transport *tr = NULL;

@@ -267,6 +267,8 @@ static bv_status start_pipe(bv_engine *e, const bv_engine_run *run, bv_error *er
     const bv_experiment *x = e->x;
     bv_seq_pipe_cfg *c = &e->pipe_cfg;
     bv_status st = bv_seq_pipe_cfg_make(x, e->corpus, &e->mops, e->seed, c, err);
+    if (st == BV_OK && strcmp(bv_opts_str(&x->pipeline, "partition"), "balanced") == 0)
+        st = bv_seq_pipe_balance(c, NULL, err); /* once, here: the stages read the spans */
     if (st != BV_OK)
         return st;
     if (x->cloud.plugin) { /* the run's copy of the experiment, which the stages load */
