@@ -3,7 +3,8 @@
 #  - P = 2 stages (and D = 2 pipelines of 2) as processes end with the weights of the same
 #    pipeline as threads, bit for bit, and leave nothing behind;
 #  - killing a stage process (SIGKILL) ends the run within 5 s with exit 1 and the lost
-#    stage named; nothing is left (processes, socket directories); --resume from the
+#    stage named, after the resilience strategies heard of it (the checkpoint plugin's
+#    peer_failed names the newest checkpoint); nothing is left (processes, socket directories); --resume from the
 #    checkpoints ends with the uninterrupted run's weights, and so does a resume that
 #    re-partitions the run into 4 stages (-s pipeline.stages=4);
 #  - SIGKILL of the coordinator: the stages end and clean up; Ctrl-C: exit 1, "interrupted".
@@ -90,6 +91,8 @@ for node in 0 1; do
     check "kill stage $node: exit status" "$(cat "$out.rc")" 1
     check "kill stage $node: names the lost stage" \
         "$(grep -c "^bivouac: error: lost stage $node (node $node on localhost): it was killed by signal 9 (Killed)$" "$out.err")" 1
+    check "kill stage $node: the checkpoint plugin heard of it (peer_failed)" \
+        "$(grep -c "^bivouac: info: checkpoint: lost the stage node $node at [0-9.]* s; the newest checkpoint of this run is $out/checkpoints/ckpt-[0-9]*\.bvck$" "$out.err")" 1
     check "kill stage $node: ends within 5 s" \
         "$([ "$took_ms" -lt 5000 ] && echo yes || echo "no ($took_ms ms)")" yes
     check "kill stage $node: nothing left" "$(leftovers "$g")" "processes 0, socket dirs 0"

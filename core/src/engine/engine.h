@@ -85,6 +85,11 @@ typedef struct bv_engine_run {
     const char *out_dir;
     uint64_t seed;
     const char *run_dir; /* holds the run's experiment.yaml (role processes load it) */
+    /* The engine lost a node of the run (a process ended): the loop hands the event to
+     * every resilience strategy's peer_failed hook (resilience.h) before the engine's
+     * step fails. May be NULL. */
+    void (*peer_failed)(void *loop, const bv_peer_event *peer);
+    void *loop;
 } bv_engine_run;
 
 typedef struct bv_engine_ops {

@@ -300,11 +300,24 @@ static void show_eval(const train_run *r, const bv_record *ev)
     fputc('\n', stderr);
 }
 
+/* A node of the run was lost: every resilience strategy hears of it (their errors are
+ * logged: the engine's own error ends the step). */
+static void peer_failed(void *loop, const bv_peer_event *peer)
+{
+    train_run *r = loop;
+    for (size_t i = 0; i < r->x->nresilience; i++) {
+        bv_error err = {0};
+        if (r->res[i] && r->x->resilience_ops[i].peer_failed &&
+            r->x->resilience_ops[i].peer_failed(r->res[i], peer, &err) != BV_OK)
+            bv_log(BV_LOG_ERROR, "%s: %s", r->x->resilience[i].plugin->name, err.msg);
+    }
+}
+
 static bv_status setup(train_run *r, void *data, bv_error *err)
 {
     const bv_experiment *x = r->x;
     bv_engine_run run = {r->o->out_dir, r->o->seed,
-                         r->o->run_dir ? r->o->run_dir : r->o->out_dir};
+                         r->o->run_dir ? r->o->run_dir : r->o->out_dir, peer_failed, r};
     bv_status st = r->ops->create(x, data, &run, &r->engine, err);
     if (st != BV_OK)
         return st;

@@ -332,11 +332,35 @@ static bv_status checkpoint_restore(bv_resilience *r, bv_state *out, bv_error *e
     return bv_checkpoint_restore_dir(r->dir, out, err);
 }
 
+/* A node of the run was lost (a stage process, a role): the snapshot in flight lands, and
+ * the user learns which checkpoint a resume would start from. */
+static bv_status checkpoint_peer_failed(bv_resilience *r, const bv_peer_event *peer,
+                                        bv_error *err)
+{
+    (void)err;
+    pthread_mutex_lock(&r->lock);
+    wait_idle_locked(r);
+    int64_t newest = r->written_count ? r->written[0] : -1;
+    pthread_mutex_unlock(&r->lock);
+    char name[64] = "";
+    if (newest >= 0)
+        checkpoint_file_name(newest, name, sizeof name);
+    if (newest >= 0)
+        bv_log(BV_LOG_INFO, "checkpoint: lost the %s node %lld at %.1f s; the newest "
+               "checkpoint of this run is %s/%s", peer->role, (long long)peer->id, peer->time,
+               r->dir, name);
+    else
+        bv_log(BV_LOG_INFO, "checkpoint: lost the %s node %lld at %.1f s; this run wrote no "
+               "checkpoint yet", peer->role, (long long)peer->id, peer->time);
+    return BV_OK;
+}
+
 static const bv_resilience_ops checkpoint_ops = {
     .create = checkpoint_create,
     .destroy = checkpoint_destroy,
     .epoch_end = checkpoint_epoch_end,
     .restore = checkpoint_restore,
+    .peer_failed = checkpoint_peer_failed,
 };
 
 static const bv_option checkpoint_options[] = {

@@ -44,6 +44,9 @@ typedef struct bv_graph_engine_cfg {
     const bv_opts *cloud_opts;
     bv_run_info run_info;
     const char *experiment_file; /* what each role process loads: the run's own copy */
+    /* the training loop's hook for a role process that ended (engine.h); may be NULL */
+    void (*peer_failed)(void *loop, const bv_peer_event *peer);
+    void *loop;
     const char *role_exe;        /* the program that serves a role (`bivouac role`); NULL:
                                     this process's own executable */
     double peer_timeout, start_timeout; /* seconds (engine.peer_timeout, start_timeout) */

@@ -153,6 +153,8 @@ static bv_status create(const bv_experiment *x, void *data, const bv_engine_run 
     if (st != BV_OK)
         return st;
     bv_graph_engine_cfg cfg = engine_cfg(g, d, run->seed, run->out_dir);
+    cfg.peer_failed = run->peer_failed;
+    cfg.loop = run->loop;
     if (x->cloud.plugin) /* the run's copy of the experiment, which the roles load */
         snprintf(g->experiment_file, sizeof g->experiment_file, "%s/experiment.yaml",
                  run->run_dir ? run->run_dir : run->out_dir);

@@ -462,6 +462,7 @@ bv_status bv_engine_launch(bv_graph_engine *e, bv_error *err)
         return err->status ? err->status : BV_ERR_PLUGIN;
     bv_node_group_signals_on();
     e->procs = true;
+    e->launched_at = bv_engine_now();
     for (int s = 0; s < bv_role_slots(e) && st == BV_OK; s++)
         st = launch_role(e, s, exe, book, err);
     if (st != BV_OK)
@@ -547,6 +548,11 @@ static bv_status watch(bv_graph_engine *e, double deadline, uint16_t type, bv_er
         char name[48], how[96];
         bv_role_slot_name(e, slot, name, sizeof name);
         bv_node_group_exit_text(status, how, sizeof how);
+        int ps0 = bv_slot_ps(e, 0), tw0 = bv_slot_tw(e, 0);
+        bv_peer_event ev = {sizeof ev, slot < ps0 ? "graph" : slot < tw0 ? "param" : "tensor",
+                            id, NULL, bv_engine_now() - e->launched_at};
+        if (e->cfg.peer_failed) /* the resilience strategies hear of it first */
+            e->cfg.peer_failed(e->cfg.loop, &ev);
         if (status >= 0 && WIFEXITED(status) && late_error(e, err))
             return err->status;
         return bv_error_set(err, BV_ERR_IO, "lost the %s (node %lld on %s): it %s", name,

@@ -39,6 +39,7 @@ struct bv_seq_pipe {
     bool signals;
     bool failed; /* a stage failed or ended: stop ends the rest without waiting */
     double next_watch;
+    double started_at;
 };
 
 static atomic_int pipe_counter;
@@ -89,6 +90,10 @@ static bv_status watch(bv_seq_pipe *p, bv_error *err)
         char who[64], how[96];
         stage_name(p, n, who, sizeof who);
         bv_node_group_exit_text(status, how, sizeof how);
+        bv_peer_event ev = {sizeof ev, "stage", id, p->addr[n],
+                            bv_now_seconds() - p->started_at};
+        if (p->cfg.peer_failed) /* the resilience strategies hear of it first */
+            p->cfg.peer_failed(p->cfg.loop, &ev);
         return bv_error_set(err, BV_ERR_IO, "lost %s (node %lld on localhost): it %s", who,
                             (long long)id, how);
     }
@@ -335,6 +340,7 @@ bv_status bv_seq_pipe_start(const bv_seq_pipe_cfg *cfg, bv_seq_pipe **out, bv_er
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory");
     }
     bv_status rc = BV_OK;
+    p->started_at = bv_now_seconds();
     int id = atomic_fetch_add(&pipe_counter, 1);
     if (cfg->cloud_ops && !(p->node = malloc((size_t)p->nodes * sizeof *p->node)))
         rc = bv_error_set(err, BV_ERR_NOMEM, "out of memory");

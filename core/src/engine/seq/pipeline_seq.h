@@ -41,6 +41,9 @@ typedef struct bv_seq_pipe_cfg {
     const bv_opts *cloud_opts;
     bv_run_info run_info;
     char experiment_file[4096];
+    /* the training loop's hook for a lost stage process (engine.h); may be NULL */
+    void (*peer_failed)(void *loop, const bv_peer_event *peer);
+    void *loop;
 } bv_seq_pipe_cfg;
 
 /* The pipeline of an experiment whose check passed (`pipeline:` and the model's layers:

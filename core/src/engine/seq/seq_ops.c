@@ -278,6 +278,8 @@ static bv_status start_pipe(bv_engine *e, const bv_engine_run *run, bv_error *er
         c->run_info = (bv_run_info){run->out_dir, e->config_dir, e->seed};
         snprintf(c->experiment_file, sizeof c->experiment_file, "%s/experiment.yaml",
                  run->run_dir ? run->run_dir : run->out_dir ? run->out_dir : ".");
+        c->peer_failed = run->peer_failed;
+        c->loop = run->loop;
     }
     return bv_seq_pipe_start(c, &e->pipe, err);
 }
