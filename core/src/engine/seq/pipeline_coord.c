@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "bivouac/log.h"
+#include "bivouac/series.h"
 #include "clock.h"
 #include "node_group.h"
 #include "pipeline_plan.h"
@@ -390,27 +391,44 @@ bv_status bv_seq_pipe_start(const bv_seq_pipe_cfg *cfg, bv_seq_pipe **out, bv_er
 
 /* ---- train, evaluate ---- */
 
+typedef struct step_acc {
+    double sum[6]; /* loss sum, count, norm, compute, wait (all stages), seconds (longest) */
+    double compute[BV_PIPELINE_MAX_STAGES], wait[BV_PIPELINE_MAX_STAGES]; /* per stage */
+} step_acc;
+
 static bv_status take_step(bv_seq_pipe *p, int node, const bv_pipe_msg_in *m, void *ctx,
                            bv_error *err)
 {
-    double r[6], *acc = ctx;
+    double r[6];
+    step_acc *a = ctx;
     if (m->bytes != sizeof r)
         return bv_error_set(err, BV_ERR_CORRUPT, "a step's results of %zu bytes", m->bytes);
     memcpy(r, m->data, sizeof r);
-    (void)p;
-    (void)node;
     for (int i = 0; i < 6; i++)
-        acc[i] = i == 2 ? r[i] : i == 5 ? (r[i] > acc[i] ? r[i] : acc[i]) : acc[i] + r[i];
+        a->sum[i] = i == 2   ? r[i]
+                    : i == 5 ? (r[i] > a->sum[i] ? r[i] : a->sum[i])
+                             : a->sum[i] + r[i];
+    a->compute[node % p->cfg.stages] += r[3];
+    a->wait[node % p->cfg.stages] += r[4];
     return BV_OK;
 }
 
 bv_status bv_seq_pipe_train(bv_seq_pipe *p, int64_t it, double lr, bv_seq_pipe_step *out,
                             bv_error *err)
 {
-    double acc[6] = {0};
-    bv_status rc = broadcast(p, BV_PIPE_TRAIN, it, &lr, sizeof lr, take_step, acc, err);
+    step_acc a = {0};
+    double *acc = a.sum;
+    bv_status rc = broadcast(p, BV_PIPE_TRAIN, it, &lr, sizeof lr, take_step, &a, err);
     if (rc != BV_OK)
         return rc;
+    /* each stage's seconds computing and waiting (mean over the pipelines), as series */
+    for (int s = 0; s < p->cfg.stages; s++) {
+        char name[48];
+        snprintf(name, sizeof name, "stage%d_compute", s);
+        bv_series_report(name, "s", a.compute[s] / p->cfg.pipelines);
+        snprintf(name, sizeof name, "stage%d_wait", s);
+        bv_series_report(name, "s", a.wait[s] / p->cfg.pipelines);
+    }
     *out = (bv_seq_pipe_step){acc[1] > 0 ? acc[0] / acc[1] : 0, acc[2], acc[3], acc[4],
                               acc[5]};
     return BV_OK;
