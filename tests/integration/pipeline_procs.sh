@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Pipeline stages as processes on the local cloud (docs/pipeline.md#stages-as-processes):
-#  - P = 2 stages (and D = 2 pipelines of 2) as processes end with the weights of the same
-#    pipeline as threads, bit for bit, and leave nothing behind;
+#  - P = 2 stages (and D = 2 pipelines of 2) as processes, over ipc or (P = 2) over tcp on
+#    loopback, end with the weights of the same pipeline as threads, bit for bit, and
+#    leave nothing behind;
 #  - killing a stage process (SIGKILL) ends the run within 5 s with exit 1 and the lost
 #    stage named, after the resilience strategies heard of it (the checkpoint plugin's
 #    peer_failed names the newest checkpoint); nothing is left (processes, socket directories); --resume from the
@@ -64,7 +65,17 @@ for layout in "2 1" "2 2"; do
         "$(field "$tmp/$name" params_crc32c)" "$(field "$tmp/$name-threads" params_crc32c)"
     check "$name: nothing left" "$(leftovers "$pgid")" "processes 0, socket dirs 0"
 done
-ref_crc=$(field "$tmp/p2-d1" params_crc32c)
+# links over tcp (loopback): each stage binds a port of its own, says so (HELLO), gets
+# every node's address (BOOK); every link CURVE-encrypted with the run's key
+run "$tmp/tcp" run "$exp" --out "$tmp/tcp" --quiet "${model[@]}" -s pipeline.stages=2 \
+    -s pipeline.links=tcp "${procs[@]}"
+check "p2 over tcp exits 0" "$rc" 0
+[ "$rc" = 0 ] || cat "$tmp/tcp.err" >&2
+check "p2 over tcp: the threads' weights" "$(field "$tmp/tcp" params_crc32c)" \
+    "$(field "$tmp/p2-d1-threads" params_crc32c)"
+check "p2 over tcp: each stage's inbox on loopback" \
+    "$(grep -cE '^bivouac: info: stage [01]: inbox tcp://127\.0\.0\.1:[0-9]+$' "$tmp/tcp.err")" 2
+check "p2 over tcp: nothing left" "$(leftovers "$pgid")" "processes 0, socket dirs 0"
 
 # ---- a stage process killed ----
 long=(-s train.steps=400 "${model[@]}" -s pipeline.stages=2 "${procs[@]}")

@@ -77,6 +77,11 @@ static const bv_option pipeline_schema[] = {
     BV_OPT_FLOAT_RANGE("peer_timeout", "60", 0.1, 86400,
                        "seconds a stage waits for a peer's activations or gradients before "
                        "the step fails, naming the peer"),
+    BV_OPT_CHOICE("links", "ipc", "ipc|tcp",
+                  "stages as processes (cloud:): unix sockets in a private directory, or TCP "
+                  "with the run's CURVE keys"),
+    BV_OPT_STR("address", "127.0.0.1",
+               "links: tcp: the address the coordinator and the stages bind"),
     BV_OPT_END,
 };
 

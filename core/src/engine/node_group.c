@@ -96,6 +96,41 @@ bv_status bv_node_group_self_exe(const char *override, char *exe, size_t len, bv
     return BV_OK;
 }
 
+bv_status bv_node_group_run_key(const bv_plugin *transport, const char *what, char *secret,
+                                bv_error *err)
+{
+    void *fn = transport && transport->get_proc_address
+                   ? transport->get_proc_address("bv_zmq_curve_keypair")
+                   : NULL;
+    if (!fn)
+        return bv_error_set(err, BV_ERR_INVALID, "%s needs a transport with CURVE keys (zmq); "
+                            "%s has none", what,
+                            transport ? transport->name : "the built-in transport");
+    int (*keypair)(char *public_z85, char *secret_z85);
+    memcpy(&keypair, &fn, sizeof keypair);
+    char public_z85[41];
+    if (keypair(public_z85, secret) != 0)
+        return bv_error_set(err, BV_ERR_INTERNAL, "cannot make the run's CURVE keys");
+    return BV_OK;
+}
+
+bv_status bv_node_group_transport(const bv_transport_ops *ops, const bv_opts *opts,
+                                  const char *secret, bv_transport **out, bv_error *err)
+{
+    bv_opts keyed = {0};
+    bv_status st = BV_OK;
+    if (secret && secret[0]) {
+        st = bv_opts_copy(opts, &keyed, err);
+        if (st == BV_OK)
+            st = bv_opts_set(&keyed, "curve_secret_key", secret, err);
+        opts = &keyed;
+    }
+    if (st == BV_OK && !(*out = ops->create(opts, err)))
+        st = err->status ? err->status : BV_ERR_PLUGIN;
+    bv_opts_free(&keyed);
+    return st;
+}
+
 /* ---- the nodes' ends ---- */
 
 static int member_of(const int64_t *nodes, int count, int64_t node)

@@ -14,6 +14,8 @@
 
 #include "bivouac/cloud.h"
 #include "bivouac/error.h"
+#include "bivouac/plugin.h"
+#include "bivouac/transport.h"
 
 /* A directory of mode 0700 for the run's sockets (and files only its nodes read): under
  * $TMPDIR when its path leaves room for the socket names (a unix socket path has at most
@@ -44,6 +46,18 @@ void bv_node_group_await_exits(const bv_cloud_ops *ops, bv_cloud *cloud, int64_t
                                int count, double seconds,
                                void (*name)(void *ctx, int member, char *buf, size_t len),
                                void *ctx);
+/* A fresh CURVE keypair for a run whose links go over TCP, from the transport plugin's
+ * export (zmq's bv_zmq_curve_keypair): secret (41 bytes, Z85) is what every node of the
+ * run holds, and nothing else may connect. `what` names the setting in the error when the
+ * transport has no keys ("cluster.links: tcp"). */
+bv_status bv_node_group_run_key(const bv_plugin *transport, const char *what, char *secret,
+                                bv_error *err);
+
+/* This process's transport: the experiment's options, and with a run key (secret not
+ * empty) every link CURVE-authenticated and encrypted with it. */
+bv_status bv_node_group_transport(const bv_transport_ops *ops, const bv_opts *opts,
+                                  const char *secret, bv_transport **out, bv_error *err);
+
 /* Terminates the nodes still running and destroys the cloud (which joins its readers, so
  * every line of the nodes' output is out). */
 void bv_node_group_end(const bv_cloud_ops *ops, bv_cloud *cloud, int64_t *nodes, int count);

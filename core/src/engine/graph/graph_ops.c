@@ -14,6 +14,7 @@
 #include "engine_graph.h"
 #include "graph_partition.h"
 #include "graph_view.h"
+#include "node_group.h"
 #include "plugin_arrays.h"
 
 /* The fields of a unit record, in metrics.jsonl order (the indices below follow it). */
@@ -159,18 +160,10 @@ static bv_status create(const bv_experiment *x, void *data, const bv_engine_run 
         snprintf(g->experiment_file, sizeof g->experiment_file, "%s/experiment.yaml",
                  run->run_dir ? run->run_dir : run->out_dir);
     if (cfg.tcp) { /* a fresh CURVE keypair for the run: only its roles hold the secret */
-        const bv_plugin *tp = x->transport.plugin;
-        void *fn = tp && tp->get_proc_address ? tp->get_proc_address("bv_zmq_curve_keypair")
-                                              : NULL;
-        int (*keypair)(char *public_z85, char *secret_z85);
-        memcpy(&keypair, &fn, sizeof keypair);
-        char public_z85[41];
-        if (!fn)
-            return bv_error_set(err, BV_ERR_INVALID, "cluster.links: tcp needs a transport "
-                                "with CURVE keys (zmq); %s has none",
-                                tp ? tp->name : "the built-in transport");
-        if (keypair(public_z85, cfg.curve_secret) != 0)
-            return bv_error_set(err, BV_ERR_INTERNAL, "cannot make the run's CURVE keys");
+        st = bv_node_group_run_key(x->transport.plugin, "cluster.links: tcp", cfg.curve_secret,
+                                   err);
+        if (st != BV_OK)
+            return st;
     }
     return bv_graph_engine_start(&cfg, &g->engine, err);
 }

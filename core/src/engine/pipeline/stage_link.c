@@ -7,8 +7,8 @@
 #include <time.h>
 
 #include "bivouac/log.h"
-#include "clock.h"
 #include "bivouac/wire.h"
+#include "clock.h"
 
 #define STEP_BYTES 8
 
@@ -79,6 +79,12 @@ uint64_t bv_stage_link_dropped(const bv_stage_link *l)
 bool bv_stage_link_timed_out(const bv_stage_link *l)
 {
     return l->timed_out;
+}
+
+const char *bv_stage_link_bound(const bv_stage_link *l)
+{
+    const char *a = l->t->bound_address ? l->t->bound_address(l->inbox) : NULL;
+    return a && a[0] ? a : l->addrs[l->self];
 }
 
 static void put_le64(uint8_t *p, uint64_t v)

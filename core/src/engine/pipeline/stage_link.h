@@ -29,6 +29,8 @@ enum bv_pipe_msg {
     BV_PIPE_NORM,        /* squared gradient norms to stage 0, the global norm back */
     BV_PIPE_REDUCE,      /* all-reduce between a stage's replicas: tag = phase * D + chunk */
     BV_PIPE_STATE,       /* coordinator <-> node: packed state blobs */
+    BV_PIPE_HELLO,       /* node -> coordinator (links over tcp): the address it bound */
+    BV_PIPE_BOOK,        /* coordinator -> node: every node's address, one a line */
 };
 
 /* Commands (BV_PIPE_CMD's tag). ABORT reaches a node that waits on a peer: the wait ends
@@ -87,6 +89,9 @@ void bv_stage_link_release(bv_stage_link *l, bv_pipe_msg_in *m);
 void bv_stage_link_clear(bv_stage_link *l);
 uint64_t bv_stage_link_dropped(const bv_stage_link *l);
 bool bv_stage_link_timed_out(const bv_stage_link *l);
+/* The address the inbox listens on (a wildcard port resolved, when the transport can
+ * tell), else the one it was bound at. */
+const char *bv_stage_link_bound(const bv_stage_link *l);
 
 /* Sums x (n floats) over the `ranks` nodes ring[0..ranks) (this node is ring[rank]) with
  * a ring all-reduce: reduce-scatter then all-gather, D - 1 steps each, chunk c's sum made

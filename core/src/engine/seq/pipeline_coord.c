@@ -7,9 +7,11 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "bivouac/log.h"
 #include "bivouac/series.h"
@@ -242,12 +244,18 @@ bv_status bv_seq_pipe_cfg_make(const bv_experiment *x, const bv_text_corpus *cor
  * layers (a balanced partition was measured here, once, for every stage). */
 static bv_status write_book(const bv_seq_pipe *p, const char *path, bv_error *err)
 {
-    FILE *f = fopen(path, "w");
-    if (!f)
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+    if (!f) {
+        if (fd >= 0)
+            close(fd);
         return bv_error_set(err, BV_ERR_IO, "%s: %s", path, strerror(errno));
+    }
     fprintf(f, "%s\n", BOOK_MAGIC);
     for (int n = 0; n <= p->nodes; n++)
         fprintf(f, "%s\n", p->addr[n]);
+    if (p->cfg.curve_secret[0]) /* the directory and the file are the run's alone */
+        fprintf(f, "curve %s\n", p->cfg.curve_secret);
     for (int s = 0; s < p->cfg.stages; s++)
         fprintf(f, "span %zu %zu\n", p->cfg.span_first[s], p->cfg.span_end[s]);
     if (fclose(f) != 0)
@@ -272,10 +280,17 @@ bv_status bv_seq_pipe_read_book(const char *path, bv_seq_pipe_cfg *cfg, char (*a
         }
     }
     size_t end = 0, layers = cfg->span_end[cfg->stages - 1];
+    cfg->curve_secret[0] = '\0';
     for (int s = 0; ok && s < cfg->stages; s++) {
         size_t a, b;
         char extra;
-        ok = fgets(line, sizeof line, f) &&
+        ok = fgets(line, sizeof line, f) != NULL;
+        if (ok && s == 0 && strncmp(line, "curve ", 6) == 0) { /* links over tcp */
+            ok = strlen(line) == 6 + 40 + 1 && line[46] == '\n';
+            snprintf(cfg->curve_secret, sizeof cfg->curve_secret, "%.40s", line + 6);
+            ok = ok && fgets(line, sizeof line, f) != NULL;
+        }
+        ok = ok &&
              sscanf(line, "span %zu %zu %c", &a, &b, &extra) == 2 && a == end && b > a &&
              b <= layers;
         if (ok) {
@@ -289,6 +304,55 @@ bv_status bv_seq_pipe_read_book(const char *path, bv_seq_pipe_cfg *cfg, char (*a
         return bv_error_set(err, BV_ERR_CORRUPT, "%s is not the address book of %d stage "
                             "nodes of %zu layers", path, nodes, layers);
     return BV_OK;
+}
+
+/* Links over tcp: a HELLO from every stage with the address it bound, then the whole
+ * book of addresses to each. */
+static bv_status rendezvous(bv_seq_pipe *p, bv_error *err)
+{
+    bool *seen = calloc((size_t)p->nodes, sizeof *seen);
+    if (!seen)
+        return bv_error_set(err, BV_ERR_NOMEM, "out of memory");
+    bv_status rc = BV_OK;
+    for (int hello = 0; rc == BV_OK && hello < p->nodes; hello++) {
+        bv_pipe_msg_in m = {0};
+        while ((rc = watch_due(p, err)) == BV_OK &&
+               (rc = bv_stage_link_recv(p->link, BV_PIPE_HELLO, -1, 0, 0, WATCH_MS,
+                                        "a stage's address", &m, err)) != BV_OK &&
+               bv_stage_link_timed_out(p->link)) {
+        }
+        if (rc != BV_OK)
+            break;
+        int n = (int)m.sender;
+        bool ok = n < p->nodes && !seen[n] && m.bytes > 6 && m.bytes < ADDR_LEN &&
+                  memcmp(m.data, "tcp://", 6) == 0 && !memchr(m.data, '\n', m.bytes) &&
+                  !memchr(m.data, '*', m.bytes);
+        if (ok) {
+            seen[n] = true;
+            snprintf(p->addr[n], ADDR_LEN, "%.*s", (int)m.bytes, (const char *)m.data);
+        }
+        bv_stage_link_release(p->link, &m);
+        if (!ok)
+            rc = bv_error_set(err, BV_ERR_CORRUPT, "a stage's HELLO is not an address of "
+                              "this run");
+    }
+    free(seen);
+    char *book = malloc((size_t)(p->nodes + 1) * ADDR_LEN);
+    if (rc == BV_OK && !book)
+        rc = bv_error_set(err, BV_ERR_NOMEM, "out of memory");
+    size_t len = 0;
+    for (int n = 0; rc == BV_OK && n <= p->nodes; n++)
+        len += (size_t)snprintf(book + len, ADDR_LEN, "%s\n", p->addr[n]);
+    for (int n = 0; rc == BV_OK && n < p->nodes; n++)
+        rc = bv_stage_link_send(p->link, n, BV_PIPE_BOOK, 0, 0, book, len, err);
+    free(book);
+    if (rc == BV_OK)
+        for (int n = 0; n < p->nodes; n++) {
+            char who[64];
+            stage_name(p, n, who, sizeof who);
+            bv_log(BV_LOG_INFO, "%s: inbox %s", who, p->addr[n]);
+        }
+    return rc;
 }
 
 /* One `bivouac role --role stage` process per stage node, started by the cloud. */
@@ -318,8 +382,11 @@ static bv_status launch(bv_seq_pipe *p, const char *book, bv_error *err)
         if ((p->node[n] = c->cloud_ops->launch(p->cloud, &req, address, sizeof address,
                                                 err)) < 0)
             return err->status ? err->status : BV_ERR_PLUGIN;
-        bv_log(BV_LOG_INFO, "%s: node %lld on localhost, inbox %s", label,
-               (long long)p->node[n], p->addr[n]);
+        if (!c->tcp) /* over tcp the inbox is known after the stage's HELLO */
+            bv_log(BV_LOG_INFO, "%s: node %lld on localhost, inbox %s", label,
+                   (long long)p->node[n], p->addr[n]);
+        else
+            bv_log(BV_LOG_INFO, "%s: node %lld on localhost", label, (long long)p->node[n]);
     }
     return BV_OK;
 }
@@ -350,21 +417,28 @@ bv_status bv_seq_pipe_start(const bv_seq_pipe_cfg *cfg, bv_seq_pipe **out, bv_er
     if (rc == BV_OK && cfg->cloud_ops)
         rc = bv_node_group_make_dir(p->dir, sizeof p->dir, err);
     for (int n = 0; n <= p->nodes; n++) {
-        if (cfg->cloud_ops)
+        if (cfg->cloud_ops && cfg->tcp) /* each binds a port of its choosing (HELLO) */
+            snprintf(p->addr[n], ADDR_LEN, "tcp://%s:*", cfg->address);
+        else if (cfg->cloud_ops)
             snprintf(p->addr[n], ADDR_LEN, "ipc://%s/n%d", p->dir, n);
         else
             snprintf(p->addr[n], ADDR_LEN, "inproc://bv-pipe%d-%d", id, n);
         p->addrs[n] = p->addr[n];
     }
     const bv_transport_ops *t = &cfg->x->transport_ops;
-    if (rc == BV_OK && !(p->tr = t->create(&cfg->x->transport.opts, err)))
-        rc = err->status ? err->status : BV_ERR_PLUGIN;
+    if (rc == BV_OK)
+        rc = bv_node_group_transport(t, &cfg->x->transport.opts, cfg->curve_secret, &p->tr,
+                                     err);
     if (rc == BV_OK)
         rc = bv_stage_link_open(t, p->tr, p->addrs, p->nodes + 1, p->nodes, &p->link, err);
+    if (rc == BV_OK && cfg->tcp)
+        snprintf(p->addr[p->nodes], ADDR_LEN, "%s", bv_stage_link_bound(p->link));
     char book[sizeof p->dir + 8];
     snprintf(book, sizeof book, "%s/book", p->dir);
     if (rc == BV_OK && cfg->cloud_ops && (rc = write_book(p, book, err)) == BV_OK)
         rc = launch(p, book, err);
+    if (rc == BV_OK && cfg->cloud_ops && cfg->tcp)
+        rc = rendezvous(p, err);
     for (int n = 0; rc == BV_OK && !cfg->cloud_ops && n < p->nodes; n++) {
         bv_seq_stage_arg *a = &p->args[n];
         a->cfg = &p->cfg;

@@ -41,6 +41,9 @@ typedef struct bv_seq_pipe_cfg {
     const bv_opts *cloud_opts;
     bv_run_info run_info;
     char experiment_file[4096];
+    bool tcp;              /* links: tcp (processes): CURVE with the run's key */
+    char curve_secret[41]; /* the run's key ("" over ipc) */
+    char address[64];      /* links: tcp: what the coordinator and the stages bind */
     /* the training loop's hook for a lost stage process (engine.h); may be NULL */
     void (*peer_failed)(void *loop, const bv_peer_event *peer);
     void *loop;
@@ -106,6 +109,9 @@ typedef struct bv_seq_stage_arg {
     void *transport;          /* bv_transport * */
     int stage, pipeline;
     atomic_bool gone; /* set if the thread ended without its inbox (no answer will come) */
+    /* a process over tcp: where the book's addresses are kept, so the stage can fill in
+     * its peers' from the coordinator's BOOK after its HELLO; NULL otherwise */
+    char (*addr_store)[96];
 } bv_seq_stage_arg;
 
 void *bv_seq_stage_main(void *arg);

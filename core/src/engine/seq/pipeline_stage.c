@@ -11,8 +11,9 @@
 #include <unistd.h>
 
 #include "bivouac/log.h"
-#include "clock.h"
 #include "bivouac/wire.h"
+#include "clock.h"
+#include "node_group.h"
 #include "pipeline_plan.h"
 #include "pipeline_seq.h"
 #include "plugin_arrays.h"
@@ -511,6 +512,36 @@ static bv_status run_command(stage *st, const bv_pipe_msg_in *m, bv_error *err)
     return bv_stage_link_send(st->link, st->coord, BV_PIPE_DONE, m->tag, m->step, NULL, 0, err);
 }
 
+/* Links over tcp: the address this stage bound to the coordinator, and every node's
+ * address back (the book), into addr (which the link reads its peers' from). */
+static bv_status rendezvous(stage *st, char (*addr)[96], bv_error *err)
+{
+    const char *bound = bv_stage_link_bound(st->link);
+    bv_status rc = bv_stage_link_send(st->link, st->coord, BV_PIPE_HELLO, 0, 0, bound,
+                                      strlen(bound), err);
+    bv_pipe_msg_in m;
+    if (rc == BV_OK)
+        rc = bv_stage_link_recv(st->link, BV_PIPE_BOOK, st->coord, 0, 0,
+                                st->cfg->peer_timeout_ms, "the address book", &m, err);
+    if (rc != BV_OK)
+        return rc;
+    const char *p = m.data, *end = p + m.bytes;
+    int n = 0;
+    for (; n <= st->coord && p < end; n++) {
+        const char *nl = memchr(p, '\n', (size_t)(end - p));
+        size_t len = nl ? (size_t)(nl - p) : 0;
+        if (!nl || len <= 6 || len >= 96 || memcmp(p, "tcp://", 6) != 0 || memchr(p, '*', len))
+            break;
+        snprintf(addr[n], 96, "%.*s", (int)len, p);
+        p = nl + 1;
+    }
+    bool whole = n == st->coord + 1 && p == end;
+    bv_stage_link_release(st->link, &m);
+    return whole ? BV_OK
+                 : bv_error_set(err, BV_ERR_CORRUPT, "the coordinator's book is not the "
+                                "addresses of %d nodes", st->coord + 1);
+}
+
 void *bv_seq_stage_main(void *arg)
 {
     bv_seq_stage_arg *a = arg;
@@ -527,6 +558,12 @@ void *bv_seq_stage_main(void *arg)
         bv_log(BV_LOG_ERROR, "stage %d of pipeline %d: %s", st.s, st.d, err.msg);
         stage_free(&st);
         atomic_store(&a->gone, true); /* the coordinator's wait sees it and says so */
+        return NULL;
+    }
+    if (a->addr_store && rendezvous(&st, a->addr_store, &err) != BV_OK) {
+        bv_log(BV_LOG_ERROR, "stage %d of pipeline %d: %s", st.s, st.d, err.msg);
+        stage_free(&st);
+        atomic_store(&a->gone, true);
         return NULL;
     }
     bv_status setup = stage_setup(&st, &err);
@@ -620,12 +657,14 @@ bv_status bv_seq_serve_stage(const bv_experiment *x, void *corpus, int index, ui
     bv_transport *tr = NULL;
     if (rc == BV_OK) {
         cleanup_on_term(addr, nodes + 1, book);
-        if (!(tr = x->transport_ops.create(&x->transport.opts, err)))
-            rc = err->status ? err->status : BV_ERR_PLUGIN;
+        cfg.tcp = cfg.curve_secret[0] != '\0'; /* the book holds a key over tcp alone */
+        rc = bv_node_group_transport(&x->transport_ops, &x->transport.opts, cfg.curve_secret,
+                                     &tr, err);
     }
     if (rc == BV_OK) {
         bv_seq_stage_arg a = {.cfg = &cfg, .addrs = addrs, .transport = tr,
-                              .stage = index % cfg.stages, .pipeline = index / cfg.stages};
+                              .stage = index % cfg.stages, .pipeline = index / cfg.stages,
+                              .addr_store = cfg.tcp ? addr : NULL};
         atomic_init(&a.gone, false);
         bv_seq_stage_main(&a);
         if (atomic_load(&a.gone))

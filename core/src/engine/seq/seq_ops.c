@@ -11,16 +11,17 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "adamw.h"
 #include "bivouac/log.h"
 #include "bivouac/series.h"
 #include "bivouac/wire.h"
+#include "adamw.h"
 #include "engine.h"
 #include "experiment.h"
 #include "layer_engine.h"
-#include "plugin_arrays.h"
+#include "node_group.h"
 #include "pipeline_plan.h"
 #include "pipeline_seq.h"
+#include "plugin_arrays.h"
 #include "rng.h"
 #include "text_corpus.h"
 
@@ -280,6 +281,11 @@ static bv_status start_pipe(bv_engine *e, const bv_engine_run *run, bv_error *er
                  run->run_dir ? run->run_dir : run->out_dir ? run->out_dir : ".");
         c->peer_failed = run->peer_failed;
         c->loop = run->loop;
+        c->tcp = strcmp(bv_opts_str(&x->pipeline, "links"), "tcp") == 0;
+        snprintf(c->address, sizeof c->address, "%s", bv_opts_str(&x->pipeline, "address"));
+        if (c->tcp && (st = bv_node_group_run_key(x->transport.plugin, "pipeline.links: tcp",
+                                                  c->curve_secret, err)) != BV_OK)
+            return st;
     }
     return bv_seq_pipe_start(c, &e->pipe, err);
 }
