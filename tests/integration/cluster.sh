@@ -19,14 +19,10 @@ set -euo pipefail
 : "${BIVOUAC:?BIVOUAC must name the bivouac binary}"
 : "${BIVOUAC_DATA_DIR:?BIVOUAC_DATA_DIR must name the data directory (with cora/)}"
 source "$(dirname "$0")/check_lib.bash"
+source "$(dirname "$0")/procs_lib.bash"
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/bivouac-cluster.XXXXXX")
-groups=() # process groups this test started: killed at the end, whatever happens
-cleanup() {
-    for g in "${groups[@]}"; do kill -KILL -- "-$g" 2>/dev/null || true; done
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
+trap procs_cleanup EXIT
 export BIVOUAC_CACHE_DIR=${BIVOUAC_CACHE_DIR:-$tmp/cache}
 # the runs' socket directories go here, so that the test can see none is left
 export TMPDIR="$tmp/sockets"
@@ -49,24 +45,6 @@ engine: {intervals: 3}
 EOF
 procs=(-s 'cloud={plugin: local}' -s 'cluster={tensor_workers: 2, param_servers: 2}')
 
-# run LOG ARGS...: bivouac in its own process group; sets rc and pgid.
-run() {
-    local log=$1
-    shift
-    rc=0
-    setsid bash -c 'echo $$ >"$0.pgid"; exec "$@"' "$log" "$BIVOUAC" "$@" \
-        >"$log.out" 2>"$log.err" </dev/null || rc=$?
-    pgid=$(cat "$log.pgid")
-}
-
-leftovers() { # PGID: processes of the group still alive, and socket directories
-    local left
-    # a process may be a moment from gone (under the sanitizers exit takes a while): an
-    # orphan is one still there after 5 s
-    for _ in $(seq 500); do [ "$(pgrep -g "$1" | wc -l)" = 0 ] && break; sleep 0.01; done
-    left=$(pgrep -g "$1" 2>/dev/null | wc -l || true)
-    echo "processes $left, socket dirs $(find "$TMPDIR" -mindepth 1 | wc -l)"
-}
 
 # ---- same weights and accuracies as the one-process run ----
 for m in gcn gat; do

@@ -16,14 +16,10 @@ set -euo pipefail
 : "${BIVOUAC_DATA_DIR:?BIVOUAC_DATA_DIR must name the data directory (with tinyshakespeare/)}"
 BIVOUAC_SOURCE_DIR=${BIVOUAC_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
 source "$(dirname "$0")/check_lib.bash"
+source "$(dirname "$0")/procs_lib.bash"
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/bivouac-pipeline-procs.XXXXXX")
-groups=() # process groups this test started: killed at the end, whatever happens
-cleanup() {
-    for g in "${groups[@]}"; do kill -KILL -- "-$g" 2>/dev/null || true; done
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
+trap procs_cleanup EXIT
 # the runs' socket directories go here, so that the test can see none is left
 export TMPDIR="$tmp/sockets"
 mkdir -p "$TMPDIR"
@@ -31,24 +27,6 @@ mkdir -p "$TMPDIR"
 exp="$BIVOUAC_SOURCE_DIR/tests/data/transformer/tiny.yaml"
 model=(-s model.layers=4 -s model.dropout=0.1 -s train.batch=8 -s pipeline.microbatches=2)
 procs=(-s 'cloud={plugin: local}')
-
-# run LOG ARGS...: bivouac in its own process group; sets rc and pgid.
-run() {
-    local log=$1
-    shift
-    rc=0
-    setsid bash -c 'echo $$ >"$0.pgid"; exec "$@"' "$log" "$BIVOUAC" "$@" \
-        >"$log.out" 2>"$log.err" </dev/null || rc=$?
-    pgid=$(cat "$log.pgid")
-    groups+=("$pgid")
-}
-
-leftovers() { # PGID: processes of the group still alive, and socket directories
-    local left
-    for _ in $(seq 500); do [ "$(pgrep -g "$1" | wc -l)" = 0 ] && break; sleep 0.01; done
-    left=$(pgrep -g "$1" 2>/dev/null | wc -l || true)
-    echo "processes $left, socket dirs $(find "$TMPDIR" -mindepth 1 | wc -l)"
-}
 
 # ---- the same bits as threads ----
 for layout in "2 1" "2 2"; do

@@ -131,6 +131,51 @@ bv_status bv_node_group_transport(const bv_transport_ops *ops, const bv_opts *op
     return st;
 }
 
+/* ---- a node process that is told to end ---- */
+
+#define MAX_CLEANUP 512
+static char cleanup_files[MAX_CLEANUP][128];
+static char cleanup_dir[128];
+static int ncleanup;
+
+static void on_term(int sig) /* async-signal-safe calls only */
+{
+    for (int i = 0; i < ncleanup; i++)
+        unlink(cleanup_files[i]);
+    if (cleanup_dir[0])
+        rmdir(cleanup_dir);
+    _exit(128 + sig);
+}
+
+void bv_node_group_term_cleanup_begin(const char *book)
+{
+    ncleanup = 0;
+    snprintf(cleanup_dir, sizeof cleanup_dir, "%s", book);
+    char *slash = strrchr(cleanup_dir, '/');
+    if (slash)
+        *slash = '\0';
+    else
+        cleanup_dir[0] = '\0';
+    bv_node_group_term_cleanup_add(book);
+}
+
+void bv_node_group_term_cleanup_add(const char *addr_or_path)
+{
+    if (ncleanup == MAX_CLEANUP || strncmp(addr_or_path, "inproc://", 9) == 0 ||
+        strncmp(addr_or_path, "tcp://", 6) == 0)
+        return;
+    bool ipc = strncmp(addr_or_path, "ipc://", 6) == 0;
+    snprintf(cleanup_files[ncleanup++], sizeof cleanup_files[0], "%s",
+             addr_or_path + (ipc ? 6 : 0));
+}
+
+void bv_node_group_term_cleanup_arm(void)
+{
+    struct sigaction sa = {.sa_handler = on_term};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+}
+
 /* ---- the nodes' ends ---- */
 
 static int member_of(const int64_t *nodes, int count, int64_t node)

@@ -58,6 +58,17 @@ bv_status bv_node_group_run_key(const bv_plugin *transport, const char *what, ch
 bv_status bv_node_group_transport(const bv_transport_ops *ops, const bv_opts *opts,
                                   const char *secret, bv_transport **out, bv_error *err);
 
+/* ---- in a node process ----
+ * What a node removes when SIGTERM (the cloud's terminate) or the death of the
+ * coordinator (the local cloud's PR_SET_PDEATHSIG) ends it: every socket file of the run,
+ * the book and the run's directory, so a coordinator killed outright leaves nothing
+ * behind. _begin forgets earlier ones and names the directory (the book's); _add takes an
+ * ipc:// address (its socket file) or a plain path, and ignores anything else; _arm
+ * installs the handler. */
+void bv_node_group_term_cleanup_begin(const char *book);
+void bv_node_group_term_cleanup_add(const char *addr_or_path);
+void bv_node_group_term_cleanup_arm(void);
+
 /* Terminates the nodes still running and destroys the cloud (which joins its readers, so
  * every line of the nodes' output is out). */
 void bv_node_group_end(const bv_cloud_ops *ops, bv_cloud *cloud, int64_t *nodes, int count);

@@ -249,55 +249,27 @@ bv_status bv_graph_book_shape(const char *book, bv_graph_shape *shape, bv_error 
 
 /* ---- a role process that is told to end ---- */
 
-/* What a role process removes when SIGTERM (the cloud's terminate) or the death of the
- * coordinator (the local cloud's PR_SET_PDEATHSIG) ends it: every socket file of the
- * run, the book and the directory, so that a coordinator killed outright leaves nothing
- * behind either. Only async-signal-safe calls in the handler. */
-#define MAX_CLEANUP \
-    (2 + 2 * BV_MAX_GRAPH_SERVERS + BV_MAX_PARAM_SERVERS + 2 * BV_MAX_TENSOR_WORKERS)
-static char cleanup_files[MAX_CLEANUP][BV_ADDR_LEN];
-static char cleanup_dir[BV_ADDR_LEN];
-static int ncleanup;
-
-static void on_term(int sig)
-{
-    for (int i = 0; i < ncleanup; i++)
-        unlink(cleanup_files[i]);
-    rmdir(cleanup_dir);
-    _exit(128 + sig);
-}
-
-static void add_cleanup(const char *addr)
-{
-    if (strncmp(addr, "ipc://", 6) == 0 && ncleanup < MAX_CLEANUP)
-        snprintf(cleanup_files[ncleanup++], BV_ADDR_LEN, "%s", addr + 6);
-}
-
 void bv_engine_role_cleanup_on_term(const bv_graph_engine *e, const char *book)
 {
-    ncleanup = 0;
-    add_cleanup(e->addr_coord);
+    bv_node_group_term_cleanup_begin(book);
+    bv_node_group_term_cleanup_add(e->addr_coord);
     for (int i = 0; i < e->ngs; i++)
-        add_cleanup(e->addr_gs[i]);
+        bv_node_group_term_cleanup_add(e->addr_gs[i]);
     for (int i = 0; i < e->nps; i++)
-        add_cleanup(e->addr_ps[i]);
+        bv_node_group_term_cleanup_add(e->addr_ps[i]);
     for (int i = 0; i < e->cfg.tensor_workers; i++) {
-        add_cleanup(e->addr_tw[i]);
-        add_cleanup(e->addr_tw_weights[i]);
+        bv_node_group_term_cleanup_add(e->addr_tw[i]);
+        bv_node_group_term_cleanup_add(e->addr_tw_weights[i]);
     }
-    snprintf(cleanup_files[ncleanup++], BV_ADDR_LEN, "%s", book);
-    snprintf(cleanup_dir, sizeof cleanup_dir, "%s", book);
-    char *slash = strrchr(cleanup_dir, '/');
-    if (slash)
-        *slash = '\0';
-    else
-        cleanup_dir[0] = '\0';
-    for (int i = 0; e->ngs > 1 && i < e->ngs; i++) /* parts not read yet (write_parts) */
-        bv_graph_part_path(cleanup_dir, strlen(cleanup_dir), i, cleanup_files[ncleanup++],
-                           BV_ADDR_LEN);
-    struct sigaction sa = {.sa_handler = on_term};
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGTERM, &sa, NULL);
+    char dir[BV_ADDR_LEN], part[BV_ADDR_LEN];
+    snprintf(dir, sizeof dir, "%s", book);
+    char *slash = strrchr(dir, '/');
+    *(slash ? slash : dir) = '\0';
+    for (int i = 0; e->ngs > 1 && i < e->ngs; i++) { /* parts not read yet (write_parts) */
+        bv_graph_part_path(dir, strlen(dir), i, part, sizeof part);
+        bv_node_group_term_cleanup_add(part);
+    }
+    bv_node_group_term_cleanup_arm();
 }
 
 /* ---- starting the processes ---- */

@@ -3,12 +3,10 @@
  * schedule (docs/pipeline.md#the-runtime). */
 #include <math.h>
 #include <sched.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "bivouac/log.h"
 #include "bivouac/wire.h"
@@ -599,39 +597,6 @@ void *bv_seq_stage_main(void *arg)
 
 /* ---- a stage as its own process ---- */
 
-/* What a stage process removes when SIGTERM (the cloud's terminate, or the local cloud's
- * PR_SET_PDEATHSIG when the coordinator dies) ends it: every socket file of the run, the
- * book and the directory, so a coordinator killed outright leaves nothing behind. Only
- * async-signal-safe calls in the handler. */
-#define MAX_CLEANUP (BV_PIPELINE_MAX_STAGES * 64 + 2)
-static char cleanup_files[MAX_CLEANUP][96];
-static char cleanup_dir[96];
-static int ncleanup;
-
-static void on_term(int sig)
-{
-    for (int i = 0; i < ncleanup; i++)
-        unlink(cleanup_files[i]);
-    rmdir(cleanup_dir);
-    _exit(128 + sig);
-}
-
-static void cleanup_on_term(char (*addr)[96], int count, const char *book)
-{
-    ncleanup = 0;
-    for (int i = 0; i < count && ncleanup < MAX_CLEANUP - 1; i++)
-        if (strncmp(addr[i], "ipc://", 6) == 0)
-            snprintf(cleanup_files[ncleanup++], sizeof cleanup_files[0], "%s", addr[i] + 6);
-    snprintf(cleanup_files[ncleanup++], sizeof cleanup_files[0], "%s", book);
-    snprintf(cleanup_dir, sizeof cleanup_dir, "%s", book);
-    char *slash = strrchr(cleanup_dir, '/');
-    if (slash)
-        *slash = '\0';
-    struct sigaction sa = {.sa_handler = on_term};
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGTERM, &sa, NULL);
-}
-
 bv_status bv_seq_serve_stage(const bv_experiment *x, void *corpus, int index, uint64_t seed,
                              const char *book, bv_error *err)
 {
@@ -656,7 +621,10 @@ bv_status bv_seq_serve_stage(const bv_experiment *x, void *corpus, int index, ui
         addrs[n] = addr[n];
     bv_transport *tr = NULL;
     if (rc == BV_OK) {
-        cleanup_on_term(addr, nodes + 1, book);
+        bv_node_group_term_cleanup_begin(book); /* SIGTERM: the run's sockets go too */
+        for (int n = 0; n <= nodes; n++)
+            bv_node_group_term_cleanup_add(addr[n]);
+        bv_node_group_term_cleanup_arm();
         cfg.tcp = cfg.curve_secret[0] != '\0'; /* the book holds a key over tcp alone */
         rc = bv_node_group_transport(&x->transport_ops, &x->transport.opts, cfg.curve_secret,
                                      &tr, err);
