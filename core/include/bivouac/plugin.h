@@ -27,9 +27,13 @@ extern "C" {
  *        bv_transport_ops.counters and bv_transport_counters (transport.h);
  *        bv_series_report (bivouac/series.h): a plugin that reports series needs a core
  *        that has the function, so it declares 1.6.
- *   1.7: bv_compute_ops.spmm_dropout_heads and its gradient (compute.h). */
+ *   1.7: bv_compute_ops.spmm_dropout_heads and its gradient (compute.h).
+ *   1.8: bv_seq_ctx.row0 (seqmodel.h): a microbatch's first row in the whole batch; the
+ *        core cuts batches into microbatches only for sequence models of 1.8 or later.
+ *   1.9: bv_schedule_insert (schedule.h), for a resilience plugin that puts instructions
+ *        inside a stage's schedule, not only at its end. */
 #define BV_ABI_MAJOR 1
-#define BV_ABI_MINOR 8
+#define BV_ABI_MINOR 9
 
 typedef enum bv_plugin_kind {
     BV_KIND_MODEL = 1,

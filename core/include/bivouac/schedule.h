@@ -24,7 +24,13 @@ typedef enum bv_instruction_op {
     /* Bamboo §4: forward of `stage` (a neighbour's layers) run redundantly here, so the
      * neighbour's work survives its preemption. */
     BV_INSTR_REDUNDANT_FORWARD = 8,
-    BV_INSTR_REDUNDANT_BACKWARD = 9
+    BV_INSTR_REDUNDANT_BACKWARD = 9,
+    /* ABI 1.9, Bamboo's replicas: after UPDATE, send the gradients the stage's own
+     * optimizer step used (clipped) to `peer`, which keeps a replica of its layers ... */
+    BV_INSTR_REPLICA_SEND = 10,
+    /* ... and there: receive stage `stage`'s from `peer` and step the replica with them,
+     * so it stays equal to the original (weights and optimizer moments) at every step */
+    BV_INSTR_REPLICA_UPDATE = 11
 } bv_instruction_op;
 
 /* One instruction. New fields go at the end; bv_schedule_append takes the caller's
@@ -45,6 +51,9 @@ typedef struct bv_schedule {
     size_t count;
     size_t cap;
     void *items; /* count elements of instruction_size bytes */
+    /* ABI 1.9 (read them when size covers them): whose schedule it is, of how many stages
+     * and microbatches a step (-1: not a pipeline stage's) */
+    int32_t stage, stages, microbatches;
 } bv_schedule;
 
 /* An empty schedule (no allocation until the first append). */
@@ -55,6 +64,11 @@ void bv_schedule_free(bv_schedule *s);
  * s as it was. */
 bv_status bv_schedule_append(bv_schedule *s, const bv_instruction *ins, size_t ins_size,
                              bv_error *err);
+/* ABI 1.9: inserts a copy of *ins before instruction `at` (<= count; count appends), the
+ * same way as bv_schedule_append. A resilience plugin's schedule hook uses it to put its
+ * instructions where the pipeline has room (Bamboo's redundant forward in the bubble). */
+bv_status bv_schedule_insert(bv_schedule *s, size_t at, const bv_instruction *ins,
+                             size_t ins_size, bv_error *err);
 /* Instruction i (< count), in the core's layout. */
 const bv_instruction *bv_schedule_at(const bv_schedule *s, size_t i);
 

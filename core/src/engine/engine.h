@@ -89,6 +89,10 @@ typedef struct bv_engine_run {
      * every resilience strategy's peer_failed hook (resilience.h) before the engine's
      * step fails. May be NULL. */
     void (*peer_failed)(void *loop, const bv_peer_event *peer);
+    /* A pipeline stage's schedule, before the stages start: every resilience strategy's
+     * schedule hook may add instructions to it (Bamboo's redundant computation). May be
+     * NULL. */
+    bv_status (*schedule)(void *loop, bv_schedule *s, bv_error *err);
     void *loop;
 } bv_engine_run;
 

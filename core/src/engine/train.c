@@ -313,14 +313,21 @@ static void peer_failed(void *loop, const bv_peer_event *peer)
     }
 }
 
+/* A pipeline stage's schedule through every resilience strategy's schedule hook. */
+static bv_status schedule(void *loop, bv_schedule *s, bv_error *err)
+{
+    train_run *r = loop;
+    bv_status st = BV_OK;
+    for (size_t i = 0; st == BV_OK && i < r->x->nresilience; i++)
+        if (r->x->resilience_ops[i].schedule)
+            st = r->x->resilience_ops[i].schedule(r->res[i], s, err);
+    return st;
+}
+
 static bv_status setup(train_run *r, void *data, bv_error *err)
 {
     const bv_experiment *x = r->x;
-    bv_engine_run run = {r->o->out_dir, r->o->seed,
-                         r->o->run_dir ? r->o->run_dir : r->o->out_dir, peer_failed, r};
-    bv_status st = r->ops->create(x, data, &run, &r->engine, err);
-    if (st != BV_OK)
-        return st;
+    /* the strategies first: the engine may hand them its schedules as it starts */
     char config_dir[4096];
     bv_experiment_dir(x, config_dir, sizeof config_dir);
     bv_run_info info = {r->o->out_dir, config_dir, r->o->seed};
@@ -329,6 +336,12 @@ static bv_status setup(train_run *r, void *data, bv_error *err)
         if (!r->res[i])
             return err->status ? err->status : BV_ERR_PLUGIN;
     }
+    bv_engine_run run = {r->o->out_dir, r->o->seed,
+                         r->o->run_dir ? r->o->run_dir : r->o->out_dir, peer_failed,
+                         schedule, r};
+    bv_status st = r->ops->create(x, data, &run, &r->engine, err);
+    if (st != BV_OK)
+        return st;
     if (x->has_policy && !x->policy_broken) { /* a broken one was reported at validation */
         bv_policy_limits lim = {
             bv_opts_int(&x->policy, "instructions"),

@@ -11,6 +11,7 @@ void bv_schedule_init(bv_schedule *s)
     memset(s, 0, sizeof *s);
     s->size = sizeof *s;
     s->instruction_size = sizeof(bv_instruction);
+    s->stage = s->stages = s->microbatches = -1;
 }
 
 void bv_schedule_free(bv_schedule *s)
@@ -19,17 +20,27 @@ void bv_schedule_free(bv_schedule *s)
     bv_schedule_init(s);
 }
 
-bv_status bv_schedule_append(bv_schedule *s, const bv_instruction *ins, size_t ins_size,
-                             bv_error *err)
+bv_status bv_schedule_insert(bv_schedule *s, size_t at, const bv_instruction *ins,
+                             size_t ins_size, bv_error *err)
 {
+    if (at > s->count)
+        return bv_error_set(err, BV_ERR_INVALID, "no place %zu in a schedule of %zu "
+                            "instructions", at, s->count);
     if (!bv_grow(&s->items, &s->cap, s->count, s->instruction_size, 16))
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory growing a schedule");
-    char *dst = (char *)s->items + s->count * s->instruction_size;
+    char *dst = (char *)s->items + at * s->instruction_size;
+    memmove(dst + s->instruction_size, dst, (s->count - at) * s->instruction_size);
     size_t n = ins_size < s->instruction_size ? ins_size : s->instruction_size;
     memcpy(dst, ins, n);
     memset(dst + n, 0, s->instruction_size - n); /* fields the caller predates */
     s->count++;
     return BV_OK;
+}
+
+bv_status bv_schedule_append(bv_schedule *s, const bv_instruction *ins, size_t ins_size,
+                             bv_error *err)
+{
+    return bv_schedule_insert(s, s->count, ins, ins_size, err);
 }
 
 const bv_instruction *bv_schedule_at(const bv_schedule *s, size_t i)

@@ -69,6 +69,9 @@ bv_status bv_schedule_generate(bv_schedule_kind kind, int stage, int stages, int
                             "microbatches", stage, stages, microbatches);
     gen g = {stage, stages, out, err, BV_OK};
     int m = microbatches;
+    out->stage = stage;
+    out->stages = stages;
+    out->microbatches = microbatches;
     if (kind == BV_SCHEDULE_GPIPE) {
         for (int i = 0; i < m; i++)
             forward(&g, i);
@@ -110,6 +113,8 @@ void bv_instruction_label(const bv_instruction *ins, char *buf, size_t len)
     case BV_INSTR_REDUNDANT_BACKWARD:
         snprintf(buf, len, "BR%d.%d", ins->microbatch, ins->stage);
         break;
+    case BV_INSTR_REPLICA_SEND: snprintf(buf, len, "RS>%d", ins->peer); break;
+    case BV_INSTR_REPLICA_UPDATE: snprintf(buf, len, "RU%d<%d", ins->stage, ins->peer); break;
     default: snprintf(buf, len, "?%u", ins->op); break;
     }
 }

@@ -240,6 +240,43 @@ bv_status bv_seq_pipe_cfg_make(const bv_experiment *x, const bv_text_corpus *cor
     return BV_OK;
 }
 
+bv_status bv_seq_pipe_schedules(bv_seq_pipe_cfg *c,
+                                bv_status (*hook)(void *loop, bv_schedule *s, bv_error *err),
+                                void *loop, bv_error *err)
+{
+    if (!(c->sched = calloc((size_t)c->stages, sizeof *c->sched)))
+        return bv_error_set(err, BV_ERR_NOMEM, "out of memory");
+    bv_status st = BV_OK;
+    for (int s = 0; s < c->stages; s++)
+        bv_schedule_init(&c->sched[s]);
+    for (int s = 0; st == BV_OK && s < c->stages; s++) {
+        st = bv_schedule_generate(c->kind, s, c->stages, c->microbatches, &c->sched[s], err);
+        if (st == BV_OK && hook)
+            st = hook(loop, &c->sched[s], err);
+    }
+    bv_schedule_costs *cost = calloc((size_t)c->stages, sizeof *cost);
+    for (int s = 0; cost && s < c->stages; s++)
+        cost[s] = (bv_schedule_costs){.forward = 1, .backward = 2};
+    bv_schedule_timeline t = {0};
+    bv_error why = {0};
+    if (st == BV_OK && !cost)
+        st = bv_error_set(err, BV_ERR_NOMEM, "out of memory");
+    else if (st == BV_OK && bv_schedule_simulate(c->sched, c->stages, cost, &t, &why) != BV_OK)
+        st = bv_error_set(err, BV_ERR_PLUGIN, "the stages' schedules, as the resilience "
+                          "strategies left them, do not run: %s", why.msg);
+    bv_schedule_timeline_free(&t);
+    free(cost);
+    return st;
+}
+
+void bv_seq_pipe_cfg_free(bv_seq_pipe_cfg *c)
+{
+    for (int s = 0; c->sched && s < c->stages; s++)
+        bv_schedule_free(&c->sched[s]);
+    free(c->sched);
+    c->sched = NULL;
+}
+
 /* The book: every node's inbox, one a line, the coordinator's last; then each stage's
  * layers (a balanced partition was measured here, once, for every stage). */
 static bv_status write_book(const bv_seq_pipe *p, const char *path, bv_error *err)
@@ -258,6 +295,12 @@ static bv_status write_book(const bv_seq_pipe *p, const char *path, bv_error *er
         fprintf(f, "curve %s\n", p->cfg.curve_secret);
     for (int s = 0; s < p->cfg.stages; s++)
         fprintf(f, "span %zu %zu\n", p->cfg.span_first[s], p->cfg.span_end[s]);
+    for (int s = 0; p->cfg.sched && s < p->cfg.stages; s++) /* as the strategies left them */
+        for (size_t i = 0; i < p->cfg.sched[s].count; i++) {
+            const bv_instruction *ins = bv_schedule_at(&p->cfg.sched[s], i);
+            fprintf(f, "ins %d %u %d %d %d\n", s, ins->op, ins->microbatch, ins->stage,
+                    ins->peer);
+        }
     if (fclose(f) != 0)
         return bv_error_set(err, BV_ERR_IO, "%s: %s", path, strerror(errno));
     return BV_OK;
@@ -298,7 +341,29 @@ bv_status bv_seq_pipe_read_book(const char *path, bv_seq_pipe_cfg *cfg, char (*a
             cfg->span_end[s] = end = b;
         }
     }
-    ok = ok && end == layers && !fgets(line, sizeof line, f);
+    ok = ok && end == layers;
+    /* each stage's schedule (bv_seq_pipe_schedules), in stage order */
+    if (ok && !(cfg->sched = calloc((size_t)cfg->stages, sizeof *cfg->sched)))
+        ok = false;
+    for (int s = 0; ok && s < cfg->stages; s++)
+        bv_schedule_init(&cfg->sched[s]);
+    while (ok && fgets(line, sizeof line, f)) {
+        int s, mb, stage, peer;
+        unsigned op;
+        char extra;
+        bv_error e;
+        ok = sscanf(line, "ins %d %u %d %d %d %c", &s, &op, &mb, &stage, &peer, &extra) == 5 &&
+             s >= 0 && s < cfg->stages && stage >= 0 && stage < cfg->stages &&
+             peer >= -1 && peer < cfg->stages && mb >= -1 && mb < cfg->microbatches;
+        bv_instruction ins = {op, mb, stage, peer, -1};
+        ok = ok && bv_schedule_append(&cfg->sched[s], &ins, sizeof ins, &e) == BV_OK;
+    }
+    for (int s = 0; ok && s < cfg->stages; s++) {
+        ok = cfg->sched[s].count > 0;
+        cfg->sched[s].stage = s;
+        cfg->sched[s].stages = cfg->stages;
+        cfg->sched[s].microbatches = cfg->microbatches;
+    }
     fclose(f);
     if (!ok)
         return bv_error_set(err, BV_ERR_CORRUPT, "%s is not the address book of %d stage "

@@ -44,6 +44,9 @@ typedef struct bv_seq_pipe_cfg {
     bool tcp;              /* links: tcp (processes): CURVE with the run's key */
     char curve_secret[41]; /* the run's key ("" over ipc) */
     char address[64];      /* links: tcp: what the coordinator and the stages bind */
+    /* each stage's schedule, as the resilience strategies left it (bv_seq_pipe_schedules);
+     * NULL: each stage generates its own */
+    bv_schedule *sched;
     /* the training loop's hook for a lost stage process (engine.h); may be NULL */
     void (*peer_failed)(void *loop, const bv_peer_event *peer);
     void *loop;
@@ -66,6 +69,15 @@ typedef struct bv_seq_pipe_step {
 } bv_seq_pipe_step;
 
 typedef struct bv_seq_pipe bv_seq_pipe;
+
+/* Every stage's schedule, generated and handed to the resilience strategies' schedule
+ * hook (hook may be NULL), then simulated together: a strategy's instructions must not
+ * make the stages wait on each other forever. Into cfg->sched. */
+bv_status bv_seq_pipe_schedules(bv_seq_pipe_cfg *cfg,
+                                bv_status (*hook)(void *loop, bv_schedule *s, bv_error *err),
+                                void *loop, bv_error *err);
+/* Frees what the cfg functions allocated (the schedules). */
+void bv_seq_pipe_cfg_free(bv_seq_pipe_cfg *cfg);
 
 /* Starts the D x P stages (threads, or processes on cfg->cloud_ops) and initialises
  * their layers from cfg->seed. */
@@ -117,7 +129,8 @@ typedef struct bv_seq_stage_arg {
 void *bv_seq_stage_main(void *arg);
 
 /* Reads the book the coordinator wrote: every node's address (the coordinator's last)
- * into addr, and each stage's layers into cfg's spans. */
+ * into addr, each stage's layers into cfg's spans, and every stage's schedule into
+ * cfg->sched (bv_seq_pipe_cfg_free frees it). */
 bv_status bv_seq_pipe_read_book(const char *path, bv_seq_pipe_cfg *cfg, char (*addr)[96],
                                 bv_error *err);
 

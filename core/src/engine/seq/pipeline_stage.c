@@ -96,7 +96,13 @@ static bv_status stage_setup(stage *st, bv_error *err)
     st->in_w = bv_layer_engine_layer(st->le, st->first)->in_width;
     st->out_w = bv_layer_engine_layer(st->le, st->end - 1)->out_width;
     bv_schedule_init(&st->sched);
-    if ((rc = bv_schedule_generate(cfg->kind, st->s, st->P, st->M, &st->sched, err)) != BV_OK)
+    if (cfg->sched) /* as the resilience strategies left it */
+        for (size_t i = 0; rc == BV_OK && i < cfg->sched[st->s].count; i++)
+            rc = bv_schedule_append(&st->sched, bv_schedule_at(&cfg->sched[st->s], i),
+                                    sizeof(bv_instruction), err);
+    else
+        rc = bv_schedule_generate(cfg->kind, st->s, st->P, st->M, &st->sched, err);
+    if (rc != BV_OK)
         return rc;
     int64_t T = st->rows_mb * cfg->block;
     st->tokens = malloc((size_t)(st->rows_pipe * cfg->block) * sizeof *st->tokens);
@@ -641,6 +647,7 @@ bv_status bv_seq_serve_stage(const bv_experiment *x, void *corpus, int index, ui
     }
     if (tr)
         x->transport_ops.destroy(tr);
+    bv_seq_pipe_cfg_free(&cfg);
     free(addr);
     free(addrs);
     return rc;

@@ -253,6 +253,7 @@ static void destroy(bv_engine *e)
         return;
     bv_layer_engine_free(e->layers);
     bv_seq_pipe_stop(e->pipe);
+    bv_seq_pipe_cfg_free(&e->pipe_cfg);
     if (e->c)
         e->x->compute_ops.destroy(e->c);
     if (e->model)
@@ -270,6 +271,8 @@ static bv_status start_pipe(bv_engine *e, const bv_engine_run *run, bv_error *er
     bv_status st = bv_seq_pipe_cfg_make(x, e->corpus, &e->mops, e->seed, c, err);
     if (st == BV_OK && strcmp(bv_opts_str(&x->pipeline, "partition"), "balanced") == 0)
         st = bv_seq_pipe_balance(c, NULL, err); /* once, here: the stages read the spans */
+    if (st == BV_OK) /* through the resilience strategies, once, here */
+        st = bv_seq_pipe_schedules(c, run->schedule, run->loop, err);
     if (st != BV_OK)
         return st;
     if (x->cloud.plugin) { /* the run's copy of the experiment, which the stages load */
