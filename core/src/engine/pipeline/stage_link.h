@@ -31,6 +31,7 @@ enum bv_pipe_msg {
     BV_PIPE_STATE,       /* coordinator <-> node: packed state blobs */
     BV_PIPE_HELLO,       /* node -> coordinator (links over tcp): the address it bound */
     BV_PIPE_BOOK,        /* coordinator -> node: every node's address, one a line */
+    BV_PIPE_REPLICA,     /* stage -> the stage that keeps its replica: its step's gradients */
 };
 
 /* Commands (BV_PIPE_CMD's tag). ABORT reaches a node that waits on a peer: the wait ends
@@ -44,6 +45,8 @@ enum bv_pipe_cmd {
     BV_PIPE_CRC,
     BV_PIPE_STOP,
     BV_PIPE_ABORT,
+    BV_PIPE_REPLICA_CRC, /* answer: the replica's stage (int32, -1 none), the checksums of
+                            the stage's own parameters and of its replica's (uint32 each) */
 };
 
 typedef struct bv_stage_link bv_stage_link;

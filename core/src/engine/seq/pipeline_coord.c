@@ -677,3 +677,48 @@ bv_status bv_seq_pipe_crc32c(bv_seq_pipe *p, uint32_t *crc, bv_error *err)
     }
     return BV_OK;
 }
+
+/* ---- replicas ---- */
+
+typedef struct replica_crc {
+    int32_t stage; /* the replica's, -1 none */
+    uint32_t own, rep;
+} replica_crc;
+
+static bv_status take_replica_crc(bv_seq_pipe *p, int node, const bv_pipe_msg_in *m,
+                                  void *ctx, bv_error *err)
+{
+    uint32_t r[3];
+    if (m->bytes != sizeof r)
+        return bv_error_set(err, BV_ERR_CORRUPT, "replica checksums of %zu bytes", m->bytes);
+    memcpy(r, m->data, sizeof r);
+    if ((int32_t)r[0] >= p->cfg.stages || (int32_t)r[0] < -1)
+        return bv_error_set(err, BV_ERR_CORRUPT, "a replica of stage %d", (int32_t)r[0]);
+    ((replica_crc *)ctx)[node] = (replica_crc){(int32_t)r[0], r[1], r[2]};
+    return BV_OK;
+}
+
+bv_status bv_seq_pipe_replicas(bv_seq_pipe *p, int *replicas, int *equal, bv_error *err)
+{
+    replica_crc *c = calloc((size_t)p->nodes, sizeof *c);
+    if (!c)
+        return bv_error_set(err, BV_ERR_NOMEM, "out of memory");
+    bv_status rc = broadcast(p, BV_PIPE_REPLICA_CRC, 0, NULL, 0, take_replica_crc, c, err);
+    *replicas = *equal = 0;
+    for (int n = 0; rc == BV_OK && n < p->nodes; n++) {
+        if (c[n].stage < 0)
+            continue;
+        int of = n - n % p->cfg.stages + c[n].stage; /* the same pipeline's stage */
+        char who[64], whose[64];
+        stage_name(p, n, who, sizeof who);
+        stage_name(p, of, whose, sizeof whose);
+        ++*replicas;
+        if (c[n].rep == c[of].own)
+            ++*equal;
+        else
+            bv_log(BV_LOG_ERROR, "%s's replica of %s differs from it (crc32c %08x, not %08x)",
+                   who, whose, c[n].rep, c[of].own);
+    }
+    free(c);
+    return rc;
+}

@@ -94,6 +94,9 @@ bv_status bv_seq_pipe_eval(bv_seq_pipe *p, int64_t done, int split, int64_t iter
 /* Every layer's blobs (layer_engine.h's names), from the stages that own them. */
 bv_status bv_seq_pipe_get_state(bv_seq_pipe *p, bv_state *s, bv_error *err);
 bv_status bv_seq_pipe_set_state(bv_seq_pipe *p, const bv_state *s, bv_error *err);
+/* Bamboo's replicas checked against their originals: how many stages keep one, and how
+ * many of those equal the original to the bit (a difference is logged, naming both). */
+bv_status bv_seq_pipe_replicas(bv_seq_pipe *p, int *replicas, int *equal, bv_error *err);
 /* CRC-32C over every owned parameter in layer order (the layer engine's order). */
 bv_status bv_seq_pipe_crc32c(bv_seq_pipe *p, uint32_t *crc, bv_error *err);
 

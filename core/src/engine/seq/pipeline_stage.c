@@ -36,6 +36,12 @@ typedef struct stage {
     double *sq;                /* per owned tensor: its squared gradient norm */
     size_t nsq, nsq_all;
     const float **out;         /* per slot: the forward's output */
+    /* Bamboo's replica (the redundancy strategy's instructions name another stage): that
+     * stage's layers, kept equal to them, run redundantly on its microbatches */
+    int rep_stage;             /* -1: none */
+    bv_layer_engine *rep;
+    int rep_slots;
+    size_t rep_nflat;
     int64_t in_w, out_w;
     double compute_s, wait_s;
 } stage;
@@ -71,6 +77,61 @@ bv_compute *bv_seq_stage_compute(const bv_experiment *x, int stages, bv_error *e
                         : NULL;
     bv_opts_free(&opts);
     return c;
+}
+
+/* Every gradient buffer of an engine's span, in layer and parameter order (its own
+ * tensors, replicas and the tied ones' own gradients), copied into flat (to_flat) or back;
+ * returns the floats. The same span in two engines has the same order. */
+static size_t flat_grads(const bv_layer_engine *le, float *flat, bool to_flat)
+{
+    bv_layer_tensor t;
+    size_t off = 0, o, oi, first, end;
+    bv_layer_engine_span_of(le, &first, &end);
+    for (size_t l = first; l < end; l++)
+        for (size_t i = 0; i < bv_layer_engine_layer(le, l)->nparams; i++) {
+            if (!bv_layer_engine_tensor(le, l, i, &t) && !bv_layer_engine_tie(le, l, i, &o, &oi))
+                continue;
+            if (flat)
+                memcpy(to_flat ? flat + off : t.grad, to_flat ? t.grad : flat + off,
+                       (size_t)t.n * sizeof *flat);
+            off += (size_t)t.n;
+        }
+    return off;
+}
+
+/* The replica the schedule asks for: the layers of the stage its REDUNDANT_* and
+ * REPLICA_UPDATE instructions name, with room for every microbatch's redundant forward
+ * (its saved activations wait until a failure needs them, or the step ends). */
+static bv_status replica_setup(stage *st, bv_error *err)
+{
+    st->rep_stage = -1;
+    int forwards = 0;
+    for (size_t i = 0; i < st->sched.count; i++) {
+        const bv_instruction *ins = bv_schedule_at(&st->sched, i);
+        bool names = ins->op == BV_INSTR_REDUNDANT_FORWARD ||
+                     ins->op == BV_INSTR_REDUNDANT_BACKWARD ||
+                     ins->op == BV_INSTR_REPLICA_UPDATE;
+        if (!names)
+            continue;
+        if (ins->stage == st->s || ins->stage < 0 || ins->stage >= st->P ||
+            (st->rep_stage >= 0 && ins->stage != st->rep_stage))
+            return bv_error_set(err, BV_ERR_PLUGIN, "stage %d's schedule has redundant work "
+                                "for stage %d: a stage keeps one replica, of another stage",
+                                st->s, ins->stage);
+        st->rep_stage = ins->stage;
+        forwards += ins->op == BV_INSTR_REDUNDANT_FORWARD;
+    }
+    if (st->rep_stage < 0)
+        return BV_OK;
+    st->rep_slots = forwards > 0 ? st->M : 1;
+    bv_layer_span span = {st->cfg->span_first[st->rep_stage], st->cfg->span_end[st->rep_stage],
+                          st->rep_slots};
+    bv_status rc = bv_layer_engine_create_span(st->cfg->mops, st->model, &st->x->compute_ops,
+                                               st->c, st->rows_mb, st->cfg->block, &span,
+                                               &st->rep, err);
+    if (rc == BV_OK)
+        st->rep_nflat = flat_grads(st->rep, NULL, true);
+    return rc;
 }
 
 static bv_status stage_setup(stage *st, bv_error *err)
@@ -109,20 +170,19 @@ static bv_status stage_setup(stage *st, bv_error *err)
     st->targets = malloc((size_t)(st->rows_pipe * cfg->block) * sizeof *st->targets);
     st->dout = malloc((size_t)(T * st->out_w) * sizeof *st->dout);
     st->out = calloc((size_t)st->slots, sizeof *st->out);
-    /* every gradient buffer this stage has (for the all-reduce), every owned tensor */
+    /* every gradient buffer this stage has (the all-reduce, a replica's update), every
+     * owned tensor (the norm) */
     bv_layer_tensor t;
+    st->nflat = flat_grads(st->le, NULL, true);
     for (size_t l = st->first; l < st->end; l++)
-        for (size_t i = 0; i < bv_layer_engine_layer(st->le, l)->nparams; i++) {
-            size_t o, oi;
-            bool mine = bv_layer_engine_tensor(st->le, l, i, &t);
-            if (mine || bv_layer_engine_tie(st->le, l, i, &o, &oi))
-                st->nflat += (size_t)t.n;
-            st->nsq += mine && !t.replica;
-        }
-    st->flat = st->D > 1 ? malloc(st->nflat * sizeof *st->flat) : NULL;
+        for (size_t i = 0; i < bv_layer_engine_layer(st->le, l)->nparams; i++)
+            st->nsq += bv_layer_engine_tensor(st->le, l, i, &t) && !t.replica;
+    if ((rc = replica_setup(st, err)) != BV_OK)
+        return rc;
+    st->flat = malloc((st->nflat > st->rep_nflat ? st->nflat : st->rep_nflat) * sizeof *st->flat +
+                      1);
     st->sq = malloc((st->nsq + 1) * sizeof *st->sq);
-    if (!st->tokens || !st->targets || !st->dout || !st->out || !st->sq ||
-        (st->D > 1 && !st->flat))
+    if (!st->tokens || !st->targets || !st->dout || !st->out || !st->sq || !st->flat)
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory for stage %d", st->s);
     return BV_OK;
 }
@@ -130,6 +190,7 @@ static bv_status stage_setup(stage *st, bv_error *err)
 static void stage_free(stage *st)
 {
     bv_layer_engine_free(st->le);
+    bv_layer_engine_free(st->rep);
     if (st->c)
         st->x->compute_ops.destroy(st->c);
     if (st->model)
@@ -168,30 +229,15 @@ static bv_status recv_into(stage *st, uint16_t type, int from, uint32_t tag, int
 
 static bv_status allreduce(stage *st, int64_t it, bv_error *err)
 {
-    bv_layer_tensor t;
-    size_t off = 0, o, oi;
-    for (int pass = 0; pass < 2; pass++) {
-        off = 0;
-        for (size_t l = st->first; l < st->end; l++)
-            for (size_t i = 0; i < bv_layer_engine_layer(st->le, l)->nparams; i++) {
-                if (!bv_layer_engine_tensor(st->le, l, i, &t) &&
-                    !bv_layer_engine_tie(st->le, l, i, &o, &oi))
-                    continue;
-                float *a = pass ? t.grad : st->flat + off, *b = pass ? st->flat + off : t.grad;
-                memcpy(a, b, (size_t)t.n * sizeof *a);
-                off += (size_t)t.n;
-            }
-        if (pass == 0) {
-            int ring[64];
-            for (int d = 0; d < st->D; d++)
-                ring[d] = node_of(st, d, st->s);
-            bv_status rc = bv_stage_link_allreduce(st->link, ring, st->D, st->d, it, st->flat,
-                                                   st->nflat, st->cfg->peer_timeout_ms, err);
-            if (rc != BV_OK)
-                return rc;
-        }
-    }
-    return BV_OK;
+    flat_grads(st->le, st->flat, true);
+    int ring[64];
+    for (int d = 0; d < st->D; d++)
+        ring[d] = node_of(st, d, st->s);
+    bv_status rc = bv_stage_link_allreduce(st->link, ring, st->D, st->d, it, st->flat,
+                                           st->nflat, st->cfg->peer_timeout_ms, err);
+    if (rc == BV_OK)
+        flat_grads(st->le, st->flat, false);
+    return rc;
 }
 
 /* owner += tied, for every tied tensor: here when both layers are on this stage, else
@@ -306,6 +352,41 @@ static bv_status update(stage *st, int64_t it, double lr, double *norm, bv_error
     return rc;
 }
 
+/* ---- the replica (Bamboo's redundant computation) ---- */
+
+/* The replica's forward on microbatch mb: the input is what this stage just sent the next
+ * (its own output, still in its slot), or for the last stage's replica of the first the
+ * tokens; the same dropout masks as the original's (the same step and rows). */
+static bv_status redundant_forward(stage *st, int mb, int slot, const bv_seq_ctx *ctx,
+                                   bv_error *err)
+{
+    if (!st->rep || st->rep_stage != (st->s + 1) % st->P)
+        return bv_error_set(err, BV_ERR_INTERNAL, "stage %d has no replica of the next stage",
+                            st->s);
+    int rs = mb % st->rep_slots;
+    int64_t T = st->rows_mb * st->cfg->block;
+    if (st->rep_stage != 0)
+        memcpy(bv_layer_engine_input(st->rep, rs), st->out[slot],
+               (size_t)(T * st->out_w) * sizeof(float));
+    const float *out;
+    return bv_layer_engine_span_forward(st->rep, rs, ctx, &out, err);
+}
+
+/* The original's step on the replica: the gradients its optimizer used (clipped
+ * already), the same AdamW, so weights and moments stay equal to the bit. */
+static bv_status replica_update(stage *st, int peer, int64_t it, double lr, bv_error *err)
+{
+    if (!st->rep)
+        return bv_error_set(err, BV_ERR_INTERNAL, "stage %d has no replica", st->s);
+    bv_status rc = recv_into(st, BV_PIPE_REPLICA, peer, 0, it, "the replica's gradients",
+                             st->flat, st->rep_nflat * sizeof *st->flat, err);
+    if (rc != BV_OK)
+        return rc;
+    flat_grads(st->rep, st->flat, false);
+    bv_adamw_apply(st->rep, &st->x->compute_ops, st->c, &st->cfg->adamw, it + 1, lr, 0.0);
+    return BV_OK;
+}
+
 /* ---- one step of the schedule ---- */
 
 static bv_status train_step(stage *st, int64_t it, double lr, double res[6], bv_error *err)
@@ -366,6 +447,18 @@ static bv_status train_step(stage *st, int64_t it, double lr, double res[6], bv_
             break;
         case BV_INSTR_UPDATE:
             rc = update(st, it, lr, &norm, err);
+            break;
+        case BV_INSTR_REDUNDANT_FORWARD: /* the next stage's forward, here, on its input */
+            rc = redundant_forward(st, mb, slot, &ctx, err);
+            st->compute_s += bv_now_seconds() - t0;
+            break;
+        case BV_INSTR_REPLICA_SEND:
+            flat_grads(st->le, st->flat, true);
+            rc = bv_stage_link_send(st->link, peer, BV_PIPE_REPLICA, 0, it, st->flat,
+                                    st->nflat * sizeof *st->flat, err);
+            break;
+        case BV_INSTR_REPLICA_UPDATE:
+            rc = replica_update(st, peer, it, lr, err);
             break;
         default:
             rc = bv_error_set(err, BV_ERR_INTERNAL, "stage %d cannot run instruction %u",
@@ -443,16 +536,25 @@ static bv_status set_state(stage *st, const bv_pipe_msg_in *m, bv_error *err)
     bv_status rc = bv_stage_state_unpack(m->data, m->bytes, &s, err);
     for (size_t l = st->first; rc == BV_OK && l < st->end; l++)
         rc = bv_layer_engine_layer_set(st->le, l, true, &s, err);
+    if (st->rep) { /* the replica reads the original's blobs */
+        size_t first, end;
+        bv_layer_engine_span_of(st->rep, &first, &end);
+        for (size_t l = first; rc == BV_OK && l < end; l++)
+            rc = bv_layer_engine_layer_set(st->rep, l, true, &s, err);
+    }
     bv_state_free(&s);
     return rc;
 }
 
-static uint32_t params_crc(const stage *st, uint32_t crc)
+/* CRC-32C over an engine's own parameters (not its replicas), continuing crc. */
+static uint32_t params_crc(const bv_layer_engine *le, uint32_t crc)
 {
     bv_layer_tensor t;
-    for (size_t l = st->first; l < st->end; l++)
-        for (size_t i = 0; i < bv_layer_engine_layer(st->le, l)->nparams; i++)
-            if (bv_layer_engine_tensor(st->le, l, i, &t) && !t.replica)
+    size_t first, end;
+    bv_layer_engine_span_of(le, &first, &end);
+    for (size_t l = first; l < end; l++)
+        for (size_t i = 0; i < bv_layer_engine_layer(le, l)->nparams; i++)
+            if (bv_layer_engine_tensor(le, l, i, &t) && !t.replica)
                 crc = bv_crc32c(crc, t.param, (size_t)t.n * sizeof(float));
     return crc;
 }
@@ -465,6 +567,8 @@ static bv_status run_command(stage *st, const bv_pipe_msg_in *m, bv_error *err)
     switch (m->tag) {
     case BV_PIPE_INIT:
         bv_layer_engine_init(st->le, st->cfg->seed);
+        if (st->rep) /* the same draws as the original's */
+            bv_layer_engine_init(st->rep, st->cfg->seed);
         break;
     case BV_PIPE_TRAIN: {
         double lr;
@@ -506,9 +610,15 @@ static bv_status run_command(stage *st, const bv_pipe_msg_in *m, bv_error *err)
         if (m->bytes != sizeof crc)
             return bv_error_set(err, BV_ERR_CORRUPT, "a crc command of %zu bytes", m->bytes);
         memcpy(&crc, m->data, sizeof crc);
-        crc = params_crc(st, crc);
+        crc = params_crc(st->le, crc);
         return bv_stage_link_send(st->link, st->coord, BV_PIPE_DONE, m->tag, m->step, &crc,
                                   sizeof crc, err);
+    }
+    case BV_PIPE_REPLICA_CRC: {
+        uint32_t r[3] = {(uint32_t)st->rep_stage, params_crc(st->le, 0),
+                         st->rep ? params_crc(st->rep, 0) : 0};
+        return bv_stage_link_send(st->link, st->coord, BV_PIPE_DONE, m->tag, m->step, r,
+                                  sizeof r, err);
     }
     default:
         return bv_error_set(err, BV_ERR_CORRUPT, "unknown command %u", m->tag);

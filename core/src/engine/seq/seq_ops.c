@@ -529,6 +529,14 @@ static void result(bv_engine *e, const bv_history *h, bv_run_result *res)
         bv_result_add(res, "pipeline_bubble",
                       e->bubble_steps ? e->bubble_sum / (double)e->bubble_steps : NAN, false,
                       BV_RESULT_MEAN);
+        int replicas = 0, equal = 0;
+        bv_error err = {0};
+        if (bv_seq_pipe_replicas(e->pipe, &replicas, &equal, &err) != BV_OK)
+            bv_log(BV_LOG_WARN, "the replicas' checksums: %s", err.msg);
+        if (replicas) { /* Bamboo's: equal to their originals at the end */
+            bv_result_add(res, "replicas", replicas, true, 0);
+            bv_result_add(res, "replicas_equal", equal, true, 0);
+        }
     }
     bv_result_add(res, "val_loss", val, false, BV_RESULT_MEAN | BV_RESULT_HEADLINE);
     bv_result_add(res, "train_loss", train_loss, false, BV_RESULT_MEAN);

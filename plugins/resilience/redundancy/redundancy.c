@@ -1,0 +1,98 @@
+/* The `redundancy` resilience strategy (Bamboo §3, §5; docs/redundancy.md): every stage of
+ * a pipeline keeps a replica of the next stage's layers (the last stage of the first's),
+ * kept equal to them at every step: after its optimizer step, a stage sends the gradients
+ * it used to the stage before, which steps the replica with them (REPLICA_SEND, then
+ * REPLICA_UPDATE there). With `mode: eflb` (eager forward, lazy backward: Bamboo's
+ * default) a stage also runs the next stage's forward on every microbatch it sends it
+ * (REDUNDANT_FORWARD), placed where the stage would otherwise wait for a peer (before its
+ * next receive: the bubble), and keeps that forward's saved activations for the step;
+ * `lflb` only keeps the replica. All of it is instructions added to the schedules the
+ * pipeline engine generated: the engine does not know the modes. */
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bivouac/plugin.h"
+#include "bivouac/resilience.h"
+#include "bivouac/schedule.h"
+
+struct bv_resilience {
+    bool eager; /* eflb: the redundant forward on every microbatch */
+};
+
+static bv_resilience *redundancy_create(const bv_opts *opts, const bv_run_info *info,
+                                        bv_error *err)
+{
+    (void)info;
+    bv_resilience *r = calloc(1, sizeof *r);
+    if (!r) {
+        bv_error_set(err, BV_ERR_NOMEM, "out of memory");
+        return NULL;
+    }
+    r->eager = strcmp(bv_opts_str(opts, "mode"), "eflb") == 0;
+    return r;
+}
+
+static void redundancy_destroy(bv_resilience *r)
+{
+    free(r);
+}
+
+/* Where a stage waits for a peer (or for all of them): the bubble starts there. */
+static bool waits(uint32_t op)
+{
+    return op == BV_INSTR_RECV_ACT || op == BV_INSTR_RECV_GRAD || op == BV_INSTR_UPDATE;
+}
+
+static bv_status redundancy_schedule(bv_resilience *r, bv_schedule *s, bv_error *err)
+{
+    if (s->size < offsetof(bv_schedule, microbatches) + sizeof s->microbatches)
+        return bv_error_set(err, BV_ERR_PLUGIN, "redundancy needs a core of plugin ABI 1.9 "
+                            "(the schedule's stage and stage count)");
+    if (s->stages < 2) /* one stage: nobody to take over for */
+        return BV_OK;
+    int next = (s->stage + 1) % s->stages, prev = (s->stage + s->stages - 1) % s->stages;
+    bv_status st = BV_OK;
+    for (size_t i = 0; r->eager && st == BV_OK && i < s->count; i++) {
+        const bv_instruction *ins = bv_schedule_at(s, i);
+        if (ins->op != BV_INSTR_FORWARD)
+            continue;
+        bv_instruction rf = {BV_INSTR_REDUNDANT_FORWARD, ins->microbatch, next, -1, -1};
+        size_t j = i + 1;
+        while (j < s->count && !waits(bv_schedule_at(s, j)->op))
+            j++;
+        st = bv_schedule_insert(s, j, &rf, sizeof rf, err);
+        i = j; /* past the instruction just put in */
+    }
+    bv_instruction send = {BV_INSTR_REPLICA_SEND, -1, s->stage, prev, -1};
+    bv_instruction update = {BV_INSTR_REPLICA_UPDATE, -1, next, next, -1};
+    if (st == BV_OK)
+        st = bv_schedule_append(s, &send, sizeof send, err);
+    if (st == BV_OK)
+        st = bv_schedule_append(s, &update, sizeof update, err);
+    return st;
+}
+
+static const bv_resilience_ops redundancy_ops = {
+    .create = redundancy_create,
+    .destroy = redundancy_destroy,
+    .schedule = redundancy_schedule,
+};
+
+static const bv_option redundancy_options[] = {
+    BV_OPT_CHOICE("mode", "eflb", "eflb|lflb",
+                  "eflb: the next stage's forward run here on every microbatch (eager), its "
+                  "backward only after a failure (lazy); lflb: only the replica kept"),
+    BV_OPT_END,
+};
+
+static const bv_plugin redundancy_plugin = {
+    BV_PLUGIN_HEADER(BV_KIND_RESILIENCE, "redundancy", "0.1.0",
+                     "Bamboo's redundant computation: each pipeline stage keeps the next "
+                     "stage's layers and runs its forward in the bubble"),
+    .options = redundancy_options,
+    .ops = &redundancy_ops,
+    .ops_size = sizeof redundancy_ops,
+};
+
+BV_PLUGIN_ENTRY(resilience, redundancy, redundancy_plugin)
