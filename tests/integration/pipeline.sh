@@ -9,6 +9,9 @@
 # - they, D = 2 pipelines x P = 2 stages and GPipe's schedule end within 1e-5 (relative)
 #   of the one-process run (M = 1), whose gradients sum the whole batch in one product;
 # - the same seed twice gives the same bits (D = 2: the ring all-reduce's order is fixed);
+# - with the redundancy plugin (eflb on 4 stages, lflb on 2 x 2) the weights are those of
+#   the run without it, and every stage's replica of the next stage's layers ends equal
+#   to them, bit for bit;
 # - a run killed after step 25 and resumed from its checkpoint ends with the same weights;
 # - a batch that does not cut into whole microbatches is refused at its position.
 # Environment (set by ctest): BIVOUAC, BIVOUAC_SOURCE_DIR, BIVOUAC_DATA_DIR.
@@ -56,9 +59,19 @@ run d2p2 2 2 2
 run d2p2-again 2 2 2
 run gpipe 2 1 4 -s pipeline.schedule=gpipe
 run balanced 2 1 4 -s pipeline.partition=balanced
+# Bamboo's redundancy: replicas of the next stage, its forward in the bubble (eflb)
+run eflb 4 1 4 -s 'resilience=[{plugin: redundancy, mode: eflb}]'
+run lflb 2 2 2 -s 'resilience=[{plugin: redundancy, mode: lflb}]'
 
 for r in p2 p4 balanced; do same p1 "$r" params_crc32c; same p1 "$r" val_loss; done
 same d2p2 d2p2-again params_crc32c
+same p1 eflb params_crc32c  # the redundant work changes nothing of the training
+same d2p2 lflb params_crc32c
+for r in eflb lflb; do
+    [ "$(field "$tmp/$r" replicas)" = 4 ] && [ "$(field "$tmp/$r" replicas_equal)" = 4 ] &&
+        echo "ok: $r: 4 replicas, each equal to its original" ||
+        { echo "FAIL: $r: replicas $(field "$tmp/$r" replicas), equal $(field "$tmp/$r" replicas_equal)" >&2; failed=1; }
+done
 for r in p1 p2 p4 d2p2 gpipe; do close one "$r" val_loss; close one "$r" last_step_loss; done
 for f in pipeline_stages pipelines microbatches; do
     [ "$(field "$tmp/d2p2" $f)" = 2 ] || { echo "FAIL: d2p2's $f is $(field "$tmp/d2p2" $f)" >&2; failed=1; }

@@ -43,6 +43,16 @@ for layout in "2 1" "2 2"; do
         "$(field "$tmp/$name" params_crc32c)" "$(field "$tmp/$name-threads" params_crc32c)"
     check "$name: nothing left" "$(leftovers "$pgid")" "processes 0, socket dirs 0"
 done
+# Bamboo's redundancy across processes: the replicas travel between stage processes
+run "$tmp/eflb" run "$exp" --out "$tmp/eflb" --quiet "${model[@]}" -s pipeline.stages=2 \
+    -s pipeline.pipelines=2 -s 'resilience=[{plugin: redundancy}]' "${procs[@]}"
+check "eflb as processes exits 0" "$rc" 0
+check "eflb as processes: the weights without it" "$(field "$tmp/eflb" params_crc32c)" \
+    "$(field "$tmp/p2-d2-threads" params_crc32c)"
+check "eflb as processes: every replica equal to its original" \
+    "$(field "$tmp/eflb" replicas) $(field "$tmp/eflb" replicas_equal)" \
+    '"replicas": 4 "replicas_equal": 4'
+
 # links over tcp (loopback): each stage binds a port of its own, says so (HELLO), gets
 # every node's address (BOOK); every link CURVE-encrypted with the run's key
 run "$tmp/tcp" run "$exp" --out "$tmp/tcp" --quiet "${model[@]}" -s pipeline.stages=2 \
