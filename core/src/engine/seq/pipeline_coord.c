@@ -3,14 +3,13 @@
  * directory, node_group.h); one command at a time to every stage, their replies
  * collected; a stage's error, or a stage process that ends, aborts the others' waits and
  * is returned naming the stage. */
+#include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
-#include <errno.h>
-#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "bivouac/log.h"
@@ -117,7 +116,8 @@ static bv_status watch_due(bv_seq_pipe *p, bv_error *err)
 
 /* Waits for every node's answer to cmd: DONE (data handed to each(), may be NULL) or
  * ERROR. The first error aborts the waits of the others, whose answers are still
- * collected, so no stage is left in the middle of a step. */
+ * collected, so no stage is left in the middle of a step; a stage process that ended (or
+ * Ctrl-C) ends the wait at once, and the stop ends the rest. */
 static bv_status collect(bv_seq_pipe *p, uint32_t cmd, int64_t step, uint16_t done_type,
                          bv_status (*each)(bv_seq_pipe *, int node, const bv_pipe_msg_in *,
                                            void *, bv_error *),

@@ -179,8 +179,8 @@ static bv_status stage_setup(stage *st, bv_error *err)
             st->nsq += bv_layer_engine_tensor(st->le, l, i, &t) && !t.replica;
     if ((rc = replica_setup(st, err)) != BV_OK)
         return rc;
-    st->flat = malloc((st->nflat > st->rep_nflat ? st->nflat : st->rep_nflat) * sizeof *st->flat +
-                      1);
+    size_t flat = st->nflat > st->rep_nflat ? st->nflat : st->rep_nflat;
+    st->flat = malloc((flat + 1) * sizeof *st->flat);
     st->sq = malloc((st->nsq + 1) * sizeof *st->sq);
     if (!st->tokens || !st->targets || !st->dout || !st->out || !st->sq || !st->flat)
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory for stage %d", st->s);
@@ -267,7 +267,7 @@ static bv_status sum_tied(stage *st, int64_t it, bv_error *err)
                 if (rc == BV_OK)
                     rc = recv_into(st, BV_PIPE_TIED, to, tag, it, "a tied tensor's gradient",
                                    t.grad, (size_t)t.n * sizeof(float), err);
-            } else { /* the owner: the replica's gradient in (into dout's room), the sum out */
+            } else { /* the owner: the replica's gradient in, the sum out */
                 int from = node_of(st, st->d, stage_of_layer(st, l));
                 float *in = malloc((size_t)ot.n * sizeof *in);
                 if (!in)
