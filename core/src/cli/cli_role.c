@@ -1,6 +1,7 @@
 /* `bivouac role`: one role of a cluster run (docs/cluster.md), or one stage of a
- * pipeline (docs/pipeline.md), as a process the coordinator started on a cloud. Not for users to run by hand: the coordinator gives it the run's
- * own copy of the experiment, the seed and the address book of the run's endpoints. */
+ * pipeline (docs/pipeline.md), as a process the coordinator started on a cloud. Not for
+ * users to run by hand: the coordinator gives it the run's own copy of the experiment,
+ * the seed and the address book of the run's endpoints. */
 #include <malloc.h>
 #include <signal.h>
 #include <stdio.h>

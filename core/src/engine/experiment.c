@@ -67,7 +67,8 @@ static const bv_option pipeline_schema[] = {
     BV_OPT_INT_RANGE("pipelines", "1", 1, 64,
                      "data-parallel pipelines (D); each trains on batch / D sequences a step "
                      "and their gradients are summed (all-reduce) before the update"),
-    BV_OPT_INT_RANGE("microbatches", "1", 1, 4096, "microbatches (M) each pipeline's share of a step's batch is cut into"),
+    BV_OPT_INT_RANGE("microbatches", "1", 1, 4096,
+                     "microbatches (M) each pipeline's share of a step's batch is cut into"),
     BV_OPT_CHOICE("schedule", "1f1b", "1f1b|gpipe",
                   "one forward one backward (PipeDream-flush), or all forwards then all "
                   "backwards (GPipe)"),

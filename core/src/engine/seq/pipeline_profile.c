@@ -54,7 +54,8 @@ bv_status bv_seq_pipe_profile(const bv_seq_pipe_cfg *c, int reps, bv_seq_layer_c
                 v[kind][r] = t[((size_t)kind * (reps + 1) + 1 + r) * layers + l];
             qsort(v[kind], (size_t)n, sizeof v[kind][0], by_value);
         }
-        cost[l] = (bv_seq_layer_cost){v[0][n / 2], v[1][n / 2], t[2 * (size_t)(reps + 1) * layers + l]};
+        double bytes = t[2 * (size_t)(reps + 1) * layers + l];
+        cost[l] = (bv_seq_layer_cost){v[0][n / 2], v[1][n / 2], bytes};
     }
     free(t);
     free(tokens);
