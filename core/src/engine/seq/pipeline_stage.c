@@ -346,7 +346,9 @@ static bv_status update(stage *st, int64_t it, double lr, double *norm, bv_error
         rc = sum_tied(st, it, err);
     if (rc == BV_OK)
         rc = global_norm(st, it, norm, err);
-    if (rc == BV_OK)
+    /* a step whose gradients are not finite (the loss was not) changes no weight: every
+     * stage has the same norm, so every stage skips it, and the loop stops the run */
+    if (rc == BV_OK && isfinite(*norm))
         bv_adamw_apply(st->le, &st->x->compute_ops, st->c, &st->cfg->adamw, it + 1, lr, *norm);
     st->compute_s += bv_now_seconds() - t0 - (st->wait_s - w0);
     return rc;
@@ -374,7 +376,8 @@ static bv_status redundant_forward(stage *st, int mb, int slot, const bv_seq_ctx
 
 /* The original's step on the replica: the gradients its optimizer used (clipped
  * already), the same AdamW, so weights and moments stay equal to the bit. */
-static bv_status replica_update(stage *st, int peer, int64_t it, double lr, bv_error *err)
+static bv_status replica_update(stage *st, int peer, int64_t it, double lr, double norm,
+                                bv_error *err)
 {
     if (!st->rep)
         return bv_error_set(err, BV_ERR_INTERNAL, "stage %d has no replica", st->s);
@@ -383,7 +386,8 @@ static bv_status replica_update(stage *st, int peer, int64_t it, double lr, bv_e
     if (rc != BV_OK)
         return rc;
     flat_grads(st->rep, st->flat, false);
-    bv_adamw_apply(st->rep, &st->x->compute_ops, st->c, &st->cfg->adamw, it + 1, lr, 0.0);
+    if (isfinite(norm)) /* as the original (update) */
+        bv_adamw_apply(st->rep, &st->x->compute_ops, st->c, &st->cfg->adamw, it + 1, lr, 0.0);
     return BV_OK;
 }
 
@@ -458,7 +462,7 @@ static bv_status train_step(stage *st, int64_t it, double lr, double res[6], bv_
                                     st->nflat * sizeof *st->flat, err);
             break;
         case BV_INSTR_REPLICA_UPDATE:
-            rc = replica_update(st, peer, it, lr, err);
+            rc = replica_update(st, peer, it, lr, norm, err);
             break;
         default:
             rc = bv_error_set(err, BV_ERR_INTERNAL, "stage %d cannot run instruction %u",
