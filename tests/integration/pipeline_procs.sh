@@ -110,6 +110,10 @@ run "$tmp/bad-resume" run --resume "$tmp/kill0" --quiet -s train.lr=1
 check "--resume takes only pipeline overrides" "$rc: $(cat "$tmp/bad-resume.err")" \
     "2: bivouac: error: --resume DIR takes -s pipeline.KEY=VALUE only (re-partitioning the run), not 'train.lr=1'"
 
+run "$tmp/no-stages" check "$exp" "${procs[@]}"
+check "a cloud without stages is refused where it is written" "$rc: $(head -1 "$tmp/no-stages.err")" \
+    "2: <command line>:1:7: error: section 'cloud' runs a pipeline's stages as processes, and this run has none: set pipeline.stages (or pipelines, microbatches) above 1, or leave 'cloud' out"
+
 # ---- SIGKILL of the coordinator: the stages end and clean up ----
 out="$tmp/kcoord"
 (run "$out" run "$exp" --out "$out" --quiet "${long[@]}") 2>/dev/null &

@@ -113,6 +113,11 @@ static bool pipelined(const bv_experiment *x)
 /* `pipeline:` against the model and the batch: the stages' layers, whole microbatches. */
 static void check_pipeline(const bv_experiment *x, bv_diag *diag)
 {
+    const bv_node *cloud = bv_node_get(x->root, "cloud");
+    if (cloud && !pipelined(x))
+        bv_diag_add(diag, &cloud->pos, "section 'cloud' runs a pipeline's stages as "
+                    "processes, and this run has none: set pipeline.stages (or pipelines, "
+                    "microbatches) above 1, or leave 'cloud' out");
     if (!pipelined(x))
         return;
     bv_pipeline_plan plan;
