@@ -8,6 +8,8 @@
 #    peer_failed names the newest checkpoint); nothing is left (processes, socket directories); --resume from the
 #    checkpoints ends with the uninterrupted run's weights, and so does a resume that
 #    re-partitions the run into 4 stages (-s pipeline.stages=4);
+#  - a spot trace replayed by the local cloud kills the stage standing for the node it
+#    removes, logged with the time; --resume further into the trace ends as uninterrupted;
 #  - SIGKILL of the coordinator: the stages end and clean up; Ctrl-C: exit 1, "interrupted".
 # Every run is in its own process group, killed at the end whatever happens.
 # Environment (set by ctest): BIVOUAC, BIVOUAC_SOURCE_DIR, BIVOUAC_DATA_DIR.
@@ -108,7 +110,29 @@ check "re-partitioned: 4 stages" "$(field "$tmp/kill0" pipeline_stages)" '"pipel
 check "re-partitioned: nothing left" "$(leftovers "$pgid")" "processes 0, socket dirs 0"
 run "$tmp/bad-resume" run --resume "$tmp/kill0" --quiet -s train.lr=1
 check "--resume takes only pipeline overrides" "$rc: $(cat "$tmp/bad-resume.err")" \
-    "2: bivouac: error: --resume DIR takes -s pipeline.KEY=VALUE only (re-partitioning the run), not 'train.lr=1'"
+    "2: bivouac: error: --resume DIR takes -s pipeline.KEY=VALUE and cloud.KEY=VALUE only (re-partitioning the run, another cloud), not 'train.lr=1'"
+
+# a spot trace replayed by the local cloud: at trace second 2000 nodes 1, 2, 3 of
+# aws-p3-events.csv stand for stages 0, 1, 2; the trace removes node3 at 2040 s, which at
+# 40 trace seconds a second is 1 s into the run (of 1000 steps, several seconds); the
+# resumed run goes on at trace second 2100 in real time (its stages stand for nodes 1, 2,
+# 4, which the trace removes at 3060 s: long after the run's end)
+trace=(-s train.steps=1000 "${model[@]}" -s pipeline.stages=3
+       -s "cloud={plugin: local, trace: $BIVOUAC_DATA_DIR/../traces/aws-p3-events.csv, trace_start: 2000, speedup: 40}")
+run "$tmp/traced" run "$exp" --out "$tmp/traced" --quiet "${trace[@]}"
+check "the trace's removal: exit status" "$rc" 1
+check "the trace's removal, logged with its time" \
+    "$(grep -cE '^bivouac: info: local cloud: the trace removes node3 at 2040 s \([0-9.]+ s into the run\): stage 2 \(node 2\) killed$' "$tmp/traced.err")" 1
+check "the trace's removal: the stage named" \
+    "$(grep -c '^bivouac: error: lost stage 2 (node 2 on localhost): it was killed by signal 9 (Killed)$' "$tmp/traced.err")" 1
+check "the trace's removal: nothing left" "$(leftovers "$pgid")" "processes 0, socket dirs 0"
+run "$tmp/traced-resume" run --resume "$tmp/traced" --quiet -s cloud.trace_start=2100 \
+    -s cloud.speedup=1
+check "resumed further into the trace: exit 0" "$rc" 0
+run "$tmp/untraced" run "$exp" --out "$tmp/untraced" --quiet -s train.steps=1000 "${model[@]}" \
+    -s pipeline.stages=3
+check "resumed further into the trace: the uninterrupted weights" \
+    "$(field "$tmp/traced" params_crc32c)" "$(field "$tmp/untraced" params_crc32c)"
 
 run "$tmp/no-stages" check "$exp" "${procs[@]}"
 check "a cloud without stages is refused where it is written" "$rc: $(head -1 "$tmp/no-stages.err")" \

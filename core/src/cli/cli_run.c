@@ -345,12 +345,15 @@ int bv_cli_run(int argc, char **argv)
     char *experiment = (char *)a.experiment;
     char copy[4200];
     if (a.resume) {
-        /* the one thing a resumed run may change: how the model is cut into stages and
-         * pipelines (the checkpoint's state is per layer, so any cut reads it) */
+        /* what a resumed run may change: how the model is cut into stages and pipelines
+         * (the checkpoint's state is per layer, so any cut reads it), and the cloud it
+         * runs on (a restart lands elsewhere; a replayed trace goes on where it was) */
         for (size_t i = 0; i < a.noverrides; i++)
-            if (strncmp(a.overrides[i], "pipeline.", 9) != 0)
+            if (strncmp(a.overrides[i], "pipeline.", 9) != 0 &&
+                strncmp(a.overrides[i], "cloud.", 6) != 0)
                 return bv_cli_fail(BV_EXIT_USAGE, "--resume DIR takes -s pipeline.KEY=VALUE "
-                                   "only (re-partitioning the run), not '%s'", a.overrides[i]);
+                                   "and cloud.KEY=VALUE only (re-partitioning the run, "
+                                   "another cloud), not '%s'", a.overrides[i]);
         if (a.experiment || a.seed >= 0 || a.repeat != 1 || a.out)
             return bv_cli_fail(BV_EXIT_USAGE, "--resume DIR takes no experiment file, "
                                "--seed, --repeat or --out: they come from DIR/run.yaml");
@@ -405,7 +408,7 @@ int bv_cli_run(int argc, char **argv)
                 (write_run_file(out, experiment, &a, seed) != 0 ||
                  bv_run_dir_write_experiment(out, x) != 0))
                 code = bv_cli_fail(BV_EXIT_FAILED, "cannot write the run files in %s", out);
-            /* re-partitioned: the stage processes load the run's copy, so it says so */
+            /* re-partitioned or moved: the stage processes load the run's copy */
             if (code == BV_EXIT_OK && a.resume && a.noverrides &&
                 bv_run_dir_write_experiment(out, x) != 0)
                 code = bv_cli_fail(BV_EXIT_FAILED, "cannot rewrite %s/experiment.yaml", out);

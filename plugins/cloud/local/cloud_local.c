@@ -6,6 +6,12 @@
  * outright leaves no orphan; terminate and destroy send SIGTERM, then SIGKILL after
  * `grace_seconds`.
  *
+ * With a `trace` (the spot-instance traces of ../shared/traces/: `ms,add|remove,nodeN`),
+ * the cloud replays its preemptions on the run (issue 15; docs/redundancy.md): the nodes
+ * it launches stand, in launch order, for the trace's nodes alive at `trace_start`, and
+ * when the trace removes one (time scaled by `speedup`) its process gets SIGKILL, with a
+ * line in the log saying when and which.
+ *
  * Threads: one reader per node, joined when the node is reaped; the ops themselves are
  * called from the coordinator's thread only. */
 #include <errno.h>
@@ -21,10 +27,12 @@
 #include <unistd.h>
 
 #include "bivouac/cloud.h"
+#include "bivouac/log.h"
 #include "bivouac/plugin.h"
 
 #define LABEL_MAX 64
 #define MAX_EVENTS 256
+#define TRACE_NAME 32
 
 typedef struct node {
     int64_t id;
@@ -34,7 +42,14 @@ typedef struct node {
     int out_fd;     /* read end of the node's stdout/stderr pipe */
     pthread_t reader;
     char label[LABEL_MAX];
+    char trace_name[TRACE_NAME]; /* the trace's node it stands for ("": none) */
 } node;
+
+typedef struct trace_event {
+    double t; /* seconds into the trace */
+    bool add;
+    char name[TRACE_NAME];
+} trace_event;
 
 struct bv_cloud {
     double grace_seconds;
@@ -44,13 +59,80 @@ struct bv_cloud {
     bv_cloud_event events[MAX_EVENTS];
     int nevents;
     char ip_path[256]; /* the `ip` program, for nodes placed in a namespace */
+    /* a replayed trace: its events, the next one due, the trace's nodes alive at
+     * trace_start not yet given to a launched node (in the order they were added) */
+    trace_event *trace;
+    size_t ntrace, next_event;
+    char (*alive)[TRACE_NAME];
+    size_t nalive, given;
+    double speedup, trace_start;
 };
 
 static const bv_option local_options[] = {
     BV_OPT_FLOAT_RANGE("grace_seconds", "2", 0, 600,
                        "how long a terminated node has between SIGTERM and SIGKILL"),
+    BV_OPT_FILE("trace", "",
+                "a spot-instance trace to replay (ms,add|remove,nodeN): the launched nodes "
+                "stand for its nodes, and each one it removes is killed (SIGKILL)"),
+    BV_OPT_FLOAT_RANGE("speedup", "1", 1e-3, 1e9, "trace seconds that pass in one second"),
+    BV_OPT_FLOAT_RANGE("trace_start", "0", 0, 1e9, "where in the trace the run starts (s)"),
     BV_OPT_END,
 };
+
+/* Reads a trace: "ms,add|remove,name" lines, times not decreasing; a removal names a node
+ * added before. Then the nodes alive at trace_start, in the order they were added. */
+static bv_status read_trace(bv_cloud *c, const char *path, bv_error *err)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return bv_error_set(err, BV_ERR_INVALID, "local cloud: trace %s: %s", path,
+                            strerror(errno));
+    char line[256];
+    size_t cap = 0;
+    bv_status st = BV_OK;
+    for (int no = 1; st == BV_OK && fgets(line, sizeof line, f); no++) {
+        long long ms;
+        char kind[8], name[TRACE_NAME], extra;
+        if (sscanf(line, "%lld,%7[a-z],%31[A-Za-z0-9_.-] %c", &ms, kind, name, &extra) != 3 ||
+            ms < 0 || (strcmp(kind, "add") != 0 && strcmp(kind, "remove") != 0) ||
+            (c->ntrace && 1e-3 * (double)ms < c->trace[c->ntrace - 1].t)) {
+            st = bv_error_set(err, BV_ERR_INVALID, "%s:%d: not 'ms,add|remove,node' after "
+                              "the line before", path, no);
+            break;
+        }
+        if (c->ntrace == cap) {
+            cap = cap ? 2 * cap : 256;
+            trace_event *grown = realloc(c->trace, cap * sizeof *grown);
+            if (!grown) {
+                st = bv_error_set(err, BV_ERR_NOMEM, "out of memory");
+                break;
+            }
+            c->trace = grown;
+        }
+        trace_event *e = &c->trace[c->ntrace++];
+        *e = (trace_event){1e-3 * (double)ms, kind[0] == 'a', ""};
+        snprintf(e->name, sizeof e->name, "%s", name);
+    }
+    fclose(f);
+    if (st == BV_OK && !(c->alive = calloc(c->ntrace + 1, sizeof *c->alive)))
+        st = bv_error_set(err, BV_ERR_NOMEM, "out of memory");
+    for (; st == BV_OK && c->next_event < c->ntrace &&
+           c->trace[c->next_event].t < c->trace_start;
+         c->next_event++) {
+        const trace_event *e = &c->trace[c->next_event];
+        if (e->add) {
+            snprintf(c->alive[c->nalive++], TRACE_NAME, "%s", e->name);
+            continue;
+        }
+        for (size_t i = 0; i < c->nalive; i++)
+            if (strcmp(c->alive[i], e->name) == 0) {
+                memmove(c->alive + i, c->alive + i + 1, (c->nalive - i - 1) * TRACE_NAME);
+                c->nalive--;
+                break;
+            }
+    }
+    return st;
+}
 
 static double since_start(const bv_cloud *c)
 {
@@ -115,7 +197,16 @@ static bv_cloud *local_create(const bv_opts *opts, const bv_run_info *info, bv_e
         return NULL;
     }
     c->grace_seconds = bv_opts_float(opts, "grace_seconds");
+    c->speedup = bv_opts_float(opts, "speedup");
+    c->trace_start = bv_opts_float(opts, "trace_start");
     clock_gettime(CLOCK_MONOTONIC, &c->t0);
+    const char *trace = bv_opts_str(opts, "trace");
+    if (trace[0] && read_trace(c, trace, err) != BV_OK) {
+        free(c->trace);
+        free(c->alive);
+        free(c);
+        return NULL;
+    }
     return c;
 }
 
@@ -230,6 +321,8 @@ static int64_t local_launch(bv_cloud *c, const bv_node_request *req, char *addre
     node *n = &c->nodes[c->count];
     *n = (node){.id = (int64_t)c->count, .pid = pid, .alive = true, .out_fd = fds[0]};
     snprintf(n->label, sizeof n->label, "%s", label ? label : "node");
+    if (c->given < c->nalive) /* it stands for the next of the trace's live nodes */
+        snprintf(n->trace_name, sizeof n->trace_name, "%s", c->alive[c->given++]);
     c->count++;
     /* the table may move when it grows: the reader gets its own copy of fd and label */
     node *copy = malloc(sizeof *copy);
@@ -286,9 +379,31 @@ static bv_status local_terminate(bv_cloud *c, int64_t id, bv_error *err)
     return BV_OK;
 }
 
+/* The trace's events that are due: a removed node that stands for a launched one is
+ * killed outright, as a spot instance is taken away. */
+static void replay(bv_cloud *c)
+{
+    double run = since_start(c), now = c->trace_start + run * c->speedup;
+    for (; c->next_event < c->ntrace && c->trace[c->next_event].t <= now; c->next_event++) {
+        const trace_event *e = &c->trace[c->next_event];
+        node *n = NULL;
+        for (size_t i = 0; !e->add && i < c->count && !n; i++)
+            if (c->nodes[i].alive && strcmp(c->nodes[i].trace_name, e->name) == 0)
+                n = &c->nodes[i];
+        if (n) {
+            kill(n->pid, SIGKILL);
+            bv_log(BV_LOG_INFO, "local cloud: the trace removes %s at %.0f s (%.1f s into "
+                   "the run): %s (node %lld) killed", e->name, e->t, run, n->label,
+                   (long long)n->id);
+        }
+    }
+}
+
 static int local_poll(bv_cloud *c, bv_cloud_event *events, int max, bv_error *err)
 {
     (void)err;
+    if (c->trace)
+        replay(c);
     for (size_t i = 0; i < c->count; i++) {
         int status = -1;
         if (c->nodes[i].alive && reap(&c->nodes[i], 0, &status))
@@ -315,6 +430,8 @@ static void local_destroy(bv_cloud *c)
     for (size_t i = 0; i < c->count; i++)
         stop_node(c, &c->nodes[i]);
     free(c->nodes);
+    free(c->trace);
+    free(c->alive);
     free(c);
 }
 
