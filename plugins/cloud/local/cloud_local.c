@@ -79,8 +79,9 @@ static const bv_option local_options[] = {
     BV_OPT_END,
 };
 
-/* Reads a trace: "ms,add|remove,name" lines, times not decreasing; a removal names a node
- * added before. Then the nodes alive at trace_start, in the order they were added. */
+/* Reads a trace: "ms,add|remove,name" lines, times not decreasing (a removal of a node
+ * the trace did not add matches no process and is ignored). Then the nodes alive at
+ * trace_start, in the order they were added. */
 static bv_status read_trace(bv_cloud *c, const char *path, bv_error *err)
 {
     FILE *f = fopen(path, "r");
