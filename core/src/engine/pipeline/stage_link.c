@@ -210,7 +210,7 @@ bv_status bv_stage_link_recv(bv_stage_link *l, uint16_t type, int from, uint32_t
             continue;
         }
         if (st == BV_ERR_IO && strstr(err->msg, "timeout") && (l->timed_out = true))
-            return bv_error_set(err, BV_ERR_IO, "no %s within %.0f s", what,
+            return bv_error_set(err, BV_ERR_IO, "no %s within %g s", what,
                                 timeout_ms / 1e3);
         if (st != BV_OK)
             return st;
