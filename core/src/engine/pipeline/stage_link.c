@@ -179,9 +179,7 @@ bv_status bv_stage_link_recv(bv_stage_link *l, uint16_t type, int from, uint32_t
                              bv_pipe_msg_in *m, bv_error *err)
 {
     l->timed_out = false;
-    for (size_t i = 0; i < l->nstash; i++) {
-        if (is_abort(&l->stash[i].m))
-            return bv_error_set(err, BV_ERR_STOPPED, "stopped while waiting for %s", what);
+    for (size_t i = 0; i < l->nstash; i++) { /* an abort is never stashed: see below */
         if (matches(&l->stash[i].m, type, from, tag, step)) {
             stashed *s = malloc(sizeof *s);
             if (!s)
@@ -194,11 +192,11 @@ bv_status bv_stage_link_recv(bv_stage_link *l, uint16_t type, int from, uint32_t
             return BV_OK;
         }
     }
-    double until = timeout_ms >= 0 ? (1e3 * bv_now_seconds()) + timeout_ms : 0;
+    double until = timeout_ms >= 0 ? 1e3 * bv_now_seconds() + timeout_ms : 0;
     for (;;) {
         int left = -1;
         if (timeout_ms >= 0) {
-            double n = (1e3 * bv_now_seconds());
+            double n = 1e3 * bv_now_seconds();
             left = n >= until ? 0 : (int)(until - n + 1);
         }
         stashed s;
