@@ -12,7 +12,8 @@
 # - with the redundancy plugin (eflb on 4 stages, lflb on 2 x 2) the weights are those of
 #   the run without it, and every stage's replica of the next stage's layers ends equal
 #   to them, bit for bit;
-# - a run killed after step 25 and resumed from its checkpoint ends with the same weights;
+# - a run killed after step 25 and resumed from its checkpoint ends with the same weights
+#   (and, with the redundancy plugin, replicas equal to their originals again);
 # - a batch that does not cut into whole microbatches is refused at its position.
 # Environment (set by ctest): BIVOUAC, BIVOUAC_SOURCE_DIR, BIVOUAC_DATA_DIR.
 set -euo pipefail
@@ -82,16 +83,19 @@ else
     echo "FAIL: no pipeline_bubble series in metrics.jsonl" >&2; failed=1
 fi
 
-# killed after step 25 (its checkpoint is step 20's), resumed: the same weights
+# killed after step 25 (its checkpoint is step 20's), resumed: the same weights, and the
+# redundancy plugin's replicas read back from the originals' blobs, equal to them again
+keep=(-s 'resilience=[{plugin: checkpoint, every: 10, keep: 3}, {plugin: redundancy}]')
 set +e
-BIVOUAC_FAULT_KILL_AFTER_EPOCH=25 run killed 2 1 2 2>/dev/null
+BIVOUAC_FAULT_KILL_AFTER_EPOCH=25 run killed 2 1 2 "${keep[@]}" 2>/dev/null
 code=$?
 set -e
 [ $code -eq 137 ] || { echo "FAIL: the fault-injected run exited $code, want 137" >&2; exit 1; }
 "$BIVOUAC" run --resume "$tmp/killed" --quiet --no-plot >/dev/null
-run whole 2 1 2
+run whole 2 1 2 "${keep[@]}"
 same whole killed params_crc32c
 same whole killed val_loss
+same whole killed replicas_equal
 
 set +e
 "$BIVOUAC" run "$exp" --out "$tmp/bad" -s pipeline.pipelines=3 -s pipeline.microbatches=2 \
