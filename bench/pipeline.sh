@@ -9,22 +9,23 @@
 #     1 x 1 (one process, and threads with M = 4), 1 x 2, 2 x 1 and 1 x 4 as processes on
 #     the local cloud: tokens/s (median over --reps runs, alternated), the measured bubble
 #     (the stages' time not computing) and 1F1B's (P - 1) / (M + P - 1).
-#  3. redundancy: the same config as 4 stage processes (M = 4) without and with Bamboo's
+#  3. redundancy: the same config as --stages stage processes (M = 4) without and with Bamboo's
 #     redundancy plugin (eflb: replicas and the next stage's forward in the bubble; lflb:
 #     replicas only): the time a step takes (median over the runs' steps, runs alternated)
 #     and the overhead against no redundancy (Bamboo's Table 4).
-#   bench/pipeline.sh [--build-dir build] [--reps 3] [--steps 30]
+#   bench/pipeline.sh [--build-dir build] [--reps 3] [--steps 30] [--stages 4]
 #                     [--only correctness|throughput|redundancy]
 set -euo pipefail
 
-build=build reps=3 steps=30 only=""
+build=build reps=3 steps=30 only="" stages=4
 while [ $# -gt 0 ]; do
     case "$1" in
     --build-dir) build=$2 ;;
     --reps) reps=$2 ;;
     --steps) steps=$2 ;;
     --only) only=$2 ;;
-    -h | --help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --stages) stages=$2 ;;
+    -h | --help) sed -n '2,/^set /{/^#/p}' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "pipeline.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
     esac
     shift 2
@@ -117,17 +118,18 @@ if [ -z "$only" ] || [ "$only" = redundancy ]; then
     fast=(-s train.steps="$steps" -s train.eval_interval="$steps" -s train.eval_iters=1
           -s train.final_eval_iters=1 -s 'cloud={plugin: local}')
     for rep in $(seq "$reps"); do
-        run "none-$rep" "$big" 1 4 4 "${fast[@]}"
-        run "eflb-$rep" "$big" 1 4 4 "${fast[@]}" -s 'resilience=[{plugin: redundancy, mode: eflb}]'
-        run "lflb-$rep" "$big" 1 4 4 "${fast[@]}" -s 'resilience=[{plugin: redundancy, mode: lflb}]'
+        run "none-$rep" "$big" 1 "$stages" 4 "${fast[@]}"
+        run "eflb-$rep" "$big" 1 "$stages" 4 "${fast[@]}" -s 'resilience=[{plugin: redundancy, mode: eflb}]'
+        run "lflb-$rep" "$big" 1 "$stages" 4 "${fast[@]}" -s 'resilience=[{plugin: redundancy, mode: lflb}]'
     done
-    python3 - "$tmp" "$reps" <<'EOF2'
+    python3 - "$tmp" "$reps" "$stages" <<'EOF2'
 import json, statistics, sys
 tmp, reps = sys.argv[1], int(sys.argv[2])
+stages = int(sys.argv[3]) if len(sys.argv) > 3 else 4
 def step_times(run):
     s = [json.loads(l)["seconds"] for l in open(f"{tmp}/{run}/metrics.jsonl") if '"train_loss"' in l and '"eval' not in l]
     return [b - a for a, b in zip(s, s[1:])]  # the first step (start-up) left out
-print(f"\nredundancy, configs/transformer-pipeline.yaml as 4 stage processes, M = 4, {reps} runs")
+print(f"\nredundancy, configs/transformer-pipeline.yaml as {stages} stage processes, M = 4, {reps} runs")
 print("| mode | seconds a step (median) | overhead | replicas equal | params crc32c |")
 print("|---|---|---|---|---|")
 base = None
