@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "bivouac/log.h"
@@ -55,13 +56,27 @@ static void stage_name(const bv_seq_pipe *p, int node, char *buf, size_t len)
         snprintf(buf, len, "stage %d", node);
 }
 
-/* Sends cmd to a stage node. */
+static bv_status watch(bv_seq_pipe *p, bv_error *err);
+
+/* Sends cmd to a stage node. A send that fails is explained by a stage process that
+ * ended, if one did within a moment (the transport's own words would not name it). */
 static bv_status send_cmd(bv_seq_pipe *p, int node, uint32_t cmd, int64_t step,
                           const void *data, size_t bytes, bv_error *err)
 {
     if (p->node && p->node[node] < 0) /* a process that ended: nobody would take it */
         return bv_error_set(err, BV_ERR_IO, "stage node %d has ended", node);
-    return bv_stage_link_send(p->link, node, BV_PIPE_CMD, cmd, step, data, bytes, err);
+    bv_status rc = bv_stage_link_send(p->link, node, BV_PIPE_CMD, cmd, step, data, bytes, err);
+    double end = bv_now_seconds() + 1.0;
+    while (rc != BV_OK && p->cloud && bv_now_seconds() < end) {
+        bv_error why = {0};
+        if (watch(p, &why) != BV_OK) {
+            *err = why;
+            p->failed = true;
+            return why.status;
+        }
+        nanosleep(&(struct timespec){0, WATCH_MS * 1000000L}, NULL);
+    }
+    return rc;
 }
 
 static void node_name(void *p, int node, char *buf, size_t len)
