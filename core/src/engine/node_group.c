@@ -115,14 +115,21 @@ bv_status bv_node_group_run_key(const bv_plugin *transport, const char *what, ch
 }
 
 bv_status bv_node_group_transport(const bv_transport_ops *ops, const bv_opts *opts,
-                                  const char *secret, bv_transport **out, bv_error *err)
+                                  const char *secret, int send_slice_ms, bv_transport **out,
+                                  bv_error *err)
 {
+    const bv_opt_value *bound = bv_opts_find(opts, "send_timeout_ms");
+    bool sliced = send_slice_ms > 0 && bound && (bound->v.i < 0 || bound->v.i > send_slice_ms);
     bv_opts keyed = {0};
     bv_status st = BV_OK;
-    if (secret && secret[0]) {
+    if ((secret && secret[0]) || sliced) {
         st = bv_opts_copy(opts, &keyed, err);
-        if (st == BV_OK)
+        if (st == BV_OK && secret && secret[0])
             st = bv_opts_set(&keyed, "curve_secret_key", secret, err);
+        char slice[16];
+        snprintf(slice, sizeof slice, "%d", send_slice_ms);
+        if (st == BV_OK && sliced)
+            st = bv_opts_set(&keyed, "send_timeout_ms", slice, err);
         opts = &keyed;
     }
     if (st == BV_OK && !(*out = ops->create(opts, err)))

@@ -54,9 +54,12 @@ bv_status bv_node_group_run_key(const bv_plugin *transport, const char *what, ch
                                 bv_error *err);
 
 /* This process's transport: the experiment's options, and with a run key (secret not
- * empty) every link CURVE-authenticated and encrypted with it. */
+ * empty) every link CURVE-authenticated and encrypted with it; send_slice_ms > 0 bounds
+ * each send to that many milliseconds (a coordinator that looks at its nodes between
+ * tries), where the options' own bound is longer or none. */
 bv_status bv_node_group_transport(const bv_transport_ops *ops, const bv_opts *opts,
-                                  const char *secret, bv_transport **out, bv_error *err);
+                                  const char *secret, int send_slice_ms, bv_transport **out,
+                                  bv_error *err);
 
 /* ---- in a node process ----
  * What a node removes when SIGTERM (the cloud's terminate) or the death of the

@@ -12,6 +12,7 @@
 #include "bivouac/series.h"
 #include "engine_graph_internal.h"
 #include "graph_partition.h"
+#include "node_group.h"
 #include "role_loop.h"
 #include "plugin_arrays.h"
 #include "rng.h"
@@ -339,29 +340,10 @@ bv_status bv_engine_map_segment(bv_graph_engine *e, const bv_role_msg *m, bv_err
 static bv_status engine_transport(bv_graph_engine *e, bool coordinator, bv_error *err)
 {
     const bv_graph_engine_cfg *c = &e->cfg;
-    bv_opts keyed = {0};
-    const bv_opts *opts = c->transport_opts;
-    const bv_opt_value *bound = bv_opts_find(opts, "send_timeout_ms");
+    const bv_opt_value *bound = bv_opts_find(c->transport_opts, "send_timeout_ms");
     e->send_bound_ms = bound ? (int)bound->v.i : -1;
-    bool sliced = coordinator && bound && (bound->v.i < 0 || bound->v.i > BV_SEND_SLICE_MS);
-    bv_status st = BV_OK;
-    if (c->curve_secret[0] || sliced) {
-        st = bv_opts_copy(c->transport_opts, &keyed, err);
-        if (st == BV_OK && c->curve_secret[0])
-            st = bv_opts_set(&keyed, "curve_secret_key", c->curve_secret, err);
-        char slice[16];
-        snprintf(slice, sizeof slice, "%d", BV_SEND_SLICE_MS);
-        if (st == BV_OK && sliced)
-            st = bv_opts_set(&keyed, "send_timeout_ms", slice, err);
-        opts = &keyed;
-    }
-    if (st == BV_OK) {
-        e->transport = c->transport_ops->create(opts, err);
-        if (!e->transport)
-            st = err->status ? err->status : BV_ERR_PLUGIN;
-    }
-    bv_opts_free(&keyed);
-    return st;
+    return bv_node_group_transport(c->transport_ops, c->transport_opts, c->curve_secret,
+                                   coordinator ? BV_SEND_SLICE_MS : 0, &e->transport, err);
 }
 
 /* The partition of the whole graph into the graph servers' parts (METIS is

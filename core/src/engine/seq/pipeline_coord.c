@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -129,6 +130,24 @@ static bv_status watch_due(bv_seq_pipe *p, bv_error *err)
     return watch(p, err);
 }
 
+/* The first failure of a command: err says it, and every stage stops waiting for the
+ * failed one (ABORT). */
+static bv_status abort_all(bv_seq_pipe *p, int64_t step, bv_error *err, bv_status st,
+                           const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+static bv_status abort_all(bv_seq_pipe *p, int64_t step, bv_error *err, bv_status st,
+                           const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    char msg[sizeof err->msg];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    bv_error ignored;
+    for (int n = 0; n < p->nodes; n++)
+        send_cmd(p, n, BV_PIPE_ABORT, step, NULL, 0, &ignored);
+    return bv_error_set(err, st, "%s", msg);
+}
+
 /* Waits for every node's answer to cmd: DONE (data handed to each(), may be NULL) or
  * ERROR. The first error aborts the waits of the others, whose answers are still
  * collected, so no stage is left in the middle of a step; a stage process that ended (or
@@ -150,22 +169,16 @@ static bv_status collect(bv_seq_pipe *p, uint32_t cmd, int64_t step, uint16_t do
                bv_stage_link_timed_out(p->link)) {
         }
         if (rc != BV_OK) {
-            if (first == BV_OK) {
-                first = bv_error_set(err, rc, "%s", e.msg);
-                for (int n = 0; n < p->nodes; n++) /* the others stop waiting for it */
-                    send_cmd(p, n, BV_PIPE_ABORT, step, NULL, 0, &e);
-            }
+            if (first == BV_OK)
+                first = abort_all(p, step, err, rc, "%s", e.msg);
             break;
         }
         char who[64];
         stage_name(p, (int)m.sender, who, sizeof who);
         if (m.type == BV_PIPE_ERROR) {
-            if (first == BV_OK) {
-                first = bv_error_set(err, BV_ERR_STOPPED, "%s: %.*s", who, (int)m.bytes,
-                                     (const char *)m.data);
-                for (int n = 0; n < p->nodes; n++) /* the others stop waiting for it */
-                    send_cmd(p, n, BV_PIPE_ABORT, step, NULL, 0, &e);
-            }
+            if (first == BV_OK)
+                first = abort_all(p, step, err, BV_ERR_STOPPED, "%s: %.*s", who, (int)m.bytes,
+                                  (const char *)m.data);
         } else if (each && first == BV_OK) {
             rc = each(p, (int)m.sender, &m, ctx, &e);
             if (rc != BV_OK)
@@ -507,7 +520,7 @@ bv_status bv_seq_pipe_start(const bv_seq_pipe_cfg *cfg, bv_seq_pipe **out, bv_er
     }
     const bv_transport_ops *t = &cfg->x->transport_ops;
     if (rc == BV_OK)
-        rc = bv_node_group_transport(t, &cfg->x->transport.opts, cfg->curve_secret, &p->tr,
+        rc = bv_node_group_transport(t, &cfg->x->transport.opts, cfg->curve_secret, 0, &p->tr,
                                      err);
     if (rc == BV_OK)
         rc = bv_stage_link_open(t, p->tr, p->addrs, p->nodes + 1, p->nodes, &p->link, err);

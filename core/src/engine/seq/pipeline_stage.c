@@ -267,19 +267,16 @@ static bv_status sum_tied(stage *st, int64_t it, bv_error *err)
                 if (rc == BV_OK)
                     rc = recv_into(st, BV_PIPE_TIED, to, tag, it, "a tied tensor's gradient",
                                    t.grad, (size_t)t.n * sizeof(float), err);
-            } else { /* the owner: the replica's gradient in, the sum out */
+            } else { /* the owner: the replica's gradient in (st->flat, as large as every
+                        * gradient of the stage, is free after the all-reduce), the sum out */
                 int from = node_of(st, st->d, stage_of_layer(st, l));
-                float *in = malloc((size_t)ot.n * sizeof *in);
-                if (!in)
-                    return bv_error_set(err, BV_ERR_NOMEM, "out of memory");
-                rc = recv_into(st, BV_PIPE_TIED, from, tag, it, "a tied tensor's gradient", in,
-                               (size_t)ot.n * sizeof(float), err);
+                rc = recv_into(st, BV_PIPE_TIED, from, tag, it, "a tied tensor's gradient",
+                               st->flat, (size_t)ot.n * sizeof(float), err);
                 if (rc == BV_OK) {
-                    k->axpy(st->c, ot.n, 1.0f, in, ot.grad);
+                    k->axpy(st->c, ot.n, 1.0f, st->flat, ot.grad);
                     rc = bv_stage_link_send(st->link, from, BV_PIPE_TIED, tag, it, ot.grad,
                                             (size_t)ot.n * sizeof(float), err);
                 }
-                free(in);
             }
             if (rc != BV_OK)
                 return rc;
@@ -746,7 +743,7 @@ bv_status bv_seq_serve_stage(const bv_experiment *x, void *corpus, int index, ui
             bv_node_group_term_cleanup_add(addr[n]);
         bv_node_group_term_cleanup_arm();
         cfg.tcp = cfg.curve_secret[0] != '\0'; /* the book holds a key over tcp alone */
-        rc = bv_node_group_transport(&x->transport_ops, &x->transport.opts, cfg.curve_secret,
+        rc = bv_node_group_transport(&x->transport_ops, &x->transport.opts, cfg.curve_secret, 0,
                                      &tr, err);
     }
     if (rc == BV_OK) {
