@@ -39,15 +39,33 @@ class EpochClock:
     """Wall time per epoch with perf_counter; CPU ops are synchronous, so no sync is
     needed."""
 
-    def __init__(self):
+    def __init__(self, device="cpu"):
         self.times = []
         self._t0 = None
+        self._sync = None
+        if str(device).startswith("cuda"):  # GPU work is asynchronous: wait for it
+            import torch
+            self._sync = torch.cuda.synchronize
 
     def start(self):
+        if self._sync:
+            self._sync()
         self._t0 = time.perf_counter()
 
     def stop(self):
+        if self._sync:
+            self._sync()
         self.times.append(time.perf_counter() - self._t0)
+
+
+def add_device_arg(ap):
+    ap.add_argument("--device", default="cpu",
+                    help="cpu, or cuda to time the reference on the GPU (bench/cuda.sh)")
+
+
+def to_device(device, *tensors):
+    """The tensors (or modules) moved to the device, in order."""
+    return [t.to(device) for t in tensors]
 
 
 def env_info():
@@ -82,7 +100,7 @@ def time_graph_training(model, opt, x, adj, y, masks, warmup, epochs, compile_mo
                      for m in masks]
         return loss.item(), stats
 
-    clock = EpochClock()
+    clock = EpochClock(x.device)
     last = None
     for _ in range(warmup):
         last = epoch()

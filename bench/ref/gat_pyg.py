@@ -55,6 +55,7 @@ def main():
     ap.add_argument("--warmup", type=int, default=3, help="untimed epochs first")
     ap.add_argument("--aggr", choices=["scatter"], default="scatter")
     ap.add_argument("--compile", action="store_true", help="torch.compile the model")
+    common.add_device_arg(ap)
     ap.add_argument("--experiment", help="bivouac's experiment YAML: take the "
                     "hyperparameters from it")
     a = ap.parse_args()
@@ -80,7 +81,8 @@ def main():
     no_decay = [p for n, p in model.named_parameters() if n.endswith("bias")]
     opt = torch.optim.Adam([{"params": decay, "weight_decay": hyper["weight_decay"]},
                             {"params": no_decay, "weight_decay": 0.0}], lr=hyper["lr"])
-    masks = [g["train"], g["val"], g["test"]]
+    masks = common.to_device(a.device, g["train"], g["val"], g["test"])
+    x, y, adj, model = common.to_device(a.device, x, y, adj, model)
     times, (train_loss, stats) = common.time_graph_training(
         model, opt, x, y=y, adj=adj, masks=masks, warmup=a.warmup, epochs=a.epochs,
         compile_model=a.compile)

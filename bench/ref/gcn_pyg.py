@@ -51,6 +51,7 @@ def main():
     ap.add_argument("--warmup", type=int, default=3, help="untimed epochs first")
     ap.add_argument("--aggr", choices=["sparse", "scatter"], default="sparse")
     ap.add_argument("--compile", action="store_true", help="torch.compile the model")
+    common.add_device_arg(ap)
     ap.add_argument("--experiment", help="bivouac's resolved experiment.yaml: take the "
                     "hyperparameters from it")
     a = ap.parse_args()
@@ -74,7 +75,8 @@ def main():
         {"params": model.convs[0].parameters(), "weight_decay": wd},
         {"params": [p for c in model.convs[1:] for p in c.parameters()], "weight_decay": 0.0},
     ], lr=lr)
-    masks = [g["train"], g["val"], g["test"]]
+    masks = common.to_device(a.device, g["train"], g["val"], g["test"])
+    x, y, adj, model = common.to_device(a.device, x, y, adj, model)
     times, (train_loss, stats) = common.time_graph_training(
         model, opt, x, y=y, adj=adj, masks=masks, warmup=a.warmup, epochs=a.epochs,
         compile_model=a.compile)

@@ -64,7 +64,8 @@ class GPT(nn.Module):
 
     def forward(self, idx, targets):
         t = idx.shape[1]
-        x = F.dropout(self.wte(idx) + self.wpe(torch.arange(t)), self.dropout, self.training)
+        pos = torch.arange(t, device=idx.device)
+        x = F.dropout(self.wte(idx) + self.wpe(pos), self.dropout, self.training)
         for blk in self.blocks:
             x = blk(x)
         logits = self.head(self.ln_f(x))
@@ -78,6 +79,7 @@ def main():
     ap.add_argument("--epochs", type=int, default=50, help="timed optimizer steps")
     ap.add_argument("--warmup", type=int, default=10, help="untimed steps first")
     ap.add_argument("--compile", action="store_true", help="torch.compile the model")
+    common.add_device_arg(ap)
     ap.add_argument("--experiment", help="bivouac's experiment YAML")
     a = ap.parse_args()
     common.set_threads(a.threads)
@@ -101,7 +103,7 @@ def main():
     data = torch.tensor([index[c] for c in text], dtype=torch.long)
     train = data[: int(0.9 * len(data))]
 
-    model = GPT(len(chars), block, layers, heads, width, dropout, init_std)
+    model = GPT(len(chars), block, layers, heads, width, dropout, init_std).to(a.device)
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": wd},
@@ -121,6 +123,7 @@ def main():
         ix = torch.randint(len(train) - block - 1, (batch,))
         x = torch.stack([train[j:j + block] for j in ix])
         y = torch.stack([train[j + 1:j + 1 + block] for j in ix])
+        x, y = common.to_device(a.device, x, y)
         for group in opt.param_groups:
             group["lr"] = lr_at(i)
         loss = fwd(x, y)
@@ -131,7 +134,7 @@ def main():
         opt.step()
         return loss.item()
 
-    clock = common.EpochClock()
+    clock = common.EpochClock(a.device)
     loss = None
     for i in range(a.warmup):
         loss = step(i)
@@ -143,7 +146,7 @@ def main():
     common.report({
         "impl": "torch", "model": "transformer", "compiled": a.compile,
         "step_seconds": clock.times, "warmup": a.warmup, "train_loss": loss,
-        "tokens_per_second": batch * block / times[len(times) // 2],
+        "tokens_per_second": batch * block / times[len(times) // 2], "device": a.device,
         "hyper": {"layers": layers, "heads": heads, "width": width, "batch": batch,
                   "block": block, "vocab": len(chars)},
         **common.env_info(),

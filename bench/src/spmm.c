@@ -3,8 +3,10 @@
  * reported as effective bandwidth: the bytes the product moves with no cache reuse (the
  * CSR arrays, one row of X per nonzero, Y) over the time it takes. Compared with triad,
  * this says how close the kernel comes to streaming at memory speed.
- *   spmm --plugin-dir DIR [--nodes 1e6] [--edges 1e7] [--features 64] [--threads 2]
- *        [--reps 5] [--seed 1]                       ->  one JSON line on stdout */
+ *   spmm --plugin-dir DIR [--plugin cpu|cuda] [--nodes 1e6] [--edges 1e7] [--features 64]
+ *        [--threads 2] [--reps 5] [--seed 1]         ->  one JSON line on stdout
+ * With a plugin that has its own memory (cuda's mem_alloc), X, Y and the CSR arrays are put
+ * there first, as the core would: the product is timed on the device, not over the bus. */
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,18 +16,19 @@
 #include "bivouac.h"
 #include "bivouac/plugin.h"
 
-static const bv_plugin *load_compute_cpu(const char *dir)
+static const bv_plugin *load_compute(const char *dir, const char *name)
 {
-    char path[4096];
-    snprintf(path, sizeof path, "%s/compute_cpu.so", dir);
+    char path[4096], symbol[128];
+    snprintf(path, sizeof path, "%s/compute_%s.so", dir, name);
+    snprintf(symbol, sizeof symbol, "bv_compute_%s_plugin", name);
     void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!h) {
         fprintf(stderr, "spmm: %s\n", dlerror());
         return NULL;
     }
-    bv_plugin_entry_fn entry = (bv_plugin_entry_fn)dlsym(h, "bv_compute_cpu_plugin");
+    bv_plugin_entry_fn entry = (bv_plugin_entry_fn)dlsym(h, symbol);
     if (!entry) {
-        fprintf(stderr, "spmm: %s: no symbol bv_compute_cpu_plugin\n", path);
+        fprintf(stderr, "spmm: %s: no symbol %s\n", path, symbol);
         return NULL;
     }
     const bv_plugin *p = entry();
@@ -51,13 +54,25 @@ static bv_compute *create_compute(const bv_plugin *p, int threads, bv_opts *opts
     const bv_compute_ops *ops = p->ops;
     bv_compute *c = ops->create(opts, &err);
     if (!c)
-        fprintf(stderr, "spmm: compute_cpu create: %s\n", err.msg);
+        fprintf(stderr, "spmm: compute_%s create: %s\n", p->name, err.msg);
     return c;
+}
+
+/* bytes of the plugin's own memory (mem_alloc, ABI 1.10) holding a copy of src, or src
+ * itself when the plugin has none */
+static void *plugin_copy(const bv_compute_ops *ops, const void *src, size_t bytes)
+{
+    void *p = ops->mem_alloc ? ops->mem_alloc(bytes) : NULL;
+    if (!p)
+        return (void *)src;
+    memcpy(p, src, bytes);
+    return p;
 }
 
 int main(int argc, char **argv)
 {
     const char *dir = bench_arg_str(argc, argv, "plugin-dir", NULL);
+    const char *plugin = bench_arg_str(argc, argv, "plugin", "cpu");
     int64_t nodes = bench_arg_int(argc, argv, "nodes", 1000000);
     int64_t edges = bench_arg_int(argc, argv, "edges", 10000000);
     int64_t f = bench_arg_int(argc, argv, "features", 64);
@@ -65,11 +80,11 @@ int main(int argc, char **argv)
     int reps = (int)bench_arg_int(argc, argv, "reps", 5);
     uint64_t seed = (uint64_t)bench_arg_int(argc, argv, "seed", 1);
     if (!dir || nodes < 2 || edges < 1 || f < 1 || threads < 1 || reps < 1) {
-        fprintf(stderr, "usage: spmm --plugin-dir DIR [--nodes N] [--edges E] "
+        fprintf(stderr, "usage: spmm --plugin-dir DIR [--plugin NAME] [--nodes N] [--edges E] "
                         "[--features F] [--threads T] [--reps R] [--seed S]\n");
         return 2;
     }
-    const bv_plugin *p = load_compute_cpu(dir);
+    const bv_plugin *p = load_compute(dir, plugin);
     if (!p)
         return 1;
     bv_opts opts = {0};
@@ -93,19 +108,25 @@ int main(int argc, char **argv)
         fprintf(stderr, "spmm: out of memory normalising the adjacency\n");
         return 1;
     }
-    float *x = bv_alloc_aligned((size_t)(nodes * f) * sizeof(float));
-    float *y = bv_alloc_aligned((size_t)(nodes * f) * sizeof(float));
+    float *xh = bv_alloc_aligned((size_t)(nodes * f) * sizeof(float));
+    float *yh = bv_alloc_aligned((size_t)(nodes * f) * sizeof(float));
     double *times = calloc((size_t)reps, sizeof *times);
-    if (!x || !y || !times) {
+    if (!xh || !yh || !times) {
         fprintf(stderr, "spmm: out of memory\n");
         return 1;
     }
     for (int64_t i = 0; i < nodes * f; i++)
-        x[i] = (float)((i * 2654435761u) % 1000) * 1e-3f;
-    ops->spmm(c, a, 0, nodes, x, f, y); /* warm-up: page faults, pool start */
+        xh[i] = (float)((i * 2654435761u) % 1000) * 1e-3f;
+    size_t xbytes = (size_t)(nodes * f) * sizeof(float);
+    float *x = plugin_copy(ops, xh, xbytes), *y = plugin_copy(ops, yh, xbytes);
+    bv_csr ad = {.nrows = a->nrows, .ncols = a->ncols, .nnz = a->nnz,
+                 .rowptr = plugin_copy(ops, a->rowptr, (size_t)(nodes + 1) * sizeof(int64_t)),
+                 .colidx = plugin_copy(ops, a->colidx, (size_t)a->nnz * sizeof(int32_t)),
+                 .values = plugin_copy(ops, a->values, (size_t)a->nnz * sizeof(float))};
+    ops->spmm(c, &ad, 0, nodes, x, f, y); /* warm-up: page faults, pool start */
     for (int r = 0; r < reps; r++) {
         double t0 = bench_now();
-        ops->spmm(c, a, 0, nodes, x, f, y);
+        ops->spmm(c, &ad, 0, nodes, x, f, y);
         times[r] = bench_now() - t0;
     }
     /* Effective bandwidth in the streaming model (docs/benchmarks.md): the CSR arrays once
@@ -120,12 +141,13 @@ int main(int argc, char **argv)
     printf("{\"spmm_gbps\": %.3f, \"spmm_median_gbps\": %.3f, \"spmm_compulsory_gbps\": %.3f, "
            "\"spmm_best_s\": %.6f, \"spmm_median_s\": %.6f, \"nodes\": %lld, \"nnz\": %lld, "
            "\"features\": %lld, \"threads\": %d, \"reps\": %d, \"bytes\": %.0f, "
+           "\"plugin\": \"%s\", "
            "\"compulsory_bytes\": %.0f, \"gflops\": %.3f}\n",
            logical / times[0] / 1e9, logical / med / 1e9, compulsory / times[0] / 1e9, times[0],
-           med, (long long)nodes, (long long)a->nnz, (long long)f, threads, reps, logical,
+           med, (long long)nodes, (long long)a->nnz, (long long)f, threads, reps, logical, plugin,
            compulsory, 2.0 * nnz * (double)f / times[0] / 1e9);
-    bv_free_aligned(x);
-    bv_free_aligned(y);
+    bv_free_aligned(xh);
+    bv_free_aligned(yh); /* the plugin's copies end with the process */
     free(times);
     bv_csr_free(a);
     bv_graph_free(g);

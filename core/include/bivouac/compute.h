@@ -1,6 +1,8 @@
-/* The compute plugin kind: kernels on one kind of hardware. All buffers are host float32,
- * row-major, owned by the caller; kernels never allocate per call (STYLE.md). A kernel
- * given the same inputs, seed and thread count returns bit-identical outputs. */
+/* The compute plugin kind: kernels on one kind of hardware. All buffers are float32,
+ * row-major, owned by the caller, and visible to the host: plain host memory, or (ABI 1.10)
+ * memory from the plugin's own mem_alloc. Kernels never allocate per call (STYLE.md). A
+ * kernel given the same inputs, seed and thread count returns bit-identical outputs (the
+ * cuda plugin states its exceptions: scatters summed with atomics). */
 #ifndef BIVOUAC_COMPUTE_H
 #define BIVOUAC_COMPUTE_H
 
@@ -232,6 +234,16 @@ typedef struct bv_compute_ops {
                                           uint64_t head_stride, int64_t row_stride, int heads,
                                           const float *dy, int64_t lddy, int64_t f, float *dx,
                                           int64_t lddx);
+
+    /* ---- ABI 1.10: memory the backend's kernels use where it lies (optional; NULL: none)
+     * mem_alloc returns zeroed memory that the host and this backend's kernels may both
+     * read and write (CUDA: managed memory), or NULL when it has none to give (the caller
+     * then uses host memory, which every kernel still accepts). mem_free gives it back.
+     * No instance: the core installs them for the whole process when an experiment names
+     * the plugin, so that bv_alloc_aligned (weights, activations, the graph) takes its
+     * memory there and the kernels find it in place instead of copying it per call. */
+    void *(*mem_alloc)(size_t bytes);
+    void (*mem_free)(void *p);
 } bv_compute_ops;
 
 #ifdef __cplusplus

@@ -31,9 +31,11 @@ extern "C" {
  *   1.8: bv_seq_ctx.row0 (seqmodel.h): a microbatch's first row in the whole batch; the
  *        core cuts batches into microbatches only for sequence models of 1.8 or later.
  *   1.9: bv_schedule_insert (schedule.h), for a resilience plugin that puts instructions
- *        inside a stage's schedule, not only at its end. */
+ *        inside a stage's schedule, not only at its end.
+ *   1.10: bv_compute_ops.mem_alloc and mem_free (compute.h): a backend's own memory, which
+ *        bv_alloc_aligned then hands out (the cuda plugin's managed memory). */
 #define BV_ABI_MAJOR 1
-#define BV_ABI_MINOR 9
+#define BV_ABI_MINOR 10
 
 typedef enum bv_plugin_kind {
     BV_KIND_MODEL = 1,

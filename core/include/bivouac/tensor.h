@@ -47,8 +47,9 @@ bv_csr *bv_csr_new(int64_t nrows, int64_t ncols, int64_t nnz);
 void bv_csr_free(bv_csr *m);
 /* The transpose as a new CSR (counting sort; keeps columns ascending). */
 bv_csr *bv_csr_transpose(const bv_csr *m);
-/* The same, and *perm (malloc'd, nnz entries) maps each edge of the transpose to its
- * index in m, so per-edge arrays laid out in m's order can be read in the transpose's. */
+/* The same, and *perm (nnz entries, from bv_alloc_aligned: free it with bv_free_aligned)
+ * maps each edge of the transpose to its index in m, so per-edge arrays laid out in m's
+ * order can be read in the transpose's. */
 bv_csr *bv_csr_transpose_perm(const bv_csr *m, int64_t **perm);
 
 #ifdef __cplusplus

@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 
 #include "alloc.h"
+#include "device_mem.h"
 
 static const char *const top_level_keys[] = {"name",      "model",  "dataset",    "train",
                                              "compute",   "engine", "transport",  "resilience",
@@ -604,6 +605,11 @@ static bv_status load(const char *path, char *const *overrides, size_t noverride
         return BV_ERR_INVALID;
     }
     bv_ops_copy(&x->compute_ops, sizeof x->compute_ops, x->compute.plugin);
+    /* Before any data is loaded: the engines' buffers then come from the backend's memory. */
+    if (x->compute_ops.mem_alloc && x->compute_ops.mem_free &&
+        bv_mem_install(x->compute_ops.mem_alloc, x->compute_ops.mem_free) != 0)
+        bv_diag_add(diag, NULL, "compute: a process can use one backend's memory, and "
+                    "another's is in use");
     bv_ops_copy(&x->transport_ops, sizeof x->transport_ops, x->transport.plugin);
     if (x->cloud.plugin)
         bv_ops_copy(&x->cloud_ops, sizeof x->cloud_ops, x->cloud.plugin);

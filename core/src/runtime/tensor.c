@@ -1,9 +1,12 @@
 /* Dense tensors and CSR matrices: allocation, freeing, transpose (tensor.h). */
 #include "bivouac/tensor.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+
+#include "device_mem.h"
 
 /* Buffers of 4 MiB and more are aligned to 2 MiB and asked to be backed by transparent
  * huge pages (on kernels where THP is "madvise", the common default, nothing is otherwise):
@@ -12,8 +15,89 @@
 #define BV_HUGE_MIN (4u << 20)
 #define BV_HUGE_ALIGN (2u << 20)
 
+/* The installed backend allocator and the buffers it gave out (sorted by address, so that
+ * bv_free_aligned can tell them from host memory: a few hundred buffers per run). */
+static struct {
+    void *(*alloc)(size_t);
+    void (*release)(void *);
+    pthread_mutex_t lock;
+    void **ptrs;
+    size_t count, cap;
+} dev = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+int bv_mem_install(void *(*alloc)(size_t bytes), void (*release)(void *p))
+{
+    pthread_mutex_lock(&dev.lock);
+    int rc = 0;
+    if (dev.alloc && (dev.alloc != alloc || dev.release != release))
+        rc = -1;
+    else {
+        dev.alloc = alloc;
+        dev.release = release;
+    }
+    pthread_mutex_unlock(&dev.lock);
+    return rc;
+}
+
+/* Index of the first entry >= p. Called with the lock held. */
+static size_t dev_find(const void *p)
+{
+    size_t lo = 0, hi = dev.count;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if ((const char *)dev.ptrs[mid] < (const char *)p)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+static void *dev_alloc(size_t bytes)
+{
+    pthread_mutex_lock(&dev.lock);
+    void *p = NULL;
+    if (dev.count == dev.cap) {
+        size_t cap = dev.cap ? 2 * dev.cap : 256;
+        void **grown = realloc(dev.ptrs, cap * sizeof *grown);
+        if (!grown)
+            goto out;
+        dev.ptrs = grown;
+        dev.cap = cap;
+    }
+    if ((p = dev.alloc(bytes))) {
+        size_t i = dev_find(p);
+        memmove(dev.ptrs + i + 1, dev.ptrs + i, (dev.count - i) * sizeof *dev.ptrs);
+        dev.ptrs[i] = p;
+        dev.count++;
+    }
+out:
+    pthread_mutex_unlock(&dev.lock);
+    return p;
+}
+
+/* true if p came from the backend (and was given back to it) */
+static int dev_free(void *p)
+{
+    pthread_mutex_lock(&dev.lock);
+    size_t i = dev_find(p);
+    int mine = i < dev.count && dev.ptrs[i] == p;
+    if (mine) {
+        memmove(dev.ptrs + i, dev.ptrs + i + 1, (dev.count - i - 1) * sizeof *dev.ptrs);
+        dev.count--;
+        dev.release(p);
+    }
+    pthread_mutex_unlock(&dev.lock);
+    return mine;
+}
+
 void *bv_alloc_aligned(size_t bytes)
 {
+    if (dev.alloc) { /* set once, before the threads that allocate exist */
+        void *p = dev_alloc(bytes ? bytes : 1);
+        if (p)
+            return p;
+    }
     size_t align = bytes >= BV_HUGE_MIN ? BV_HUGE_ALIGN : 64;
     size_t rounded = (bytes + align - 1) & ~(size_t)(align - 1);
     if (!rounded)
@@ -31,6 +115,8 @@ void *bv_alloc_aligned(size_t bytes)
 
 void bv_free_aligned(void *p)
 {
+    if (p && dev.alloc && dev_free(p))
+        return;
     free(p);
 }
 
@@ -100,9 +186,9 @@ bv_csr *bv_csr_new(int64_t nrows, int64_t ncols, int64_t nnz)
     m->ncols = ncols;
     m->nnz = nnz;
     m->owned = 1;
-    m->rowptr = calloc((size_t)nrows + 1, sizeof *m->rowptr);
-    m->colidx = malloc((size_t)(nnz ? nnz : 1) * sizeof *m->colidx);
-    m->values = malloc((size_t)(nnz ? nnz : 1) * sizeof *m->values);
+    m->rowptr = bv_alloc_aligned(((size_t)nrows + 1) * sizeof *m->rowptr);
+    m->colidx = bv_alloc_aligned((size_t)(nnz ? nnz : 1) * sizeof *m->colidx);
+    m->values = bv_alloc_aligned((size_t)(nnz ? nnz : 1) * sizeof *m->values);
     if (!m->rowptr || !m->colidx || !m->values) {
         bv_csr_free(m);
         return NULL;
@@ -115,9 +201,9 @@ void bv_csr_free(bv_csr *m)
     if (!m)
         return;
     if (m->owned) {
-        free(m->rowptr);
-        free(m->colidx);
-        free(m->values);
+        bv_free_aligned(m->rowptr);
+        bv_free_aligned(m->colidx);
+        bv_free_aligned(m->values);
     }
     free(m);
 }
@@ -133,7 +219,7 @@ bv_csr *bv_csr_transpose_perm(const bv_csr *m, int64_t **perm)
     if (!t)
         return NULL;
     int64_t *p = NULL;
-    if (perm && !(p = malloc((size_t)(m->nnz ? m->nnz : 1) * sizeof *p))) {
+    if (perm && !(p = bv_alloc_aligned((size_t)(m->nnz ? m->nnz : 1) * sizeof *p))) {
         bv_csr_free(t);
         return NULL;
     }
@@ -143,7 +229,7 @@ bv_csr *bv_csr_transpose_perm(const bv_csr *m, int64_t **perm)
         t->rowptr[r + 1] += t->rowptr[r];
     int64_t *next = malloc((size_t)(t->nrows + 1) * sizeof *next);
     if (!next) {
-        free(p);
+        bv_free_aligned(p);
         bv_csr_free(t);
         return NULL;
     }

@@ -88,7 +88,7 @@ static bv_csr *csr_with_self_loops(const bv_csr *adj, int64_t looped)
     bv_csr *a = bv_csr_new(n, adj->ncols, adj->nnz + n);
     if (!a)
         return NULL;
-    free(a->values);
+    bv_free_aligned(a->values);
     a->values = NULL;
     int64_t k = 0;
     for (int64_t i = 0; i < n; i++) {
@@ -623,7 +623,7 @@ void bv_graph_engine_stop(bv_graph_engine *e)
     bv_csr_free(e->adj_norm_t);
     bv_csr_free(e->adj_loops);
     bv_csr_free(e->adj_loops_t);
-    free(e->loops_perm);
+    bv_free_aligned(e->loops_perm);
     free(e->shared);
     bv_segment_free(&e->segment);
     for (int i = 0; i < BV_MAX_GRAPH_SERVERS; i++) {

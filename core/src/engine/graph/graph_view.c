@@ -44,7 +44,7 @@ static bv_csr *remap_rows(const bv_csr *a, const int64_t *take, int64_t ntake,
         return NULL;
     }
     if (!a->values) {
-        free(m->values);
+        bv_free_aligned(m->values);
         m->values = NULL;
     }
     int64_t out = 0;

@@ -125,7 +125,7 @@ static const bv_csr *tw_graph(tensor_worker *w, const bv_role_msg *m, int64_t n,
     }
     memcpy(g->rowptr, rp, head);
     memcpy(g->colidx, m->c + head, (size_t)nnz * sizeof(int32_t));
-    free(g->values);
+    bv_free_aligned(g->values);
     g->values = NULL;
     for (int64_t i = 0; i < h->rows; i++) /* validated before use, like every message */
         if (g->rowptr[i + 1] < g->rowptr[i])

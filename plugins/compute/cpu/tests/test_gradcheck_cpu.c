@@ -458,7 +458,7 @@ static void test_gather_heads_backwards_match_finite_differences(void **state)
     free(dy_all);
     free(dx);
     free(dw);
-    free(perm);
+    bv_free_aligned(perm);
     bv_csr_free(at);
     bv_csr_free(a);
     ops()->destroy(c);
@@ -567,7 +567,7 @@ static void test_chained_attention_head_gradients_match_finite_differences(void 
     free(dx);
     free(alpha_all);
     free(dy_all);
-    free(perm);
+    bv_free_aligned(perm);
     bv_csr_free(at);
     bv_csr_free(a);
     ops()->destroy(c);

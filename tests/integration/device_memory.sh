@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# A compute plugin with memory of its own (ABI 1.10 mem_alloc, as the cuda plugin's managed
+# memory): the core takes the engines' buffers from it, and every one of them must come back
+# through bv_free_aligned. tests/plugins/compute_memcheck.c gives mapped memory that free()
+# refuses, with the cpu kernels: GCN and GAT (graph engine, roles as threads) and the
+# transformer train with it to the same losses as with the cpu plugin, to the bit.
+# Environment (set by ctest): BIVOUAC, BIVOUAC_BUILD_DIR, BIVOUAC_PLUGIN_PATH.
+set -euo pipefail
+: "${BIVOUAC:?BIVOUAC must name the bivouac binary}"
+BIVOUAC_SOURCE_DIR=${BIVOUAC_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
+build=${BIVOUAC_BUILD_DIR:-$(dirname "$BIVOUAC")}
+mc="$build/test-plugins/memcheck"
+[ -f "$mc/compute_memcheck.so" ] || { echo "FAIL: no $mc/compute_memcheck.so"; exit 1; }
+export BIVOUAC_PLUGIN_PATH="$mc${BIVOUAC_PLUGIN_PATH:+:$BIVOUAC_PLUGIN_PATH}"
+# shellcheck source=check_lib.bash
+source "$(dirname "${BASH_SOURCE[0]}")/check_lib.bash"
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/bivouac-device-memory.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+
+for model in gcn gat; do
+    cat >"$tmp/$model.yaml" <<YAML
+model: {plugin: $model}
+dataset: {synthetic: communities, nodes: 600, features: 40, classes: 4, seed: 3}
+train: {epochs: 6, seed: 5}
+engine: {intervals: 3}
+compute: {plugin: cpu, threads: 2}
+YAML
+done
+
+# loss MODEL CONFIG PLUGIN ARGS...: the run's final train_loss (the whole line: every digit)
+loss() {
+    local name=$1 config=$2 plugin=$3
+    shift 3
+    if ! "$BIVOUAC" run "$config" --out "$tmp/$name-$plugin" --quiet \
+        -s compute.plugin="$plugin" "$@" >"$tmp/$name-$plugin.out" 2>"$tmp/$name-$plugin.err"
+    then
+        echo "FAIL: $name with $plugin:" >&2
+        cat "$tmp/$name-$plugin.err" >&2
+        echo "failed"
+        return
+    fi
+    field "$tmp/$name-$plugin" train_loss
+}
+
+for model in gcn gat; do
+    want=$(loss "$model" "$tmp/$model.yaml" cpu)
+    check "$model: the same loss with the plugin's memory ($want)" \
+        "$(loss "$model" "$tmp/$model.yaml" memcheck)" "$want"
+done
+tf=(-s train.steps=12 -s train.eval_interval=12 -s train.eval_iters=2
+    -s train.final_eval_iters=2 -s resilience.0.every=12)
+want=$(loss transformer "$BIVOUAC_SOURCE_DIR/configs/transformer-shakespeare.yaml" cpu "${tf[@]}")
+check "transformer: the same loss with the plugin's memory ($want)" \
+    "$(loss transformer "$BIVOUAC_SOURCE_DIR/configs/transformer-shakespeare.yaml" memcheck \
+        "${tf[@]}")" "$want"
+finish
