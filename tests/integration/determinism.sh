@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Training is a function of the experiment and the seed: the same seed twice gives the same
-# result.json (wall_seconds aside), the same metrics.jsonl ("seconds" aside) and the same
-# final weights (params_crc32c); another seed gives other weights; a --repeat run gives
-# each seed exactly what a run of that seed alone gives (no state leaks between repeats);
-# and tasks sharing the graph server's arrays give what tasks carrying copies give.
+# result.json (wall_seconds and the cost aside), the same metrics.jsonl ("seconds" and
+# "cost_usd" aside) and the same final weights (params_crc32c); another seed gives other
+# weights; a --repeat run gives each seed exactly what a run of that seed alone gives (no
+# state leaks between repeats); and tasks sharing the graph server's arrays give what tasks
+# carrying copies give.
 # Environment (set by ctest): BIVOUAC (the binary), BIVOUAC_DATA_DIR, BIVOUAC_SOURCE_DIR;
 # BIVOUAC_CACHE_DIR is honoured (default: a temporary directory).
 set -euo pipefail
@@ -44,8 +45,12 @@ train() {
 
 # The timing fields are the only ones allowed to differ; strip them as text, so what is
 # compared is otherwise byte for byte what was written.
-strip_result() { sed -E 's/, "wall_seconds": [^,}]+//' "$1"; }
-strip_metrics() { sed -E 's/, "seconds": [^,}]+//' "$1"; }
+# The cost follows from the wall time: its total, the value, the breakdown's seconds and usd.
+strip_result() {
+    sed -E 's/, "(wall_seconds|cost_usd|value|tokens_per_usd)": [^,}]+//g;
+            s/"(seconds|usd)": [^,}]+/"\1": _/g' "$1"
+}
+strip_metrics() { sed -E 's/, "seconds": [^,}]+//; s/, "cost_usd": [^,}]+//' "$1"; }
 field() { python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])' "$1" "$2"; }
 
 # same_run LABEL DIR_A DIR_B: identical result.json and metrics.jsonl but for timings.

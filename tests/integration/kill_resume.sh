@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A run killed with SIGKILL and resumed with `bivouac run --resume DIR` ends exactly where an
-# uninterrupted run ends: same result.json (wall_seconds aside), same metrics.jsonl
+# uninterrupted run ends: same result.json (wall_seconds and cost aside), same metrics.jsonl
 # ("seconds" aside), same weights (params_crc32c). Also when the newest checkpoint is
 # damaged (truncated, or one byte flipped): the resume warns and uses the older one. Also
 # with policies whose state must survive: early stopping that fires after the kill, and an
@@ -82,7 +82,7 @@ resume() {
     resumed_after=$(sed -n 's/^bivouac: info: resumed after epoch \([0-9]*\)$/\1/p' "$1.resume.err")
 }
 
-strip_metrics() { sed -E 's/, "seconds": [^,}]+//' "$1"; }
+strip_metrics() { sed -E 's/, "seconds": [^,}]+//; s/, "cost_usd": [^,}]+//' "$1"; }
 field() { python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])' "$1" "$2"; }
 # checkpoints DIR: the checkpoint files in DIR/checkpoints, oldest first, on one line.
 checkpoints() {
@@ -99,8 +99,9 @@ same_as() {
     diffs=$(python3 - "$ref/result.json" "$dir/result.json" <<'EOF'
 import json, sys
 a, b = (json.load(open(p)) for p in sys.argv[1:3])
-for r in (a, b):
-    r.pop("wall_seconds", None)
+for r in (a, b):  # the timings, and the cost and value that follow from them
+    for k in ("wall_seconds", "cost_usd", "value", "cost_breakdown"):
+        r.pop(k, None)
 keys = ("test_accuracy", "best_val_accuracy", "epochs", "params_crc32c", "stop_reason")
 out = [f"{k}: {a.get(k)!r} != {b.get(k)!r}" for k in keys if a.get(k) != b.get(k)]
 out += [f"{k}: {a.get(k)!r} != {b.get(k)!r}" for k in sorted(set(a) | set(b))

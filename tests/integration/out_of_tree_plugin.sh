@@ -226,10 +226,10 @@ for n, r in runs.items():
 # statelog: one line per epoch. The graph engine's state is, per parameter (W0 300 x 16,
 # W1 16 x 4: 4864 floats), the weights and Adam's m and v (3 blobs, 4 bytes a float),
 # then optimizer/step and the training loop's run/units, run/lr, run/seed, run/wall,
-# run/train_seconds (8 bytes each), run/history (one 96-byte record per epoch so far) and
-# run/evals (empty: the graph engine has no periodic evaluation): 14 blobs,
-# 58416 + 96 E bytes after epoch E.
-want = [f"epoch {e} blobs 14 bytes {3 * 4 * 4864 + 6 * 8 + 96 * e}" for e in range(1, 101)]
+# run/train_seconds, run/cost (8 bytes each), run/history (one 96-byte record per epoch so
+# far), run/evals (empty: the graph engine has no periodic evaluation) and run/costs (8
+# bytes per epoch so far): 16 blobs, 58424 + 104 E bytes after epoch E.
+want = [f"epoch {e} blobs 16 bytes {3 * 4 * 4864 + 7 * 8 + 104 * e}" for e in range(1, 101)]
 got = open(f"{tmp}/statelog/statelog.txt").read().splitlines()
 if got == want:
     print(f"statelog: statelog.txt is '{want[0]}' .. '{want[-1]}'")

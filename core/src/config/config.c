@@ -491,17 +491,18 @@ static bv_status parse_stream(loader *L, bv_node **out)
 }
 
 /* Parses text as YAML; positions say `file`, columns on the first line shifted by
- * col_base. */
+ * col_base. `limited`: user input, held to BIVOUAC_MAX_CONFIG_NODES. */
 static bv_status load_text(const char *text, size_t len, const char *file, int col_base,
-                           bool experiment, bv_node **out, bv_diag *diag)
+                           bool experiment, bool limited, bv_node **out, bv_diag *diag)
 {
     loader L;
     memset(&L, 0, sizeof L);
     *out = NULL;
     bv_error err = {0};
-    uint64_t max_nodes;
-    if (bv_input_limit("BIVOUAC_MAX_CONFIG_NODES", BV_CONFIG_MAX_NODES, &max_nodes, &err) !=
-        BV_OK) {
+    uint64_t max_nodes = UINT64_MAX;
+    if (limited &&
+        bv_input_limit("BIVOUAC_MAX_CONFIG_NODES", BV_CONFIG_MAX_NODES, &max_nodes, &err) !=
+            BV_OK) {
         bv_diag_add(diag, NULL, "%s", err.msg);
         return BV_ERR_INVALID;
     }
@@ -534,7 +535,7 @@ static bv_status load_text(const char *text, size_t len, const char *file, int c
     return BV_OK;
 }
 
-static bv_status load_owned(const char *text, size_t len, const char *filename,
+static bv_status load_owned(const char *text, size_t len, const char *filename, bool limited,
                             bv_node **out, bv_diag *diag)
 {
     char *file = bv_strdup(filename ? filename : "<string>");
@@ -543,7 +544,7 @@ static bv_status load_owned(const char *text, size_t len, const char *filename,
                     filename ? filename : "<string>");
         return BV_ERR_NOMEM;
     }
-    bv_status st = load_text(text, len, file, 0, true, out, diag);
+    bv_status st = load_text(text, len, file, 0, true, limited, out, diag);
     if (st != BV_OK) {
         free(file);
         return st;
@@ -555,7 +556,13 @@ static bv_status load_owned(const char *text, size_t len, const char *filename,
 bv_status bv_config_load_string(const char *text, const char *filename, bv_node **out,
                                 bv_diag *diag)
 {
-    return load_owned(text, strlen(text), filename, out, diag);
+    return load_owned(text, strlen(text), filename, true, out, diag);
+}
+
+bv_status bv_config_load_builtin(const char *text, const char *filename, bv_node **out,
+                                 bv_diag *diag)
+{
+    return load_owned(text, strlen(text), filename, false, out, diag);
 }
 
 bv_status bv_config_load_file(const char *path, bv_node **out, bv_diag *diag)
@@ -579,7 +586,7 @@ bv_status bv_config_load_file(const char *path, bv_node **out, bv_diag *diag)
         bv_diag_add(diag, NULL, "%s", err.msg);
         return st;
     }
-    st = load_owned(text, len, path, out, diag);
+    st = load_owned(text, len, path, true, out, diag);
     free(text);
     return st;
 }
@@ -634,7 +641,7 @@ static bv_status override_value(const char *text, size_t offset, bv_node **out,
     bool flow = len >= 2 && ((text[0] == '[' && text[len - 1] == ']') ||
                              (text[0] == '{' && text[len - 1] == '}'));
     if (flow)
-        return load_text(text, len, BV_CONFIG_CMDLINE, (int)offset, false, out, diag);
+        return load_text(text, len, BV_CONFIG_CMDLINE, (int)offset, false, true, out, diag);
     if (is_null_word(text))
         len = 0;
     *out = scalar_new(text, len, cmdline_pos(offset));

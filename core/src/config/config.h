@@ -42,6 +42,10 @@ typedef struct bv_node {
 bv_status bv_config_load_file(const char *path, bv_node **out, bv_diag *diag);
 bv_status bv_config_load_string(const char *text, const char *filename, bv_node **out,
                                 bv_diag *diag);
+/* The same for text built into the library (the shipped price tables): not user input, so
+ * BIVOUAC_MAX_CONFIG_NODES does not apply. */
+bv_status bv_config_load_builtin(const char *text, const char *filename, bv_node **out,
+                                 bv_diag *diag);
 void bv_node_free(bv_node *root);
 
 /* Lookups; NULL when missing or when a step is not the right kind. Path steps are

@@ -12,9 +12,9 @@
 #include "alloc.h"
 #include "device_mem.h"
 
-static const char *const top_level_keys[] = {"name",      "model",  "dataset",    "train",
-                                             "compute",   "engine", "transport",  "resilience",
-                                             "policy",    "cluster", "cloud",   "pipeline"};
+static const char *const top_level_keys[] = {
+    "name",   "model",  "dataset", "train", "compute",  "engine", "transport", "resilience",
+    "policy", "cluster", "cloud",  "pipeline", "cost", "budget"};
 #define N_TOP_LEVEL (sizeof top_level_keys / sizeof top_level_keys[0])
 
 static const bv_option engine_schema[] = {
@@ -87,6 +87,27 @@ static const bv_option pipeline_schema[] = {
     BV_OPT_END,
 };
 
+/* `cost:` what the run's resources are priced as (docs/cost.md). */
+static const bv_option cost_schema[] = {
+    BV_OPT_STR("prices", "aws-us-east-1-2021",
+               "price table: the name of one shipped in configs/prices/, or the path of a "
+               "YAML file of the same form (relative to the experiment file)"),
+    BV_OPT_STR("instance", "c5n.2xlarge",
+               "instance type this process, and every node a cloud starts for the run, is "
+               "priced as"),
+    BV_OPT_BOOLEAN("spot", "false",
+                   "price the instances at the table's spot rate (where it has one)"),
+    BV_OPT_END,
+};
+
+/* `budget:` a hard limit on what a run may cost. */
+static const bv_option budget_schema[] = {
+    BV_OPT_FLOAT_RANGE("usd", "0", 0, 1e9,
+                       "stop the run cleanly, its results saved, once its cost reaches this "
+                       "many US dollars (0: no budget)"),
+    BV_OPT_END,
+};
+
 static const bv_option policy_schema[] = {
     BV_OPT_FILE("file", NULL, "Lua policy script, relative to the experiment file"),
     BV_OPT_CHOICE("on_error", "continue", "continue|stop",
@@ -111,6 +132,8 @@ void bv_experiment_free(bv_experiment *x)
     bv_opts_free(&x->engine);
     bv_opts_free(&x->cluster);
     bv_opts_free(&x->pipeline);
+    bv_opts_free(&x->cost);
+    bv_opts_free(&x->budget);
     bv_opts_free(&x->cloud.opts);
     bv_opts_free(&x->policy);
     bv_policy_free(x->policy_ready);
@@ -480,6 +503,42 @@ static void load_cluster(bv_experiment *x, bv_registry *reg, bv_diag *diag)
         check_hosts(x, diag);
 }
 
+/* `cost:` its options, and the price table they name, which must price the instance. An
+ * experiment without the section runs at the shipped defaults, read when the run starts
+ * (bv_experiment_prices): a check reads nothing it does not have to. */
+static void load_prices(bv_experiment *x, const bv_node *section, bv_diag *diag)
+{
+    if (bv_config_validate(section, "cost", cost_schema, NULL, &x->cost, diag) != BV_OK ||
+        !section)
+        return;
+    const bv_opt_value *prices = bv_opts_find(&x->cost, "prices");
+    const bv_opt_value *inst = bv_opts_find(&x->cost, "instance");
+    char base[4096];
+    snprintf(base, sizeof base, "%s", x->path);
+    char *slash = strrchr(base, '/');
+    if (slash)
+        *slash = '\0';
+    bv_error err = {0};
+    if (bv_prices_load(prices->v.s, slash ? base : ".", &x->prices, &err) != BV_OK) {
+        x->prices.ninstances = 0;
+        char known[256] = "";
+        for (size_t i = 0; bv_builtin_price_tables[i]; i++)
+            snprintf(known + strlen(known), sizeof known - strlen(known), "%s%s",
+                     i ? ", " : "", bv_builtin_price_tables[i]);
+        bv_diag_add(diag, &prices->pos, "price table '%s': %s (shipped: %s)", prices->v.s,
+                    err.msg, known);
+        return;
+    }
+    if (!bv_prices_find(&x->prices, inst->v.s)) {
+        char known[512] = "";
+        for (int i = 0; i < x->prices.ninstances; i++)
+            snprintf(known + strlen(known), sizeof known - strlen(known), "%s%s",
+                     i ? ", " : "", x->prices.instances[i].name);
+        bv_diag_add(diag, &inst->pos, "instance type '%s' is not in price table %s (%s)",
+                    inst->v.s, x->prices.name, known);
+    }
+}
+
 static bv_status load(const char *path, char *const *overrides, size_t noverrides,
                       bv_registry *reg, bool policy_script, bv_experiment **out, bv_diag *diag)
 {
@@ -559,6 +618,9 @@ static bv_status load(const char *path, char *const *overrides, size_t noverride
     bv_config_validate(bv_node_get(root, "engine"), "engine", engine_schema, NULL, &x->engine,
                        diag);
     load_cluster(x, reg, diag);
+    load_prices(x, bv_node_get(root, "cost"), diag);
+    bv_config_validate(bv_node_get(root, "budget"), "budget", budget_schema, NULL, &x->budget,
+                       diag);
     if (pipeline && x->engine_ops && strcmp(x->engine_ops->name, "sequence") != 0)
         bv_diag_add(diag, &pipeline->pos, "section 'pipeline' splits a sequence model's "
                     "layers; model %s runs on the %s engine",

@@ -15,6 +15,7 @@
 #include "bivouac/transport.h"
 #include "config.h"
 #include "engine.h"
+#include "ledger.h"
 #include "policy.h"
 #include "registry.h"
 
@@ -45,6 +46,8 @@ typedef struct bv_experiment {
     bv_opts dataset, train, engine, policy;
     bv_opts cluster; /* `cluster:` how many roles of each kind (defaults without a cloud) */
     bv_opts pipeline; /* `pipeline:` stages, microbatches, schedule, partition (defaults) */
+    bv_opts cost, budget; /* `cost:` the price table and instance type; `budget:` usd */
+    bv_price_table prices; /* the table cost.prices names (ledger.h) */
     bool has_policy;
     bool policy_broken; /* it failed to load with on_error: continue; runs go on without it */
     bv_policy_param *policy_params;

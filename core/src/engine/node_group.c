@@ -12,6 +12,7 @@
 
 #include "bivouac/log.h"
 #include "clock.h"
+#include "ledger.h"
 
 /* ---- Ctrl-C: the coordinator ends the nodes itself (they ignore SIGINT) ---- */
 
@@ -206,7 +207,9 @@ int bv_node_group_poll(const bv_cloud_ops *ops, bv_cloud *cloud, int64_t *nodes,
                     : -1;
         if (m < 0)
             continue;
-        nodes[m] = -1; /* gone: nothing to stop */
+        nodes[m] = -1; /* gone: nothing to stop, and nothing more to pay for */
+        if (bv_ledger_current())
+            bv_ledger_stop_node(bv_ledger_current(), ev.node, bv_now_seconds());
         *member = m;
         *id = ev.node;
         *status = ev.size >= sizeof ev ? ev.wait_status : -1;
@@ -258,9 +261,18 @@ void bv_node_group_end(const bv_cloud_ops *ops, bv_cloud *cloud, int64_t *nodes,
 {
     for (int i = 0; i < count; i++) {
         bv_error ignored;
-        if (nodes[i] >= 0)
+        if (nodes[i] >= 0) {
             ops->terminate(cloud, nodes[i], &ignored);
+            if (bv_ledger_current())
+                bv_ledger_stop_node(bv_ledger_current(), nodes[i], bv_now_seconds());
+        }
         nodes[i] = -1;
     }
     ops->destroy(cloud);
+}
+
+void bv_node_group_charge(int64_t node, const char *node_type)
+{
+    if (bv_ledger_current())
+        bv_ledger_start(bv_ledger_current(), node_type, node, bv_now_seconds());
 }

@@ -5,7 +5,8 @@
 #include "json_out.h"
 #include "train.h"
 
-/* "seed": S, the engine's fields, "wall_seconds", "params_crc32c", "stop_reason" */
+/* "seed": S, the engine's fields, "wall_seconds", the cost (its total, the value 1/(T C), the
+ * breakdown), "params_crc32c", "stop_reason" */
 static void write_run_fields(FILE *f, const bv_run_result *r, uint64_t seed)
 {
     fprintf(f, "\"seed\": %llu", (unsigned long long)seed);
@@ -20,6 +21,10 @@ static void write_run_fields(FILE *f, const bv_run_result *r, uint64_t seed)
         }
     }
     bv_json_field(f, "wall_seconds", r->wall_seconds);
+    bv_json_field(f, "cost_usd", r->cost_usd);
+    if (r->cost_usd > 0 && r->wall_seconds > 0) /* Dorylus's value: 1 / (T C) */
+        bv_json_field(f, "value", 1.0 / (r->wall_seconds * r->cost_usd));
+    fputs(r->cost_json, f);
     fprintf(f, ", \"params_crc32c\": \"%08x\", \"stop_reason\": ", (unsigned)r->params_crc32c);
     bv_json_string(f, r->stop_reason);
 }
@@ -46,7 +51,7 @@ double bv_result_wall_total(const bv_run_result *runs, size_t n)
 
 /* The summary over seeds: the mean of every BV_RESULT_MEAN field (the fields are the same
  * for every seed of one engine), the headline's standard deviation after it, and the
- * summed wall time. */
+ * summed wall time and cost. */
 static void write_summary_fields(FILE *f, const bv_run_result *runs, size_t n)
 {
     for (size_t k = 0; k < runs[0].nfields; k++) {
@@ -63,6 +68,10 @@ static void write_summary_fields(FILE *f, const bv_run_result *runs, size_t n)
         }
     }
     bv_json_field(f, "wall_seconds", bv_result_wall_total(runs, n));
+    double cost = 0;
+    for (size_t i = 0; i < n; i++)
+        cost += runs[i].cost_usd;
+    bv_json_field(f, "cost_usd", cost);
 }
 
 int bv_result_write(const char *dir, const bv_experiment *x, const bv_run_result *runs,

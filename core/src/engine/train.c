@@ -45,6 +45,12 @@ typedef struct train_run {
     double t0, session_start, last_draw;
     int64_t session_units;
     FILE *metrics;
+    /* what the run costs (ledger.h): its own process is charge `self`; cost[i] is the
+     * running cost after unit i (NaN: not known, a checkpoint from before the ledger) */
+    bv_ledger *ledger;
+    int self;
+    double *cost;
+    size_t ncost, cost_cap;
 } train_run;
 
 static bv_status record_push(record_list *l, const bv_record *rec, bv_error *err)
@@ -55,16 +61,33 @@ static bv_status record_push(record_list *l, const bv_record *rec, bv_error *err
     return BV_OK;
 }
 
-/* One metrics.jsonl line: {"epoch": 3, "train_loss": 1.2, ..., "seconds": 0.5} */
-static void write_record(FILE *f, const bv_record_kind *kind, const bv_record *rec)
+/* One metrics.jsonl line: {"epoch": 3, "train_loss": 1.2, ..., "seconds": 0.5}, and a
+ * unit's running cost after its seconds ("cost_usd": 0.0001) where it is known. */
+static void write_record(FILE *f, const bv_record_kind *kind, const bv_record *rec,
+                         double cost)
 {
     fputc('{', f);
     bv_json_string(f, kind->fields[0]);
     fprintf(f, ": %lld", (long long)rec->v[0]);
     for (size_t i = 1; i < kind->nfields; i++)
         bv_json_field(f, kind->fields[i], rec->v[i]);
+    if (!isnan(cost))
+        bv_json_field(f, "cost_usd", cost);
     fputs("}\n", f);
     fflush(f);
+}
+
+static bv_status cost_push(train_run *r, double usd, bv_error *err)
+{
+    if (!bv_grow((void **)&r->cost, &r->cost_cap, r->ncost, sizeof *r->cost, 256))
+        return bv_error_set(err, BV_ERR_NOMEM, "out of memory");
+    r->cost[r->ncost++] = usd;
+    return BV_OK;
+}
+
+static double cost_of_unit(const train_run *r, size_t i)
+{
+    return i < r->ncost ? r->cost[i] : NAN;
 }
 
 /* The series reported since the last call (bivouac/series.h: plugins, the policy's
@@ -142,6 +165,7 @@ static bv_status snapshot(train_run *r, bv_state *s, bv_error *err)
     int64_t units = (int64_t)r->units.count;
     double wall = r->wall_before + (bv_now_seconds() - r->t0);
     uint64_t seed = r->o->seed;
+    double cost = bv_ledger_usd(r->ledger, bv_now_seconds());
     s->epoch = units;
     if (bv_state_add(s, "run/units", &units, sizeof units) != BV_OK ||
         bv_state_add(s, "run/lr", &r->lr_set, sizeof r->lr_set) != BV_OK ||
@@ -152,7 +176,9 @@ static bv_status snapshot(train_run *r, bv_state *s, bv_error *err)
         bv_state_add(s, "run/history", r->units.items, r->units.count * sizeof(bv_record)) !=
             BV_OK ||
         bv_state_add(s, "run/evals", r->evals.items, r->evals.count * sizeof(bv_record)) !=
-            BV_OK) {
+            BV_OK ||
+        bv_state_add(s, "run/cost", &cost, sizeof cost) != BV_OK ||
+        bv_state_add(s, "run/costs", r->cost, r->ncost * sizeof *r->cost) != BV_OK) {
         bv_state_free(s);
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory for the training state");
     }
@@ -242,7 +268,20 @@ static bv_status restore(train_run *r, bool *stop, char *reason, size_t reason_l
                             "not %llu", (unsigned long long)seed,
                             (unsigned long long)r->o->seed);
     }
-    st = r->ops->set_state(r->engine, &s, err);
+    /* what the earlier sessions cost: absent from a checkpoint made before the ledger */
+    double cost = 0;
+    const bv_blob *costs = bv_state_find(&s, "run/costs");
+    if (bv_state_read(&s, "run/cost", &cost, sizeof cost))
+        bv_ledger_add_before(r->ledger, cost);
+    size_t known = costs ? costs->size / sizeof(double) : 0;
+    for (size_t i = 0; st == BV_OK && i < (size_t)units; i++) { /* NaN: not known */
+        double c = NAN;
+        if (i < known)
+            memcpy(&c, (const char *)costs->data + i * sizeof c, sizeof c);
+        st = cost_push(r, c, err);
+    }
+    if (st == BV_OK)
+        st = r->ops->set_state(r->engine, &s, err);
     if (st == BV_OK)
         st = read_records(hist, &r->units, err);
     if (st == BV_OK)
@@ -286,8 +325,9 @@ static void show_progress(train_run *r, int64_t total)
     double eta = r->session_units > 0 ? h.session_seconds / (double)r->session_units *
                                              (double)(total - done)
                                        : 0;
-    fprintf(stderr, "\r\033[K%s %lld/%lld  %s  %.1fs elapsed  ETA %.1fs", r->ops->unit,
-            (long long)done, (long long)total, part, h.wall_seconds, eta);
+    fprintf(stderr, "\r\033[K%s %lld/%lld  %s  %.1fs elapsed  ETA %.1fs  $%.4f", r->ops->unit,
+            (long long)done, (long long)total, part, h.wall_seconds, eta,
+            bv_ledger_usd(r->ledger, now));
     fflush(stderr);
 }
 
@@ -378,6 +418,8 @@ static void teardown(train_run *r)
         fclose(r->metrics);
     free(r->units.items);
     free(r->evals.items);
+    free(r->cost);
+    bv_ledger_free(r->ledger);
 }
 
 /* metrics.jsonl from the start: a resumed run rewrites what it had, interleaved as it
@@ -390,9 +432,9 @@ static bv_status open_metrics(train_run *r, bv_error *err)
         return bv_error_set(err, BV_ERR_IO, "cannot write %s", path);
     size_t ev = 0;
     for (size_t i = 0; i < r->units.count; i++) {
-        write_record(r->metrics, r->ops->unit_record, &r->units.items[i]);
+        write_record(r->metrics, r->ops->unit_record, &r->units.items[i], cost_of_unit(r, i));
         for (; ev < r->evals.count && r->evals.items[ev].v[0] == r->units.items[i].v[0]; ev++)
-            write_record(r->metrics, r->ops->eval_record, &r->evals.items[ev]);
+            write_record(r->metrics, r->ops->eval_record, &r->evals.items[ev], NAN);
     }
     return BV_OK;
 }
@@ -407,7 +449,7 @@ static bv_status evaluate(train_run *r, int64_t done, bool final, bool *stop, ch
     if (st != BV_OK)
         return st;
     *seconds_of(kind, &ev) = r->wall_before + (bv_now_seconds() - r->t0);
-    write_record(r->metrics, kind, &ev);
+    write_record(r->metrics, kind, &ev, NAN);
     if (final) {
         r->final_eval = ev;
         r->has_final_eval = true;
@@ -420,6 +462,25 @@ static bv_status evaluate(train_run *r, int64_t done, bool final, bool *stop, ch
     policy_record(r, kind, &ev, false, stop, reason, reason_len);
     write_series(r->metrics, kind, &ev);
     return BV_OK;
+}
+
+/* result.json's cost: the total, its breakdown, the value 1/(T C) with T the run's wall
+ * seconds (Dorylus section 7), and for engines that count tokens, tokens per dollar. */
+static void cost_result(train_run *r, bv_run_result *res)
+{
+    double now = bv_now_seconds();
+    res->cost_usd = bv_ledger_usd(r->ledger, now);
+    FILE *f = fmemopen(res->cost_json, sizeof res->cost_json, "w");
+    if (f) {
+        bv_ledger_write_breakdown(f, r->ledger, now);
+        if (fclose(f) != 0)
+            res->cost_json[0] = '\0';
+    }
+    for (size_t i = 0; i < res->nfields; i++)
+        if (strcmp(res->fields[i].name, "tokens_per_second") == 0 && res->cost_usd > 0)
+            bv_result_add(res, "tokens_per_usd",
+                          res->fields[i].value * r->train_seconds / res->cost_usd, false,
+                          BV_RESULT_MEAN);
 }
 
 bv_status bv_train(const bv_experiment *x, void *data, const bv_train_options *o,
@@ -436,6 +497,21 @@ bv_status bv_train(const bv_experiment *x, void *data, const bv_train_options *o
     snprintf(reason, reason_len, "reached %lld %ss", (long long)total, ops->unit);
     bool stop = false;
     bv_series_reset(); /* nothing another seed's roles reported late */
+    /* the bill opens before the engine starts, which may start nodes; an experiment
+     * without `cost:` is priced by the shipped default table, read now */
+    bv_price_table defaults;
+    const bv_price_table *prices = &x->prices;
+    if (!prices->ninstances) {
+        if (bv_prices_load(bv_opts_str(&x->cost, "prices"), NULL, &defaults, err) != BV_OK)
+            return err->status;
+        prices = &defaults;
+    }
+    if (!(r.ledger = bv_ledger_new(prices, bv_opts_str(&x->cost, "instance"),
+                                   bv_opts_bool(&x->cost, "spot"))))
+        return bv_error_set(err, BV_ERR_NOMEM, "out of memory");
+    bv_ledger_set_current(r.ledger);
+    r.self = bv_ledger_start(r.ledger, NULL, -1, r.t0);
+    double budget = bv_opts_float(&x->budget, "usd");
     bv_status st = setup(&r, data, err);
     if (st == BV_OK)
         st = o->resume ? restore(&r, &stop, reason, reason_len, err) : ops->init(r.engine, err);
@@ -454,10 +530,17 @@ bv_status bv_train(const bv_experiment *x, void *data, const bv_train_options *o
         if ((st = record_push(&r.units, &rec, err)) != BV_OK)
             break;
         r.session_units++;
-        write_record(r.metrics, kind, &rec);
+        double cost = bv_ledger_usd(r.ledger, te);
+        if ((st = cost_push(&r, cost, err)) != BV_OK)
+            break;
+        write_record(r.metrics, kind, &rec, cost);
         if (o->progress)
             show_progress(&r, total);
         policy_record(&r, kind, &rec, false, &stop, reason, reason_len);
+        if (budget > 0 && cost >= budget && !stop) {
+            stop = true;
+            snprintf(reason, reason_len, "reached the budget of $%g (cost $%.4f)", budget, cost);
+        }
         write_series(r.metrics, kind, &rec);
         if (ops->eval_record && ops->eval_due(r.engine, unit + 1)) {
             st = evaluate(&r, unit + 1, false, &stop, reason, reason_len, err);
@@ -484,6 +567,9 @@ bv_status bv_train(const bv_experiment *x, void *data, const bv_train_options *o
         res->wall_seconds = h.wall_seconds;
         res->params_crc32c = ops->params_crc32c(r.engine);
         ops->result(r.engine, &h, res);
+        /* this process is billed for the wall time the result reports, to the bit */
+        bv_ledger_stop_after(r.ledger, r.self, h.wall_seconds - r.wall_before);
+        cost_result(&r, res);
     }
     teardown(&r);
     return st;

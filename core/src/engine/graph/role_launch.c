@@ -382,6 +382,7 @@ static bv_status launch_role(bv_graph_engine *e, int slot, const char *exe, cons
     e->node[slot] = e->cfg.cloud_ops->launch(e->cloud, &req, address, sizeof address, err);
     if (e->node[slot] < 0)
         return err->status ? err->status : BV_ERR_PLUGIN;
+    bv_node_group_charge(e->node[slot], req.node_type);
     return BV_OK;
 }
 

@@ -1,0 +1,260 @@
+/* Price tables and the run's cost ledger (ledger.h, docs/cost.md). */
+#include "ledger.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "json_out.h"
+#include "prices_builtin.h"
+
+#define LEDGER_MAX 512 /* instances a run charges: the coordinator and its nodes */
+
+const bv_instance_price *bv_prices_find(const bv_price_table *t, const char *instance)
+{
+    for (int i = 0; i < t->ninstances; i++)
+        if (strcmp(t->instances[i].name, instance) == 0)
+            return &t->instances[i];
+    return NULL;
+}
+
+/* A non-negative number, or -1 with err set naming where. */
+static double price_value(const bv_node *n, const char *what, bv_error *err)
+{
+    char *end = NULL;
+    double v = n && n->kind == BV_NODE_SCALAR ? strtod(n->scalar, &end) : -1;
+    if (!n || n->kind != BV_NODE_SCALAR || end == n->scalar || *end || !(v >= 0) || !isfinite(v)) {
+        const bv_pos *p = n ? &n->pos : NULL;
+        bv_error_set(err, BV_ERR_INVALID, "%s:%d:%d: %s must be a price in USD (a number >= 0)",
+                     p ? p->file : "?", p ? p->line : 0, p ? p->col : 0, what);
+        return -1;
+    }
+    return v;
+}
+
+static bv_status parse_table(const bv_node *root, bv_price_table *t, bv_error *err)
+{
+    const bv_node *name = bv_node_get(root, "name");
+    const bv_node *date = bv_node_get(root, "date");
+    const bv_node *inst = bv_node_get(root, "instances");
+    if (!name || name->kind != BV_NODE_SCALAR || !inst || inst->kind != BV_NODE_MAP)
+        return bv_error_set(err, BV_ERR_INVALID, "%s: a price table needs 'name' and a "
+                            "mapping 'instances' (as configs/prices/ has them)", root->pos.file);
+    snprintf(t->name, sizeof t->name, "%s", name->scalar);
+    snprintf(t->date, sizeof t->date, "%s", date && date->kind == BV_NODE_SCALAR
+                                                ? date->scalar : "");
+    for (size_t i = 0; i < inst->count; i++) {
+        if (t->ninstances == BV_PRICES_MAX_INSTANCES)
+            return bv_error_set(err, BV_ERR_INVALID, "%s: more than %d instance types",
+                                root->pos.file, BV_PRICES_MAX_INSTANCES);
+        bv_instance_price *p = &t->instances[t->ninstances++];
+        snprintf(p->name, sizeof p->name, "%s", inst->keys[i]);
+        char what[96];
+        snprintf(what, sizeof what, "%s's on_demand", inst->keys[i]);
+        if ((p->on_demand = price_value(bv_node_get(inst->items[i], "on_demand"), what, err)) < 0)
+            return err->status;
+        const bv_node *spot = bv_node_get(inst->items[i], "spot");
+        snprintf(what, sizeof what, "%s's spot", inst->keys[i]);
+        if (spot && (p->spot = price_value(spot, what, err)) < 0)
+            return err->status;
+    }
+    return BV_OK;
+}
+
+bv_status bv_prices_load(const char *which, const char *base_dir, bv_price_table *t,
+                         bv_error *err)
+{
+    memset(t, 0, sizeof *t);
+    bv_diag diag = {0};
+    bv_node *root = NULL;
+    const char *text = bv_prices_builtin(which);
+    bv_status st;
+    if (text) {
+        char file[96];
+        snprintf(file, sizeof file, "configs/prices/%s.yaml", which);
+        st = bv_config_load_builtin(text, file, &root, &diag);
+    } else {
+        char path[4096];
+        if (which[0] == '/' || !base_dir)
+            snprintf(path, sizeof path, "%s", which);
+        else
+            snprintf(path, sizeof path, "%s/%s", base_dir, which);
+        st = bv_config_load_file(path, &root, &diag);
+    }
+    if (st != BV_OK) {
+        char msg[512] = "cannot read the prices";
+        if (diag.count)
+            bv_diag_format(&diag, 0, msg, sizeof msg);
+        bv_error_set(err, st, "%s", msg);
+        bv_diag_free(&diag);
+        return st;
+    }
+    bv_diag_free(&diag);
+    st = parse_table(root, t, err);
+    bv_node_free(root);
+    return st;
+}
+
+/* ---- the ledger ---- */
+
+typedef struct charge {
+    char type[48];
+    int64_t node; /* -1: the run's own process */
+    bool spot;
+    double rate;         /* USD per second */
+    double start, end;   /* monotonic seconds; end < 0: still running */
+} charge;
+
+struct bv_ledger {
+    pthread_mutex_t lock;
+    bv_price_table prices;
+    char instance[48]; /* the type of a charge that names none */
+    bool spot;
+    double before; /* USD of the earlier sessions of a resumed run */
+    charge items[LEDGER_MAX];
+    int n;
+    int unpriced; /* instances not charged: a type the table lacks, or a full ledger */
+};
+
+static bv_ledger *current;
+
+bv_ledger *bv_ledger_new(const bv_price_table *prices, const char *instance, bool spot)
+{
+    bv_ledger *l = calloc(1, sizeof *l);
+    if (!l)
+        return NULL;
+    pthread_mutex_init(&l->lock, NULL);
+    l->prices = *prices;
+    snprintf(l->instance, sizeof l->instance, "%s", instance);
+    l->spot = spot;
+    return l;
+}
+
+void bv_ledger_add_before(bv_ledger *l, double usd)
+{
+    pthread_mutex_lock(&l->lock);
+    l->before += usd;
+    pthread_mutex_unlock(&l->lock);
+}
+
+void bv_ledger_free(bv_ledger *l)
+{
+    if (!l)
+        return;
+    if (current == l)
+        current = NULL;
+    pthread_mutex_destroy(&l->lock);
+    free(l);
+}
+
+int bv_ledger_start(bv_ledger *l, const char *type, int64_t node, double now)
+{
+    if (!type)
+        type = l->instance;
+    const bv_instance_price *p = bv_prices_find(&l->prices, type);
+    pthread_mutex_lock(&l->lock);
+    int h = -1;
+    if (!p || l->n == LEDGER_MAX) {
+        l->unpriced++;
+    } else {
+        h = l->n++;
+        charge *c = &l->items[h];
+        snprintf(c->type, sizeof c->type, "%s", type);
+        c->node = node;
+        /* a spot instance where the table has no spot price is billed on demand */
+        c->spot = l->spot && p->spot > 0;
+        c->rate = (c->spot ? p->spot : p->on_demand) / 3600.0;
+        c->start = now;
+        c->end = -1;
+    }
+    pthread_mutex_unlock(&l->lock);
+    return h;
+}
+
+void bv_ledger_stop_node(bv_ledger *l, int64_t node, double now)
+{
+    pthread_mutex_lock(&l->lock);
+    for (int i = 0; i < l->n; i++)
+        if (node >= 0 && l->items[i].node == node && l->items[i].end < 0)
+            l->items[i].end = now;
+    pthread_mutex_unlock(&l->lock);
+}
+
+void bv_ledger_stop_after(bv_ledger *l, int handle, double seconds)
+{
+    pthread_mutex_lock(&l->lock);
+    if (handle >= 0 && handle < l->n)
+        l->items[handle].end = l->items[handle].start + seconds;
+    pthread_mutex_unlock(&l->lock);
+}
+
+static double seconds_of(const charge *c, double now)
+{
+    double end = c->end >= 0 ? c->end : now;
+    return end > c->start ? end - c->start : 0;
+}
+
+double bv_ledger_usd(bv_ledger *l, double now)
+{
+    pthread_mutex_lock(&l->lock);
+    double usd = l->before;
+    for (int i = 0; i < l->n; i++)
+        usd += seconds_of(&l->items[i], now) * l->items[i].rate;
+    pthread_mutex_unlock(&l->lock);
+    return usd;
+}
+
+void bv_ledger_write_breakdown(FILE *f, bv_ledger *l, double now)
+{
+    pthread_mutex_lock(&l->lock);
+    fputs(", \"cost_breakdown\": {", f);
+    bool first = true;
+    bool done[LEDGER_MAX] = {false};
+    for (int i = 0; i < l->n; i++) { /* one member per type and pricing, in first-use order */
+        if (done[i])
+            continue;
+        int count = 0;
+        double secs = 0, usd = 0;
+        for (int j = i; j < l->n; j++)
+            if (!done[j] && strcmp(l->items[j].type, l->items[i].type) == 0 &&
+                l->items[j].spot == l->items[i].spot) {
+                done[j] = true;
+                count++;
+                secs += seconds_of(&l->items[j], now);
+                usd += seconds_of(&l->items[j], now) * l->items[j].rate;
+            }
+        char key[64];
+        snprintf(key, sizeof key, "%s%s", l->items[i].type, l->items[i].spot ? " spot" : "");
+        fputs(first ? "" : ", ", f);
+        first = false;
+        bv_json_string(f, key);
+        fprintf(f, ": {\"instances\": %d", count);
+        bv_json_field(f, "seconds", secs);
+        bv_json_field(f, "usd", usd);
+        fputc('}', f);
+    }
+    if (l->before > 0) {
+        fputs(first ? "" : ", ", f);
+        first = false;
+        fputs("\"earlier sessions\": {", f);
+        fputs("\"usd\": ", f);
+        fprintf(f, "%.17g}", l->before);
+    }
+    fputc('}', f);
+    fputs(", \"cost_prices\": ", f);
+    bv_json_string(f, l->prices.name);
+    if (l->unpriced)
+        fprintf(f, ", \"cost_unpriced_instances\": %d", l->unpriced);
+    pthread_mutex_unlock(&l->lock);
+}
+
+void bv_ledger_set_current(bv_ledger *l)
+{
+    current = l;
+}
+
+bv_ledger *bv_ledger_current(void)
+{
+    return current;
+}
