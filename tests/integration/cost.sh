@@ -3,9 +3,10 @@
 # billed as one instance of cost.instance for the wall time result.json reports, at the
 # price table's rate (to the printed precision; the shipped table); value = 1/(T C);
 # metrics.jsonl carries the running cost, never decreasing; spot prices apply where the
-# table has them; a run with role processes also pays for each of them; budget.usd stops
-# a run cleanly with its results saved; a resumed run adds its earlier sessions' cost; a
-# bad table or an unknown instance type is refused with file:line:column and exit 2.
+# table has them; a run with role processes also pays for each of them (and reports how
+# many instances it runs on); budget.usd stops a run cleanly with its results saved; a
+# resumed run adds its earlier sessions' cost; a bad table or an unknown instance type is
+# refused with file:line:column and exit 2.
 # Environment (set by ctest): BIVOUAC.
 set -euo pipefail
 : "${BIVOUAC:?BIVOUAC must name the bivouac binary}"
@@ -76,6 +77,8 @@ YAML
 check "a cluster run pays for the coordinator and its 3 role processes" \
     "$(json "$tmp/e/result.json" '(r["cost_breakdown"]["c5n.2xlarge"]["instances"], r["cost_usd"] > r["wall_seconds"] * 0.432 / 3600)')" \
     "(4, True)"
+check "a cluster run reports its size each epoch (the instances series)" \
+    "$(grep -c '"series": "instances", "unit": "", "value": 4,' "$tmp/e/metrics.jsonl")" 4
 
 # 5. the budget: a fraction of a cent stops the run after its first epoch, results saved
 rc=0

@@ -505,7 +505,7 @@ static void load_cluster(bv_experiment *x, bv_registry *reg, bv_diag *diag)
 
 /* `cost:` its options, and the price table they name, which must price the instance. An
  * experiment without the section runs at the shipped defaults, read when the run starts
- * (bv_experiment_prices): a check reads nothing it does not have to. */
+ * (bv_train): a check reads nothing it does not have to. */
 static void load_prices(bv_experiment *x, const bv_node *section, bv_diag *diag)
 {
     if (bv_config_validate(section, "cost", cost_schema, NULL, &x->cost, diag) != BV_OK ||

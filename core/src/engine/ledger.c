@@ -195,6 +195,19 @@ static double seconds_of(const charge *c, double now)
     return end > c->start ? end - c->start : 0;
 }
 
+int bv_ledger_running(bv_ledger *l, double now, int *nodes_ever)
+{
+    pthread_mutex_lock(&l->lock);
+    int running = 0, nodes = 0;
+    for (int i = 0; i < l->n; i++) {
+        running += l->items[i].end < 0 || l->items[i].end > now;
+        nodes += l->items[i].node >= 0;
+    }
+    pthread_mutex_unlock(&l->lock);
+    *nodes_ever = nodes;
+    return running;
+}
+
 double bv_ledger_usd(bv_ledger *l, double now)
 {
     pthread_mutex_lock(&l->lock);

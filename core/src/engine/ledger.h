@@ -56,6 +56,8 @@ void bv_ledger_stop_node(bv_ledger *l, int64_t node, double now);
 /* Ends charge `handle` at `seconds` after its start exactly (the run's own process: its
  * wall time as result.json reports it). */
 void bv_ledger_stop_after(bv_ledger *l, int handle, double seconds);
+/* Instances being paid for at `now`, and how many were ever charged for cloud nodes. */
+int bv_ledger_running(bv_ledger *l, double now, int *nodes_ever);
 /* USD so far (running instances up to `now`; earlier sessions of a resumed run included). */
 double bv_ledger_usd(bv_ledger *l, double now);
 /* "cost_breakdown": {"c5n.2xlarge": {"instances": 1, "seconds": 1.2, "usd": 0.00014}, ...}

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "bivouac/log.h"
+#include "bivouac/series.h"
 #include "bivouac/wire.h"
 #include "clock.h"
 #include "grow.h"
@@ -533,6 +534,9 @@ bv_status bv_train(const bv_experiment *x, void *data, const bv_train_options *o
         double cost = bv_ledger_usd(r.ledger, te);
         if ((st = cost_push(&r, cost, err)) != BV_OK)
             break;
+        int nodes_ever, running = bv_ledger_running(r.ledger, te, &nodes_ever);
+        if (nodes_ever) /* a run on a cloud: its size over time, as Bamboo's Figure 11 */
+            bv_series_report("instances", NULL, running);
         write_record(r.metrics, kind, &rec, cost);
         if (o->progress)
             show_progress(&r, total);

@@ -34,6 +34,9 @@ static void describe_field(const char *name, bv_plot_series *s, double *scale)
         *scale = 100;
     } else if (strcmp(name, "lr") == 0) {
         snprintf(s->quantity, sizeof s->quantity, "learning rate");
+    } else if (strcmp(name, "cost_usd") == 0) { /* the run's bill so far (docs/cost.md) */
+        snprintf(s->quantity, sizeof s->quantity, "cost");
+        snprintf(s->unit, sizeof s->unit, "USD, cumulative");
     } else if (strcmp(name, "grad_norm") == 0) {
         snprintf(s->quantity, sizeof s->quantity, "gradient norm");
         snprintf(s->unit, sizeof s->unit, "L2, before clipping");

@@ -115,9 +115,16 @@ static void tick_text(double v, const axis *a, char *buf, size_t len)
 {
     if (fabs(v) < a->step * 1e-6)
         v = 0;
-    if (fabs(v) >= 1e6 || (v != 0 && a->decimals > 5))
-        snprintf(buf, len, "%.2g", v);
-    else
+    if (fabs(v) >= 1e6 || (v != 0 && a->decimals > 5)) {
+        /* as many significant digits as make neighbouring ticks differ (a cost in dollars
+         * climbs by millionths: 0.000146, 0.000148), at least 2 */
+        int sig = 2;
+        if (v != 0) {
+            int need = (int)floor(log10(fabs(v))) - (int)floor(log10(a->step)) + 1;
+            sig = need > sig ? (need < 17 ? need : 17) : sig;
+        }
+        snprintf(buf, len, "%.*g", sig, v);
+    } else
         snprintf(buf, len, "%.*f", a->decimals, v);
 }
 
@@ -179,6 +186,20 @@ static void draw_panel(cairo_t *cr, const panel *p, const bv_plot_options *o,
         ya.hi = 100;
 #define MAPX(v) (gx + ((v) - xa.lo) / (xa.hi - xa.lo) * gw)
 #define MAPY(v) (gy + gh - ((v) - ya.lo) / (ya.hi - ya.lo) * gh)
+    /* Values too small for the margin's labels (a short run's cost, in millionths of a
+     * dollar) are labelled in units of 10^e, which the axis title says. */
+    axis yt = ya;
+    double yscale = 1;
+    char ylabel[sizeof p->ylabel + 16];
+    snprintf(ylabel, sizeof ylabel, "%s", p->ylabel);
+    double big = fmax(fabs(ya.lo), fabs(ya.hi));
+    if (ya.decimals > 3 && big > 0) {
+        int e = (int)floor(log10(big));
+        yscale = pow(10, -e);
+        yt.step = ya.step * yscale;
+        yt.decimals = yt.step >= 1 ? 0 : (int)ceil(-log10(yt.step) - 1e-9);
+        snprintf(ylabel, sizeof ylabel, "%s, x 1e%d", p->ylabel, e);
+    }
     /* grid and ticks */
     cairo_set_line_width(cr, 1);
     set_font(cr, FONT_TICK, false);
@@ -193,7 +214,7 @@ static void draw_panel(cairo_t *cr, const panel *p, const bv_plot_options *o,
         cairo_line_to(cr, gx + gw, y);
         cairo_stroke(cr);
         cairo_set_source_rgb(cr, 0.15, 0.15, 0.15);
-        tick_text(v, &ya, buf, sizeof buf);
+        tick_text(v * yscale, &yt, buf, sizeof buf);
         text_at(cr, buf, gx - 8, y, 1, 0.5);
     }
     for (int i = 0;; i++) {
@@ -219,7 +240,7 @@ static void draw_panel(cairo_t *cr, const panel *p, const bv_plot_options *o,
     cairo_save(cr);
     cairo_translate(cr, px + 4, gy + gh / 2);
     cairo_rotate(cr, -M_PI / 2);
-    text_at(cr, p->ylabel, 0, 0, 0.5, 0);
+    text_at(cr, ylabel, 0, 0, 0.5, 0);
     cairo_restore(cr);
     set_font(cr, FONT_LABEL, true);
     text_at(cr, p->title, gx + gw / 2, py + 8, 0.5, 0);
