@@ -19,15 +19,18 @@ const bv_instance_price *bv_prices_find(const bv_price_table *t, const char *ins
     return NULL;
 }
 
-/* A non-negative number, or -1 with err set naming where. */
-static double price_value(const bv_node *n, const char *what, bv_error *err)
+/* A non-negative number, or -1 with err set naming where (`at`: where a missing one
+ * belongs). */
+static double price_value(const bv_node *n, const bv_pos *at, const char *what,
+                          bv_error *err)
 {
     char *end = NULL;
     double v = n && n->kind == BV_NODE_SCALAR ? strtod(n->scalar, &end) : -1;
-    if (!n || n->kind != BV_NODE_SCALAR || end == n->scalar || *end || !(v >= 0) || !isfinite(v)) {
-        const bv_pos *p = n ? &n->pos : NULL;
+    if (!n || n->kind != BV_NODE_SCALAR || end == n->scalar || *end || !(v >= 0) ||
+        !isfinite(v)) {
+        const bv_pos *p = n ? &n->pos : at;
         bv_error_set(err, BV_ERR_INVALID, "%s:%d:%d: %s must be a price in USD (a number >= 0)",
-                     p ? p->file : "?", p ? p->line : 0, p ? p->col : 0, what);
+                     p->file, p->line, p->col, what);
         return -1;
     }
     return v;
@@ -52,11 +55,13 @@ static bv_status parse_table(const bv_node *root, bv_price_table *t, bv_error *e
         snprintf(p->name, sizeof p->name, "%s", inst->keys[i]);
         char what[96];
         snprintf(what, sizeof what, "%s's on_demand", inst->keys[i]);
-        if ((p->on_demand = price_value(bv_node_get(inst->items[i], "on_demand"), what, err)) < 0)
+        const bv_node *entry = inst->items[i];
+        p->on_demand = price_value(bv_node_get(entry, "on_demand"), &entry->pos, what, err);
+        if (p->on_demand < 0)
             return err->status;
-        const bv_node *spot = bv_node_get(inst->items[i], "spot");
+        const bv_node *spot = bv_node_get(entry, "spot");
         snprintf(what, sizeof what, "%s's spot", inst->keys[i]);
-        if (spot && (p->spot = price_value(spot, what, err)) < 0)
+        if (spot && (p->spot = price_value(spot, &entry->pos, what, err)) < 0)
             return err->status;
     }
     return BV_OK;

@@ -908,19 +908,6 @@ static void cuda_attention_backward(bv_compute *c, int64_t batch, int64_t seq, i
     call_end(&k);
 }
 
-static void cuda_embedding_forward(bv_compute *c, int64_t batch, int64_t seq, int64_t dim,
-                                   const int32_t *tokens, const float *wte, const float *wpe,
-                                   float *o, int64_t vocab)
-{
-    cu_call k = call_begin(c, "embedding_forward");
-    const int32_t *dt = in(&k, tokens, (size_t)(batch * seq) * sizeof *tokens);
-    const float *dwte = in(&k, wte, FLOATS(vocab * dim));
-    const float *dwpe = in(&k, wpe, wpe ? FLOATS(seq * dim) : 0);
-    cu_embedding_forward(c->stream, batch, seq, dim, dt, dwte, dwpe,
-                         out(&k, o, FLOATS(batch * seq * dim), false));
-    call_end(&k);
-}
-
 /* The vocabulary is not an argument of the embedding ops; a staged wte needs its size, so
  * it is one more than the largest token (what the kernel can read). */
 static int64_t vocab_of(int64_t n, const int32_t *tokens)
@@ -932,14 +919,20 @@ static int64_t vocab_of(int64_t n, const int32_t *tokens)
     return v;
 }
 
-static void cuda_embedding_forward_op(bv_compute *c, int64_t batch, int64_t seq, int64_t dim,
-                                      const int32_t *tokens, const float *wte,
-                                      const float *wpe, float *o)
+static void cuda_embedding_forward(bv_compute *c, int64_t batch, int64_t seq, int64_t dim,
+                                   const int32_t *tokens, const float *wte, const float *wpe,
+                                   float *o)
 {
     if (batch <= 0 || seq <= 0 || dim <= 0)
         return;
     int64_t vocab = on_device(wte) ? 0 : vocab_of(batch * seq, tokens);
-    cuda_embedding_forward(c, batch, seq, dim, tokens, wte, wpe, o, vocab);
+    cu_call k = call_begin(c, "embedding_forward");
+    const int32_t *dt = in(&k, tokens, (size_t)(batch * seq) * sizeof *tokens);
+    const float *dwte = in(&k, wte, FLOATS(vocab * dim));
+    const float *dwpe = in(&k, wpe, wpe ? FLOATS(seq * dim) : 0);
+    cu_embedding_forward(c->stream, batch, seq, dim, dt, dwte, dwpe,
+                         out(&k, o, FLOATS(batch * seq * dim), false));
+    call_end(&k);
 }
 
 static void cuda_embedding_backward(bv_compute *c, int64_t batch, int64_t seq, int64_t dim,
@@ -952,7 +945,7 @@ static void cuda_embedding_backward(bv_compute *c, int64_t batch, int64_t seq, i
     cu_call k = call_begin(c, "embedding_backward");
     const int32_t *dt = in(&k, tokens, (size_t)(batch * seq) * sizeof *tokens);
     const float *ddo = in(&k, dout, FLOATS(batch * seq * dim));
-    float *dwte_d = on_device(dwte) ? dwte : out(&k, dwte, FLOATS(vocab * dim), true);
+    float *dwte_d = out(&k, dwte, FLOATS(vocab * dim), true);
     float *dwpe_d = out(&k, dwpe, dwpe ? FLOATS(seq * dim) : 0, true);
     cu_embedding_backward(c->stream, batch, seq, dim, dt, ddo, dwte_d, dwpe_d);
     call_end(&k);
@@ -1014,7 +1007,7 @@ static const bv_compute_ops cuda_ops = {
     .gemm_batched = cuda_gemm_batched,
     .attention_forward = cuda_attention_forward,
     .attention_backward = cuda_attention_backward,
-    .embedding_forward = cuda_embedding_forward_op,
+    .embedding_forward = cuda_embedding_forward,
     .embedding_backward = cuda_embedding_backward,
     .scale = cuda_scale,
     .spmm_dropout = cuda_spmm_dropout,

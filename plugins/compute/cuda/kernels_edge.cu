@@ -370,7 +370,8 @@ __device__ void gather_tile(const gather &g, unsigned mask, int lane, int64_t r,
             store_unit<V>(yr + n * G * V, acc[n]);
 }
 
-template <int G, int NC, int V> __global__ void __launch_bounds__(kBlock) gather_rows(const gather g)
+template <int G, int NC, int V>
+__global__ void __launch_bounds__(kBlock) gather_rows(const gather g)
 {
     constexpr int per_block = kBlock / G;
     const int lane = threadIdx.x % G;
