@@ -11,7 +11,8 @@
 #     (the stages' time not computing) and 1F1B's (P - 1) / (M + P - 1).
 #  3. redundancy: the same config as --stages stage processes (M = 4) without and with Bamboo's
 #     redundancy plugin (eflb: replicas and the next stage's forward in the bubble; lflb:
-#     replicas only): the time a step takes (median over the runs' steps, runs alternated)
+#     replicas only; efeb: its backward too): the time a step takes (median over the runs'
+#     steps, runs alternated)
 #     and the overhead against no redundancy (Bamboo's Table 4).
 #   bench/pipeline.sh [--build-dir build] [--reps 3] [--steps 30] [--stages 4]
 #                     [--only correctness|throughput|redundancy]
@@ -121,6 +122,7 @@ if [ -z "$only" ] || [ "$only" = redundancy ]; then
         run "none-$rep" "$big" 1 "$stages" 4 "${fast[@]}"
         run "eflb-$rep" "$big" 1 "$stages" 4 "${fast[@]}" -s 'resilience=[{plugin: redundancy, mode: eflb}]'
         run "lflb-$rep" "$big" 1 "$stages" 4 "${fast[@]}" -s 'resilience=[{plugin: redundancy, mode: lflb}]'
+        run "efeb-$rep" "$big" 1 "$stages" 4 "${fast[@]}" -s 'resilience=[{plugin: redundancy, mode: efeb}]'
     done
     python3 - "$tmp" "$reps" "$stages" <<'EOF2'
 import json, statistics, sys
@@ -133,7 +135,7 @@ print(f"\nredundancy, configs/transformer-pipeline.yaml as {stages} stage proces
 print("| mode | seconds a step (median) | overhead | replicas equal | params crc32c |")
 print("|---|---|---|---|---|")
 base = None
-for mode in ("none", "eflb", "lflb"):
+for mode in ("none", "eflb", "lflb", "efeb"):
     t = statistics.median(x for i in range(1, reps + 1) for x in step_times(f"{mode}-{i}"))
     base = base or t
     r = json.load(open(f"{tmp}/{mode}-1/result.json"))

@@ -9,9 +9,9 @@
 # - they, D = 2 pipelines x P = 2 stages and GPipe's schedule end within 1e-5 (relative)
 #   of the one-process run (M = 1), whose gradients sum the whole batch in one product;
 # - the same seed twice gives the same bits (D = 2: the ring all-reduce's order is fixed);
-# - with the redundancy plugin (eflb on 4 stages, lflb on 2 x 2) the weights are those of
-#   the run without it, and every stage's replica of the next stage's layers ends equal
-#   to them, bit for bit;
+# - with the redundancy plugin (eflb on 4 stages, lflb on 2 x 2, efeb on 3) the weights are
+#   those of the run without it, and every stage's replica of the next stage's layers
+#   ends equal to them, bit for bit;
 # - a run killed after step 25 and resumed from its checkpoint ends with the same weights
 #   (and, with the redundancy plugin, replicas equal to their originals again);
 # - a batch that does not cut into whole microbatches is refused at its position.
@@ -63,14 +63,20 @@ run balanced 2 1 4 -s pipeline.partition=balanced
 # Bamboo's redundancy: replicas of the next stage, its forward in the bubble (eflb)
 run eflb 4 1 4 -s 'resilience=[{plugin: redundancy, mode: eflb}]'
 run lflb 2 2 2 -s 'resilience=[{plugin: redundancy, mode: lflb}]'
+# ... and its backward too (efeb), on 3 stages: every case of where the replica's output
+# gradient comes from (the loss, the stage after it, a second send from two stages on)
+run efeb 3 1 4 -s 'resilience=[{plugin: redundancy, mode: efeb}]'
+run p3 3 1 4
 
 for r in p2 p4 balanced; do same p1 "$r" params_crc32c; same p1 "$r" val_loss; done
 same d2p2 d2p2-again params_crc32c
 same p1 eflb params_crc32c  # the redundant work changes nothing of the training
 same d2p2 lflb params_crc32c
-for r in eflb lflb; do
-    [ "$(field "$tmp/$r" replicas)" = 4 ] && [ "$(field "$tmp/$r" replicas_equal)" = 4 ] &&
-        echo "ok: $r: 4 replicas, each equal to its original" ||
+same p3 efeb params_crc32c
+for r in eflb:4 lflb:4 efeb:3; do
+    n=${r#*:} r=${r%:*}
+    [ "$(field "$tmp/$r" replicas)" = "$n" ] && [ "$(field "$tmp/$r" replicas_equal)" = "$n" ] &&
+        echo "ok: $r: $n replicas, each equal to its original" ||
         { echo "FAIL: $r: replicas $(field "$tmp/$r" replicas), equal $(field "$tmp/$r" replicas_equal)" >&2; failed=1; }
 done
 for r in p1 p2 p4 d2p2 gpipe; do close one "$r" val_loss; close one "$r" last_step_loss; done

@@ -6,8 +6,11 @@
  * default) a stage also runs the next stage's forward on every microbatch it sends it
  * (REDUNDANT_FORWARD), placed where the stage would otherwise wait for a peer (before its
  * next receive: the bubble), and keeps that forward's saved activations for the step;
- * `lflb` only keeps the replica. All of it is instructions added to the schedules the
- * pipeline engine generated: the engine does not know the modes. */
+ * `efeb` (eager forward, eager backward) also runs the next stage's backward on every
+ * microbatch, on the output gradient the stage after it sends here too (a second
+ * SEND_GRAD there, a RECV_GRAD naming the replica's stage here); `lflb` only keeps the
+ * replica. All of it is instructions added to the schedules the pipeline engine
+ * generated: the engine does not know the modes. */
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,7 +20,8 @@
 #include "bivouac/schedule.h"
 
 struct bv_resilience {
-    bool eager; /* eflb: the redundant forward on every microbatch */
+    bool eager;          /* eflb, efeb: the redundant forward on every microbatch */
+    bool eager_backward; /* efeb: and the redundant backward */
 };
 
 static bv_resilience *redundancy_create(const bv_opts *opts, const bv_run_info *info,
@@ -29,7 +33,9 @@ static bv_resilience *redundancy_create(const bv_opts *opts, const bv_run_info *
         bv_error_set(err, BV_ERR_NOMEM, "out of memory");
         return NULL;
     }
-    r->eager = strcmp(bv_opts_str(opts, "mode"), "eflb") == 0;
+    const char *mode = bv_opts_str(opts, "mode");
+    r->eager_backward = strcmp(mode, "efeb") == 0;
+    r->eager = r->eager_backward || strcmp(mode, "eflb") == 0;
     return r;
 }
 
@@ -42,6 +48,60 @@ static void redundancy_destroy(bv_resilience *r)
 static bool waits(uint32_t op)
 {
     return op == BV_INSTR_RECV_ACT || op == BV_INSTR_RECV_GRAD || op == BV_INSTR_UPDATE;
+}
+
+/* The first instruction at or after `from` with op `op` on microbatch mb (count: none). */
+static size_t find(const bv_schedule *s, size_t from, uint32_t op, int mb)
+{
+    size_t i = from;
+    while (i < s->count && (bv_schedule_at(s, i)->op != op ||
+                            bv_schedule_at(s, i)->microbatch != mb))
+        i++;
+    return i;
+}
+
+/* efeb, Bamboo's eager backward: this stage runs the next stage's backward on each
+ * microbatch (REDUNDANT_BACKWARD), and sends its own input gradients a second time, to the
+ * stage two before, whose replica's backward needs them. Where the replica's output
+ * gradient comes from:
+ *   - the replica is the last stage: its loss; run before this stage's own RECV_GRAD of
+ *     the microbatch (the bubble while the gradient comes back);
+ *   - two stages: this stage's own input gradient; run after its own BACKWARD;
+ *   - else the stage after the replica sends it (RECV_GRAD naming the replica's stage),
+ *     before this stage's own RECV_GRAD; on the last stage (replica of the first), whose
+ *     gradients come back last, all of them before UPDATE;
+ * and always after the replica's forward of the microbatch. */
+static bv_status eager_backward(bv_schedule *s, bv_error *err)
+{
+    int P = s->stages, st = s->stage, next = (st + 1) % P;
+    bv_status rc = BV_OK;
+    int to = (st + P - 2) % P; /* whose replica's output gradient this stage computes */
+    if (P > 2 && st != 0)
+        for (size_t i = 0; rc == BV_OK && i < s->count; i++) {
+            const bv_instruction *ins = bv_schedule_at(s, i);
+            if (ins->op != BV_INSTR_SEND_GRAD)
+                continue;
+            bv_instruction again = {BV_INSTR_SEND_GRAD, ins->microbatch, st, to, -1};
+            rc = bv_schedule_insert(s, ++i, &again, sizeof again, err);
+        }
+    for (int mb = 0; rc == BV_OK && mb < s->microbatches; mb++) {
+        bv_instruction rb = {BV_INSTR_REDUNDANT_BACKWARD, mb, next, -1, -1};
+        bv_instruction recv = {BV_INSTR_RECV_GRAD, mb, next, (st + 2) % P, -1};
+        bool loss = next == P - 1, two = P == 2;
+        size_t at = two ? find(s, 0, BV_INSTR_BACKWARD, mb) + 1
+                  : st == P - 1 ? find(s, 0, BV_INSTR_UPDATE, -1)
+                                : find(s, 0, BV_INSTR_RECV_GRAD, mb);
+        size_t after_forward = find(s, 0, BV_INSTR_REDUNDANT_FORWARD, mb) + 1;
+        if (at < after_forward) /* from the replica's saved activations of mb */
+            at = after_forward;
+        if (at > s->count)
+            at = s->count;
+        if (!loss && !two)
+            rc = bv_schedule_insert(s, at++, &recv, sizeof recv, err);
+        if (rc == BV_OK)
+            rc = bv_schedule_insert(s, at, &rb, sizeof rb, err);
+    }
+    return rc;
 }
 
 static bv_status redundancy_schedule(bv_resilience *r, bv_schedule *s, bv_error *err)
@@ -62,8 +122,11 @@ static bv_status redundancy_schedule(bv_resilience *r, bv_schedule *s, bv_error 
         while (j < s->count && !waits(bv_schedule_at(s, j)->op))
             j++;
         st = bv_schedule_insert(s, j, &rf, sizeof rf, err);
-        i = j; /* past the instruction just put in */
+        /* on from the next instruction: forwards before that wait get theirs too (after
+         * this one), and the one put in is passed over as not a FORWARD */
     }
+    if (st == BV_OK && r->eager_backward)
+        st = eager_backward(s, err);
     bv_instruction send = {BV_INSTR_REPLICA_SEND, -1, s->stage, prev, -1};
     bv_instruction update = {BV_INSTR_REPLICA_UPDATE, -1, next, next, -1};
     if (st == BV_OK)
@@ -80,16 +143,18 @@ static const bv_resilience_ops redundancy_ops = {
 };
 
 static const bv_option redundancy_options[] = {
-    BV_OPT_CHOICE("mode", "eflb", "eflb|lflb",
+    BV_OPT_CHOICE("mode", "eflb", "eflb|lflb|efeb",
                   "eflb: the next stage's forward run here on every microbatch (eager), its "
-                  "backward only after a failure (lazy); lflb: only the replica kept"),
+                  "backward only after a failure (lazy); efeb: its backward too (eager); "
+                  "lflb: only the replica kept"),
     BV_OPT_END,
 };
 
 static const bv_plugin redundancy_plugin = {
     BV_PLUGIN_HEADER(BV_KIND_RESILIENCE, "redundancy", "0.1.0",
                      "Bamboo's redundant computation: each pipeline stage keeps the next "
-                     "stage's layers and runs its forward in the bubble"),
+                     "stage's layers and runs its forward (efeb: and backward) in the "
+                     "bubble"),
     .options = redundancy_options,
     .ops = &redundancy_ops,
     .ops_size = sizeof redundancy_ops,

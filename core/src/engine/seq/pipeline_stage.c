@@ -42,6 +42,8 @@ typedef struct stage {
     bv_layer_engine *rep;
     int rep_slots;
     size_t rep_nflat;
+    float *rep_dout;           /* efeb: the gradient of the replica's output, received */
+    int64_t rep_out_w;
     int64_t in_w, out_w;
     double compute_s, wait_s;
 } stage;
@@ -129,9 +131,14 @@ static bv_status replica_setup(stage *st, bv_error *err)
     bv_status rc = bv_layer_engine_create_span(st->cfg->mops, st->model, &st->x->compute_ops,
                                                st->c, st->rows_mb, st->cfg->block, &span,
                                                &st->rep, err);
-    if (rc == BV_OK)
-        st->rep_nflat = flat_grads(st->rep, NULL, true);
-    return rc;
+    if (rc != BV_OK)
+        return rc;
+    st->rep_nflat = flat_grads(st->rep, NULL, true);
+    st->rep_out_w = bv_layer_engine_layer(st->rep, span.end - 1)->out_width;
+    size_t bytes = (size_t)(st->rows_mb * st->cfg->block * st->rep_out_w) * sizeof(float);
+    if (!(st->rep_dout = malloc(bytes)))
+        return bv_error_set(err, BV_ERR_NOMEM, "out of memory for stage %d's replica", st->s);
+    return BV_OK;
 }
 
 static bv_status stage_setup(stage *st, bv_error *err)
@@ -191,6 +198,7 @@ static void stage_free(stage *st)
 {
     bv_layer_engine_free(st->le);
     bv_layer_engine_free(st->rep);
+    free(st->rep_dout);
     if (st->c)
         st->x->compute_ops.destroy(st->c);
     if (st->model)
@@ -371,6 +379,35 @@ static bv_status redundant_forward(stage *st, int mb, int slot, const bv_seq_ctx
     return bv_layer_engine_span_forward(st->rep, rs, ctx, &out, err);
 }
 
+/* The replica's backward on microbatch mb, from its forward's saved activations (efeb: the
+ * next stage's backward, eagerly). Its output's gradient: the loss, where the replica is
+ * the last stage; this stage's own input gradient `din`, where the replica's output is
+ * this stage's input (two stages); else what the schedule received from the stage after
+ * the replica (RECV_GRAD naming the replica's stage). Its gradients stay in the replica's
+ * buffers for a failover; the replica's step takes the original's. */
+static bv_status redundant_backward(stage *st, int mb, const bv_seq_ctx *ctx,
+                                    const float *din, bv_error *err)
+{
+    if (!st->rep || st->rep_stage != (st->s + 1) % st->P)
+        return bv_error_set(err, BV_ERR_INTERNAL, "stage %d has no replica of the next stage",
+                            st->s);
+    int rs = mb % st->rep_slots;
+    const float *rdin;
+    if (st->cfg->span_end[st->rep_stage] == st->nlayers) {
+        bv_xent_result xr;
+        int64_t T = st->rows_mb * st->cfg->block;
+        bv_status rc = bv_layer_engine_span_loss(
+            st->rep, rs, ctx, st->targets + mb * T,
+            1.0f / (float)(st->cfg->batch * st->cfg->block), &xr, err);
+        return rc != BV_OK ? rc : bv_layer_engine_span_backward(st->rep, rs, ctx, NULL, &rdin, err);
+    }
+    const float *dout = (st->rep_stage + 1) % st->P == st->s ? din : st->rep_dout;
+    if (!dout)
+        return bv_error_set(err, BV_ERR_INTERNAL, "stage %d: the replica's backward of "
+                            "microbatch %d has no output gradient", st->s, mb);
+    return bv_layer_engine_span_backward(st->rep, rs, ctx, dout, &rdin, err);
+}
+
 /* The original's step on the replica: the gradients its optimizer used (clipped
  * already), the same AdamW, so weights and moments stay equal to the bit. */
 static bv_status replica_update(stage *st, int peer, int64_t it, double lr, double norm,
@@ -399,6 +436,8 @@ static bv_status train_step(stage *st, int64_t it, double lr, double res[6], bv_
                          cfg->block, st->d * st->rows_pipe, st->rows_pipe, st->tokens,
                          st->targets);
     bv_layer_engine_zero_grads(st->le);
+    if (st->rep) /* efeb's gradients are this step's */
+        bv_layer_engine_zero_grads(st->rep);
     int64_t T = st->rows_mb * cfg->block;
     size_t in_bytes = (size_t)(T * st->in_w) * sizeof(float);
     size_t out_bytes = (size_t)(T * st->out_w) * sizeof(float);
@@ -425,8 +464,13 @@ static bv_status train_step(stage *st, int64_t it, double lr, double res[6], bv_
                                     st->out[slot], out_bytes, err);
             break;
         case BV_INSTR_RECV_GRAD:
-            rc = recv_into(st, BV_PIPE_GRAD, peer, (uint32_t)mb, it, "gradients", st->dout,
-                           out_bytes, err);
+            if (st->rep && ins->stage == st->rep_stage) /* for the replica's backward */
+                rc = recv_into(st, BV_PIPE_GRAD, peer, (uint32_t)mb, it, "gradients",
+                               st->rep_dout,
+                               (size_t)(T * st->rep_out_w) * sizeof(float), err);
+            else
+                rc = recv_into(st, BV_PIPE_GRAD, peer, (uint32_t)mb, it, "gradients",
+                               st->dout, out_bytes, err);
             break;
         case BV_INSTR_BACKWARD:
             if (st->has_head) {
@@ -451,6 +495,10 @@ static bv_status train_step(stage *st, int64_t it, double lr, double res[6], bv_
             break;
         case BV_INSTR_REDUNDANT_FORWARD: /* the next stage's forward, here, on its input */
             rc = redundant_forward(st, mb, slot, &ctx, err);
+            st->compute_s += bv_now_seconds() - t0;
+            break;
+        case BV_INSTR_REDUNDANT_BACKWARD: /* and its backward (efeb) */
+            rc = redundant_backward(st, mb, &ctx, din, err);
             st->compute_s += bv_now_seconds() - t0;
             break;
         case BV_INSTR_REPLICA_SEND:
