@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Every run has a price (docs/cost.md): result.json's cost_usd is the run's own process
-# billed as one instance of cost.instance for the wall time result.json reports, at the
-# price table's rate (to the printed precision; the shipped table); value = 1/(T C);
+# Every run has a price (docs/cost.md), and says what it took (load_seconds, peak_rss_mb):
+# result.json's cost_usd is the run's own process billed as one instance of cost.instance
+# for the wall time result.json reports, at the price table's rate (to the printed
+# precision; the shipped table); value = 1/(T C);
 # metrics.jsonl carries the running cost, never decreasing; spot prices apply where the
 # table has them; a run with role processes also pays for each of them (and reports how
 # many instances it runs on); budget.usd stops a run cleanly with its results saved; a
@@ -29,6 +30,9 @@ check "cost = wall seconds x \$0.432/h" \
     "$(json "$tmp/a/result.json" 'abs(r["cost_usd"] - r["wall_seconds"] * 0.432 / 3600) <= 1e-9 * r["cost_usd"]')" True
 check "value = 1 / (wall seconds x cost)" \
     "$(json "$tmp/a/result.json" 'abs(r["value"] * r["wall_seconds"] * r["cost_usd"] - 1) < 1e-9')" True
+check "load time and peak memory: there, and plausible" \
+    "$(json "$tmp/a/result.json" '(0 <= r["load_seconds"] < r["wall_seconds"] + 60, 1 < r["peak_rss_mb"] < 4096)')" \
+    "(True, True)"
 check "the breakdown names the instance and the table" \
     "$(json "$tmp/a/result.json" '(list(r["cost_breakdown"]), r["cost_breakdown"]["c5n.2xlarge"]["instances"], r["cost_prices"])')" \
     "(['c5n.2xlarge'], 1, 'aws-us-east-1-2021')"

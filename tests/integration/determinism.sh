@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Training is a function of the experiment and the seed: the same seed twice gives the same
-# result.json (wall_seconds and the cost aside), the same metrics.jsonl ("seconds" and
+# result.json (times, memory and the cost aside), the same metrics.jsonl ("seconds" and
 # "cost_usd" aside) and the same final weights (params_crc32c); another seed gives other
 # weights; a --repeat run gives each seed exactly what a run of that seed alone gives (no
 # state leaks between repeats); and tasks sharing the graph server's arrays give what tasks
@@ -45,9 +45,10 @@ train() {
 
 # The timing fields are the only ones allowed to differ; strip them as text, so what is
 # compared is otherwise byte for byte what was written.
-# The cost follows from the wall time: its total, the value, the breakdown's seconds and usd.
+# The load time and the peak memory vary from run to run, and the cost follows from the wall
+# time: its total, the value, the breakdown's seconds and usd.
 strip_result() {
-    sed -E 's/, "(wall_seconds|cost_usd|value|tokens_per_usd)": [^,}]+//g;
+    sed -E 's/, "(wall_seconds|load_seconds|peak_rss_mb|cost_usd|value|tokens_per_usd)": [^,}]+//g;
             s/"(seconds|usd)": [^,}]+/"\1": _/g' "$1"
 }
 strip_metrics() { sed -E 's/, "seconds": [^,}]+//; s/, "cost_usd": [^,}]+//' "$1"; }

@@ -99,8 +99,9 @@ same_as() {
     diffs=$(python3 - "$ref/result.json" "$dir/result.json" <<'EOF'
 import json, sys
 a, b = (json.load(open(p)) for p in sys.argv[1:3])
-for r in (a, b):  # the timings, and the cost and value that follow from them
-    for k in ("wall_seconds", "cost_usd", "value", "cost_breakdown"):
+for r in (a, b):  # times and memory, and the cost and value that follow from them
+    for k in ("wall_seconds", "load_seconds", "peak_rss_mb", "cost_usd", "value",
+              "cost_breakdown"):
         r.pop(k, None)
 keys = ("test_accuracy", "best_val_accuracy", "epochs", "params_crc32c", "stop_reason")
 out = [f"{k}: {a.get(k)!r} != {b.get(k)!r}" for k in keys if a.get(k) != b.get(k)]

@@ -5,12 +5,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "bivouac/log.h"
 #include "cli.h"
+#include "clock.h"
 #include "config.h"
 #include "experiment.h"
 #include "plot.h"
@@ -250,7 +252,15 @@ static void plot_run(const char *dir, const run_args *a)
 
 /* Trains seeds seed0 .. seed0+repeat-1 (into DIR/seed-N/ when more than one) and writes
  * DIR/result.json over the seeds that produced something. */
-static int train_all(bv_experiment *x, void *data, const char *out, const run_args *a,
+/* The most memory this process has held so far, in MiB. */
+static double peak_rss_mb(void)
+{
+    struct rusage ru;
+    return getrusage(RUSAGE_SELF, &ru) == 0 ? (double)ru.ru_maxrss / 1024.0 : 0.0;
+}
+
+static int train_all(bv_experiment *x, void *data, double load_seconds, const char *out,
+                     const run_args *a,
                      unsigned long long seed0)
 {
     long long n = a->repeat;
@@ -296,6 +306,8 @@ static int train_all(bv_experiment *x, void *data, const char *out, const run_ar
                                "%s", err.msg);
             break;
         }
+        runs[i].load_seconds = load_seconds; /* shared by the seeds: read once */
+        runs[i].peak_rss_mb = peak_rss_mb();
         if (runs[i].failed)
             code = bv_cli_fail(BV_EXIT_FAILED, "run stopped: %s", runs[i].stop_reason);
         if (n > 1)
@@ -374,6 +386,7 @@ int bv_cli_run(int argc, char **argv)
     bv_diag_init(&d);
     bv_experiment *x = NULL;
     int code = BV_EXIT_OK;
+    double t_load = bv_now_seconds(); /* the experiment and its data, before training */
     bv_status st = bv_experiment_load(experiment, a.overrides, a.noverrides, reg, &x, &d);
     if (st != BV_OK) {
         bv_cli_print_diag(&d);
@@ -388,6 +401,7 @@ int bv_cli_run(int argc, char **argv)
             code = bv_cli_fail(err.status == BV_ERR_NOMEM ? BV_EXIT_FAILED : BV_EXIT_USAGE, "%s",
                                err.msg);
     }
+    double load_seconds = bv_now_seconds() - t_load;
     if (code == BV_EXIT_OK) {
         unsigned long long seed =
             a.seed >= 0 ? (unsigned long long)a.seed : (unsigned long long)bv_opts_int(&x->train, "seed");
@@ -413,7 +427,7 @@ int bv_cli_run(int argc, char **argv)
                 bv_run_dir_write_experiment(out, x) != 0)
                 code = bv_cli_fail(BV_EXIT_FAILED, "cannot rewrite %s/experiment.yaml", out);
             if (code == BV_EXIT_OK)
-                code = train_all(x, data, out, &a, seed);
+                code = train_all(x, data, load_seconds, out, &a, seed);
             bv_run_dir_unlock(&lock);
         }
     }

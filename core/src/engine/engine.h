@@ -68,6 +68,8 @@ typedef struct bv_run_result {
     uint32_t params_crc32c; /* CRC-32C chain over the final weights: equal runs, equal crc */
     bool failed;            /* stopped by a policy error with on_error: stop */
     char stop_reason[320];
+    double load_seconds;   /* reading the experiment and its data, before training */
+    double peak_rss_mb;    /* the most memory the process had held when the run ended */
     double cost_usd;       /* what the run cost (ledger.h), earlier sessions included */
     char cost_json[2048];  /* ', "cost_breakdown": {...}, "cost_prices": "..."' */
     char summary[512]; /* "test accuracy 0.8050 (best val ...), 200 epochs in 0.92 s; ..." */

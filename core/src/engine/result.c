@@ -5,8 +5,8 @@
 #include "json_out.h"
 #include "train.h"
 
-/* "seed": S, the engine's fields, "wall_seconds", the cost (its total, the value 1/(T C), the
- * breakdown), "params_crc32c", "stop_reason" */
+/* "seed": S, the engine's fields, "wall_seconds", "load_seconds", "peak_rss_mb", the cost
+ * (its total, the value 1/(T C), the breakdown), "params_crc32c", "stop_reason" */
 static void write_run_fields(FILE *f, const bv_run_result *r, uint64_t seed)
 {
     fprintf(f, "\"seed\": %llu", (unsigned long long)seed);
@@ -21,6 +21,8 @@ static void write_run_fields(FILE *f, const bv_run_result *r, uint64_t seed)
         }
     }
     bv_json_field(f, "wall_seconds", r->wall_seconds);
+    bv_json_field(f, "load_seconds", r->load_seconds);
+    bv_json_field(f, "peak_rss_mb", r->peak_rss_mb);
     bv_json_field(f, "cost_usd", r->cost_usd);
     if (r->cost_usd > 0 && r->wall_seconds > 0) /* Dorylus's value: 1 / (T C) */
         bv_json_field(f, "value", 1.0 / (r->wall_seconds * r->cost_usd));
@@ -50,8 +52,8 @@ double bv_result_wall_total(const bv_run_result *runs, size_t n)
 }
 
 /* The summary over seeds: the mean of every BV_RESULT_MEAN field (the fields are the same
- * for every seed of one engine), the headline's standard deviation after it, and the
- * summed wall time and cost. */
+ * for every seed of one engine), the headline's standard deviation after it, the summed
+ * wall time and cost, the load time (once for all seeds) and the highest peak memory. */
 static void write_summary_fields(FILE *f, const bv_run_result *runs, size_t n)
 {
     for (size_t k = 0; k < runs[0].nfields; k++) {
@@ -68,9 +70,13 @@ static void write_summary_fields(FILE *f, const bv_run_result *runs, size_t n)
         }
     }
     bv_json_field(f, "wall_seconds", bv_result_wall_total(runs, n));
-    double cost = 0;
-    for (size_t i = 0; i < n; i++)
+    double cost = 0, peak = 0;
+    for (size_t i = 0; i < n; i++) {
         cost += runs[i].cost_usd;
+        peak = runs[i].peak_rss_mb > peak ? runs[i].peak_rss_mb : peak;
+    }
+    bv_json_field(f, "load_seconds", runs[0].load_seconds);
+    bv_json_field(f, "peak_rss_mb", peak);
     bv_json_field(f, "cost_usd", cost);
 }
 
