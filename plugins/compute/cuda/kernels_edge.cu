@@ -19,24 +19,18 @@
  * The CPU build is ISO C, which contracts nothing into an FMA: the sums use separately
  * rounded multiplies and adds (__fmul_rn, __fadd_rn) to give its bits. */
 #include "cuda_internal.h"
+#include "cuda_rows.cuh"
 
 namespace {
+
+using namespace cu_rows;
 
 constexpr int kBlock = 256;
 constexpr int kWarpsPerBlock = kBlock / 32;
 constexpr unsigned kFullWarp = 0xffffffffu;
-constexpr int64_t kMaxGrid = 1 << 20;
 /* Steps (or pairs) whose loads a lane issues before it uses the first: a row's steps are
  * taken one after another, and a power-law hub has thousands. */
 constexpr int kSteps = 8;
-
-/* Blocks for `items` of `per_block` each; kernels stride over the rest, so a capped grid
- * still covers them all. */
-unsigned grid_for(int64_t items, int64_t per_block)
-{
-    int64_t blocks = (items + per_block - 1) / per_block;
-    return (unsigned)(blocks < kMaxGrid ? blocks : kMaxGrid);
-}
 
 /* Rows [row_begin, row_begin + rows) of a CSR over destination rows. */
 struct row_range {
@@ -269,33 +263,6 @@ template <int G, int NC, int V> __host__ __device__ constexpr int in_flight()
 {
     constexpr int u = 16 / (NC * V);
     return u < 2 ? 2 : u > G ? G : u;
-}
-
-/* The lanes of this thread's group of G, for the group's shuffles. */
-template <int G> __device__ unsigned group_mask()
-{
-    if constexpr (G == 32)
-        return kFullWarp;
-    else
-        return ((1u << G) - 1) << (threadIdx.x % 32 / G * G);
-}
-
-template <int V> __device__ void load_unit(const float *p, float *r)
-{
-    if constexpr (V == 4) {
-        float4 q = *reinterpret_cast<const float4 *>(p);
-        r[0] = q.x, r[1] = q.y, r[2] = q.z, r[3] = q.w;
-    } else {
-        r[0] = *p;
-    }
-}
-
-template <int V> __device__ void store_unit(float *p, const float *r)
-{
-    if constexpr (V == 4)
-        *reinterpret_cast<float4 *>(p) = make_float4(r[0], r[1], r[2], r[3]);
-    else
-        *p = r[0];
 }
 
 /* An edge of the sweep: its column and the row of w that weights it. */

@@ -9,20 +9,14 @@
  * in edge order with the CPU's separate roundings, so they give the cpu plugin's bits; the
  * backwards scatter into dx rows named by columns with atomicAdd (there is no transpose). */
 #include "cuda_internal.h"
+#include "cuda_rows.cuh"
 
 namespace {
 
+using namespace cu_rows;
+
 constexpr int kBlock = 256;
 constexpr int kMaxHeads = 32; /* heads per sweep: an edge's keep bits fill one word */
-constexpr int64_t kMaxGrid = 1 << 20;
-
-/* Blocks for `items` of `per_block` each; kernels stride over the rest, so a capped grid
- * still covers them all. */
-unsigned grid_for(int64_t items, int64_t per_block)
-{
-    int64_t blocks = (items + per_block - 1) / per_block;
-    return (unsigned)(blocks < kMaxGrid ? blocks : kMaxGrid);
-}
 
 /* Gathers a lane issues before it adds them up. A row's edges are summed one after another,
  * so a power-law hub of thousands of edges is bound by memory latency unless many of its
@@ -85,37 +79,10 @@ __device__ edge load_edge(const sweep &s, int64_t i, int64_t k, int64_t k1)
     return e;
 }
 
-/* The lanes of this thread's group of G, for the group's shuffles. */
-template <int G> __device__ unsigned group_mask()
-{
-    if constexpr (G == 32)
-        return 0xffffffffu;
-    else
-        return ((1u << G) - 1) << (threadIdx.x % 32 / G * G);
-}
-
 template <int G> __device__ edge broadcast(unsigned mask, const edge &e, int from)
 {
     return edge{__shfl_sync(mask, e.col, from, G), __shfl_sync(mask, e.w, from, G),
                 __shfl_sync(mask, e.kept, from, G)};
-}
-
-template <int V> __device__ void load_unit(const float *p, float *r)
-{
-    if constexpr (V == 4) {
-        float4 q = *reinterpret_cast<const float4 *>(p);
-        r[0] = q.x, r[1] = q.y, r[2] = q.z, r[3] = q.w;
-    } else {
-        r[0] = *p;
-    }
-}
-
-template <int V> __device__ void store_unit(float *p, const float *r)
-{
-    if constexpr (V == 4)
-        *reinterpret_cast<float4 *>(p) = make_float4(r[0], r[1], r[2], r[3]);
-    else
-        *p = r[0];
 }
 
 /* p[v] += w * r[v], each element atomically (rounded as the CPU's y += w * x). */
