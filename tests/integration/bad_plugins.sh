@@ -91,6 +91,20 @@ stderr_is "cloud minimal 0.0.1 test: the smallest valid cloud
  nodes int 1 [1, 64] most nodes at once" || s=1
 report $s "$B" plugins
 
+t "bivouac plugins says which plugin cannot run here, and why (its probe)"
+BIVOUAC_PLUGIN_PATH="$tp/noprobe:$plugins" capture "$B" plugins
+: >"$why"
+s=0
+[[ $rc == 0 ]] || { echo "exit status $rc, expected 0" >>"$why"; s=1; }
+grep -A2 '^model noprobe' "$tmp/stdout" | tail -1 >"$tmp/stderr"
+stderr_is "    cannot run here: no test accelerator here" || s=1
+BIVOUAC_PLUGIN_PATH="$tp/noprobe:$plugins" capture "$B" plugins --json
+jq -r '.plugins[] | select(.name == "noprobe" or .name == "gcn") | "\(.name) \(.runs_here) \(.why)"' \
+    "$tmp/stdout" >"$tmp/stderr" 2>&1
+stderr_is "noprobe false no test accelerator here
+gcn true null" || s=1
+report $s "$B" plugins
+
 all="$tp/badabi:$tp/noentry:$tp/mismatch:$tp/undefined:$tp/incomplete:$tp/noprobe"
 all="$all:$tp/newabi:$tp/badengine:$tp/noengine:$tp/badexport:$tp/nullops:$tp/short:$tp/minimal"
 all="$all:$plugins"

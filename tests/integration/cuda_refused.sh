@@ -30,4 +30,7 @@ check "the error names the file, the position and the reason" \
     "$(grep -o "^$tmp/exp.yaml:2:19: error: compute plugin 'cuda' cannot run here: no GPU" \
         "$tmp/err")" "$tmp/exp.yaml:2:19: error: compute plugin 'cuda' cannot run here: no GPU"
 check "nothing written" "$(ls "$tmp/run" 2>/dev/null | wc -l)" 0
+check "bivouac plugins says so too" \
+    "$(CUDA_VISIBLE_DEVICES="" "$BIVOUAC" plugins | grep -A2 '^compute cuda' | tail -1 | cut -c1-29)" \
+    "    cannot run here: no GPU ("
 finish

@@ -7,6 +7,17 @@
 #include "json_out.h"
 #include "registry.h"
 
+/* Whether the plugin's probe says it can run on this machine (no probe: it can). */
+static bool runs_here(const bv_plugin *p, char *why, size_t len)
+{
+    why[0] = '\0';
+    if (!p->probe || p->probe(why, len))
+        return true;
+    if (!why[0])
+        snprintf(why, len, "probe failed");
+    return false;
+}
+
 static const char *type_name(bv_opt_type t)
 {
     switch (t) {
@@ -35,6 +46,9 @@ static void print_text(const bv_registry *r)
         printf("%s %s %s  %s\n", bv_plugin_kind_name(rec->kind), p->name, p->version,
                p->description ? p->description : "");
         printf("    file: %s\n", rec->path);
+        char why[256];
+        if (!runs_here(p, why, sizeof why))
+            printf("    cannot run here: %s\n", why);
         /* the registry's copy, in this build's layout whatever the plugin's option_size */
         for (const bv_option *o = bv_registry_options(r, p); o && o->name; o++) {
             char range[96] = "";
@@ -88,6 +102,13 @@ static void print_json(const bv_registry *r)
         const bv_plugin *p = rec->desc;
         printf(", \"loaded\": true, \"version\": ");
         bv_json_string(stdout, p->version);
+        char why[256];
+        bool here = runs_here(p, why, sizeof why);
+        printf(", \"runs_here\": %s", here ? "true" : "false");
+        if (!here) {
+            printf(", \"why\": ");
+            bv_json_string(stdout, why);
+        }
         printf(", \"abi\": \"%u.%u\", \"description\": ", p->abi_major, p->abi_minor);
         bv_json_string(stdout, p->description ? p->description : "");
         if (rec->kind == BV_KIND_MODEL)
