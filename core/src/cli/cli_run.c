@@ -250,8 +250,6 @@ static void plot_run(const char *dir, const run_args *a)
         bv_log(BV_LOG_WARN, "no TensorBoard events written: %s", err.msg);
 }
 
-/* Trains seeds seed0 .. seed0+repeat-1 (into DIR/seed-N/ when more than one) and writes
- * DIR/result.json over the seeds that produced something. */
 /* The most memory this process has held so far, in MiB. */
 static double peak_rss_mb(void)
 {
@@ -259,9 +257,10 @@ static double peak_rss_mb(void)
     return getrusage(RUSAGE_SELF, &ru) == 0 ? (double)ru.ru_maxrss / 1024.0 : 0.0;
 }
 
+/* Trains seeds seed0 .. seed0+repeat-1 (into DIR/seed-N/ when more than one) and writes
+ * DIR/result.json over the seeds that produced something. */
 static int train_all(bv_experiment *x, void *data, double load_seconds, const char *out,
-                     const run_args *a,
-                     unsigned long long seed0)
+                     const run_args *a, unsigned long long seed0)
 {
     long long n = a->repeat;
     bv_run_result *runs = calloc((size_t)n, sizeof *runs);

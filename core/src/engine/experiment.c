@@ -514,12 +514,9 @@ static void load_prices(bv_experiment *x, const bv_node *section, bv_diag *diag)
     const bv_opt_value *prices = bv_opts_find(&x->cost, "prices");
     const bv_opt_value *inst = bv_opts_find(&x->cost, "instance");
     char base[4096];
-    snprintf(base, sizeof base, "%s", x->path);
-    char *slash = strrchr(base, '/');
-    if (slash)
-        *slash = '\0';
+    bv_experiment_dir(x, base, sizeof base);
     bv_error err = {0};
-    if (bv_prices_load(prices->v.s, slash ? base : ".", &x->prices, &err) != BV_OK) {
+    if (bv_prices_load(prices->v.s, base, &x->prices, &err) != BV_OK) {
         x->prices.ninstances = 0;
         char known[256] = "";
         for (size_t i = 0; bv_builtin_price_tables[i]; i++)

@@ -7,6 +7,7 @@
 #include <sys/mman.h>
 
 #include "device_mem.h"
+#include "grow.h"
 
 /* Buffers of 4 MiB and more are aligned to 2 MiB and asked to be backed by transparent
  * huge pages (on kernels where THP is "madvise", the common default, nothing is otherwise):
@@ -57,21 +58,13 @@ static void *dev_alloc(size_t bytes)
 {
     pthread_mutex_lock(&dev.lock);
     void *p = NULL;
-    if (dev.count == dev.cap) {
-        size_t cap = dev.cap ? 2 * dev.cap : 256;
-        void **grown = realloc(dev.ptrs, cap * sizeof *grown);
-        if (!grown)
-            goto out;
-        dev.ptrs = grown;
-        dev.cap = cap;
-    }
-    if ((p = dev.alloc(bytes))) {
+    if (bv_grow((void **)&dev.ptrs, &dev.cap, dev.count, sizeof *dev.ptrs, 256) &&
+        (p = dev.alloc(bytes))) {
         size_t i = dev_find(p);
         memmove(dev.ptrs + i + 1, dev.ptrs + i, (dev.count - i) * sizeof *dev.ptrs);
         dev.ptrs[i] = p;
         dev.count++;
     }
-out:
     pthread_mutex_unlock(&dev.lock);
     return p;
 }
