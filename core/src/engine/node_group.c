@@ -194,6 +194,13 @@ static int member_of(const int64_t *nodes, int count, int64_t node)
     return -1;
 }
 
+/* A node is gone: the run pays for it no longer (ledger.h). */
+static void node_ended(int64_t node)
+{
+    if (bv_ledger_current())
+        bv_ledger_stop_node(bv_ledger_current(), node, bv_now_seconds());
+}
+
 int bv_node_group_poll(const bv_cloud_ops *ops, bv_cloud *cloud, int64_t *nodes, int count,
                        int *member, int64_t *id, int32_t *status, bv_error *err)
 {
@@ -207,9 +214,8 @@ int bv_node_group_poll(const bv_cloud_ops *ops, bv_cloud *cloud, int64_t *nodes,
                     : -1;
         if (m < 0)
             continue;
-        nodes[m] = -1; /* gone: nothing to stop, and nothing more to pay for */
-        if (bv_ledger_current())
-            bv_ledger_stop_node(bv_ledger_current(), ev.node, bv_now_seconds());
+        nodes[m] = -1; /* gone: nothing to stop */
+        node_ended(ev.node);
         *member = m;
         *id = ev.node;
         *status = ev.size >= sizeof ev ? ev.wait_status : -1;
@@ -263,16 +269,19 @@ void bv_node_group_end(const bv_cloud_ops *ops, bv_cloud *cloud, int64_t *nodes,
         bv_error ignored;
         if (nodes[i] >= 0) {
             ops->terminate(cloud, nodes[i], &ignored);
-            if (bv_ledger_current())
-                bv_ledger_stop_node(bv_ledger_current(), nodes[i], bv_now_seconds());
+            node_ended(nodes[i]);
         }
         nodes[i] = -1;
     }
     ops->destroy(cloud);
 }
 
-void bv_node_group_charge(int64_t node, const char *node_type)
+int64_t bv_node_group_launch(const bv_cloud_ops *ops, bv_cloud *cloud,
+                             const bv_node_request *req, char *address, size_t address_len,
+                             bv_error *err)
 {
-    if (bv_ledger_current())
-        bv_ledger_start(bv_ledger_current(), node_type, node, bv_now_seconds());
+    int64_t node = ops->launch(cloud, req, address, address_len, err);
+    if (node >= 0 && bv_ledger_current())
+        bv_ledger_start(bv_ledger_current(), req->node_type, node, bv_now_seconds());
+    return node;
 }

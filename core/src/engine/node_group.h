@@ -75,8 +75,10 @@ void bv_node_group_term_cleanup_arm(void);
 /* Terminates the nodes still running and destroys the cloud (which joins its readers, so
  * every line of the nodes' output is out). */
 void bv_node_group_end(const bv_cloud_ops *ops, bv_cloud *cloud, int64_t *nodes, int count);
-/* Cloud node `node`, just launched, is paid for from now until it ends (the run's ledger,
- * ledger.h), as an instance of node_type (NULL: the run's cost.instance). */
-void bv_node_group_charge(int64_t node, const char *node_type);
+/* The cloud's launch (cloud.h), and the node is paid for from now until it ends (the run's
+ * ledger, ledger.h) as an instance of req->node_type (NULL: the run's cost.instance). */
+int64_t bv_node_group_launch(const bv_cloud_ops *ops, bv_cloud *cloud,
+                             const bv_node_request *req, char *address, size_t address_len,
+                             bv_error *err);
 
 #endif

@@ -379,10 +379,10 @@ static bv_status launch_role(bv_graph_engine *e, int slot, const char *exe, cons
     bv_node_request req = {.size = sizeof req, .role = kind, .argv = argv, .label = label,
                            .host = e->slot_host[slot][0] ? e->slot_host[slot] : NULL};
     char address[BV_ADDR_LEN];
-    e->node[slot] = e->cfg.cloud_ops->launch(e->cloud, &req, address, sizeof address, err);
+    e->node[slot] = bv_node_group_launch(e->cfg.cloud_ops, e->cloud, &req, address,
+                                         sizeof address, err);
     if (e->node[slot] < 0)
         return err->status ? err->status : BV_ERR_PLUGIN;
-    bv_node_group_charge(e->node[slot], req.node_type);
     return BV_OK;
 }
 

@@ -472,10 +472,9 @@ static bv_status launch(bv_seq_pipe *p, const char *book, bv_error *err)
                               NULL};
         bv_node_request req = {.size = sizeof req, .role = "stage", .argv = argv,
                                .label = label};
-        if ((p->node[n] = c->cloud_ops->launch(p->cloud, &req, address, sizeof address,
-                                                err)) < 0)
+        if ((p->node[n] = bv_node_group_launch(c->cloud_ops, p->cloud, &req, address,
+                                               sizeof address, err)) < 0)
             return err->status ? err->status : BV_ERR_PLUGIN;
-        bv_node_group_charge(p->node[n], req.node_type);
         if (!c->tcp) /* over tcp the inbox is known after the stage's HELLO */
             bv_log(BV_LOG_INFO, "%s: node %lld on localhost, inbox %s", label,
                    (long long)p->node[n], p->addr[n]);
