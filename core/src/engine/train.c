@@ -47,7 +47,8 @@ typedef struct train_run {
     int64_t session_units;
     FILE *metrics;
     /* what the run costs (ledger.h): its own process is charge `self`; cost[i] is the
-     * running cost after unit i (NaN: not known, a checkpoint from before the ledger) */
+     * running cost after unit i (NaN: not known, a checkpoint from before the ledger),
+     * one per unit, as units */
     bv_ledger *ledger;
     int self;
     double *cost;
@@ -84,11 +85,6 @@ static bv_status cost_push(train_run *r, double usd, bv_error *err)
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory");
     r->cost[r->ncost++] = usd;
     return BV_OK;
-}
-
-static double cost_of_unit(const train_run *r, size_t i)
-{
-    return i < r->ncost ? r->cost[i] : NAN;
 }
 
 /* The series reported since the last call (bivouac/series.h: plugins, the policy's
@@ -433,7 +429,7 @@ static bv_status open_metrics(train_run *r, bv_error *err)
         return bv_error_set(err, BV_ERR_IO, "cannot write %s", path);
     size_t ev = 0;
     for (size_t i = 0; i < r->units.count; i++) {
-        write_record(r->metrics, r->ops->unit_record, &r->units.items[i], cost_of_unit(r, i));
+        write_record(r->metrics, r->ops->unit_record, &r->units.items[i], r->cost[i]);
         for (; ev < r->evals.count && r->evals.items[ev].v[0] == r->units.items[i].v[0]; ev++)
             write_record(r->metrics, r->ops->eval_record, &r->evals.items[ev], NAN);
     }

@@ -116,8 +116,8 @@ static void tick_text(double v, const axis *a, char *buf, size_t len)
     if (fabs(v) < a->step * 1e-6)
         v = 0;
     if (fabs(v) >= 1e6 || (v != 0 && a->decimals > 5)) {
-        /* as many significant digits as make neighbouring ticks differ (a cost in dollars
-         * climbs by millionths: 0.000146, 0.000148), at least 2 */
+        /* as many significant digits as make neighbouring ticks differ (with two, ticks
+         * at 1,000,000 and 1,040,000 would both read 1e+06), at least 2 */
         int sig = 2;
         if (v != 0) {
             int need = (int)floor(log10(fabs(v))) - (int)floor(log10(a->step)) + 1;

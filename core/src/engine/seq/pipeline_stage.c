@@ -379,6 +379,17 @@ static bv_status redundant_forward(stage *st, int mb, int slot, const bv_seq_ctx
     return bv_layer_engine_span_forward(st->rep, rs, ctx, &out, err);
 }
 
+/* The training loss of microbatch mb on the last stage's layers (this stage's own, or its
+ * replica's): the mean over the whole batch's tokens, so the microbatches' gradients sum
+ * to the batch's. */
+static bv_status train_loss(const stage *st, bv_layer_engine *le, int slot,
+                            const bv_seq_ctx *ctx, int mb, bv_xent_result *xr, bv_error *err)
+{
+    int64_t T = st->rows_mb * st->cfg->block;
+    return bv_layer_engine_span_loss(le, slot, ctx, st->targets + mb * T,
+                                     1.0f / (float)(st->cfg->batch * st->cfg->block), xr, err);
+}
+
 /* The replica's backward on microbatch mb, from its forward's saved activations (efeb: the
  * next stage's backward, eagerly). Its output's gradient: the loss, where the replica is
  * the last stage; this stage's own input gradient `din`, where the replica's output is
@@ -395,11 +406,9 @@ static bv_status redundant_backward(stage *st, int mb, const bv_seq_ctx *ctx,
     const float *rdin;
     if (st->cfg->span_end[st->rep_stage] == st->nlayers) {
         bv_xent_result xr;
-        int64_t T = st->rows_mb * st->cfg->block;
-        bv_status rc = bv_layer_engine_span_loss(
-            st->rep, rs, ctx, st->targets + mb * T,
-            1.0f / (float)(st->cfg->batch * st->cfg->block), &xr, err);
-        return rc != BV_OK ? rc : bv_layer_engine_span_backward(st->rep, rs, ctx, NULL, &rdin, err);
+        bv_status rc = train_loss(st, st->rep, rs, ctx, mb, &xr, err);
+        return rc != BV_OK ? rc
+                           : bv_layer_engine_span_backward(st->rep, rs, ctx, NULL, &rdin, err);
     }
     const float *dout = (st->rep_stage + 1) % st->P == st->s ? din : st->rep_dout;
     if (!dout)
@@ -475,9 +484,7 @@ static bv_status train_step(stage *st, int64_t it, double lr, double res[6], bv_
         case BV_INSTR_BACKWARD:
             if (st->has_head) {
                 bv_xent_result xr;
-                rc = bv_layer_engine_span_loss(st->le, slot, &ctx, st->targets + mb * T,
-                                               1.0f / (float)(cfg->batch * cfg->block), &xr,
-                                               err);
+                rc = train_loss(st, st->le, slot, &ctx, mb, &xr, err);
                 loss_sum += xr.loss_sum;
                 count += (double)xr.count;
             }
