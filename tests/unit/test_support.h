@@ -1,9 +1,6 @@
 /* Helpers shared by the kernel and model unit tests (header only; include it after
- * <cmocka.h>): deterministic random data from a small xorshift, independent of the
- * plugins' own hashes, and option setting for a plugin instance.
- *
- * The generator's state starts at TEST_RNG_SEED, which the including file defines first:
- * each test file keeps its own seed, so its data are what they always were. */
+ * <cmocka.h>): deterministic random data (the generator of test_rng.h, seeded by the
+ * including file's TEST_RNG_SEED) and option setting for a plugin instance. */
 #ifndef BV_TEST_SUPPORT_H
 #define BV_TEST_SUPPORT_H
 
@@ -15,25 +12,7 @@
 #include "bivouac/options.h"
 #include "bivouac/plugin.h"
 
-#ifndef TEST_RNG_SEED
-#error "define TEST_RNG_SEED before including test_support.h"
-#endif
-
-static uint64_t rng_state = TEST_RNG_SEED;
-
-static inline uint64_t rng_next(void)
-{
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return rng_state;
-}
-
-/* uniform in [lo, hi) */
-static inline float rng_float(float lo, float hi)
-{
-    return lo + (hi - lo) * (float)(rng_next() >> 40) * 0x1.0p-24f;
-}
+#include "test_rng.h"
 
 static inline float *random_floats(int64_t n, float lo, float hi)
 {

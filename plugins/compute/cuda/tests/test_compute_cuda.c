@@ -72,6 +72,9 @@
 #include "bivouac/plugin.h"
 #include "bivouac/tensor.h"
 
+#define TEST_RNG_SEED 0x7C0FFEE5EEDull /* the data's seed unless BV_TEST_SEED says one */
+#include "test_rng.h"
+
 const bv_plugin *bv_compute_cpu_plugin(void);
 const bv_plugin *bv_compute_cuda_plugin(void);
 
@@ -97,7 +100,6 @@ const bv_plugin *bv_compute_cuda_plugin(void);
 #define REL_FLOOR 1e-3
 #define REL_FLOOR_FRACTION 0.1
 
-#define DEFAULT_SEED 0x7C0FFEE5EEDull
 #define DEFAULT_TIMEOUT 60
 
 /* Seconds a case's ops may take (BV_TEST_CASE_TIMEOUT; 15 after a first timeout), and the
@@ -106,22 +108,6 @@ static unsigned case_timeout = DEFAULT_TIMEOUT;
 static unsigned host_timeout = 2 * DEFAULT_TIMEOUT;
 
 /* ---- random data ----------------------------------------------------------------------- */
-
-static uint64_t rng_state = DEFAULT_SEED;
-
-static uint64_t rng_next(void)
-{
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return rng_state;
-}
-
-/* uniform in [lo, hi) */
-static float rng_float(float lo, float hi)
-{
-    return lo + (hi - lo) * (float)(rng_next() >> 40) * 0x1.0p-24f;
-}
 
 static void *xmalloc(size_t bytes)
 {
@@ -2025,7 +2011,7 @@ int main(void)
     if (seed && *seed)
         rng_state = strtoull(seed, NULL, 0);
     if (rng_state == 0)
-        rng_state = DEFAULT_SEED;
+        rng_state = TEST_RNG_SEED;
     const char *timeout = getenv("BV_TEST_CASE_TIMEOUT");
     if (timeout && atoi(timeout) > 0) {
         case_timeout = (unsigned)atoi(timeout);

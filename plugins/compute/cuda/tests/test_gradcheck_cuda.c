@@ -27,6 +27,9 @@
 #include "bivouac/tensor.h"
 #include "gradcheck.h"
 
+#define TEST_RNG_SEED 0x2545F4914F6CDD1Dull
+#include "test_rng.h"
+
 const bv_plugin *bv_compute_cuda_plugin(void);
 
 /* As test_gradcheck_cpu.c: the kernels' outputs carry float rounding (~6e-8 relative), which
@@ -45,21 +48,6 @@ static const bv_compute_ops *ops;
 static bv_compute *cc; /* the cuda instance every check runs on */
 
 /* ---- random data ----------------------------------------------------------------------- */
-
-static uint64_t rng_state = 0x2545F4914F6CDD1Dull;
-
-static uint64_t rng_next(void)
-{
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return rng_state;
-}
-
-static float rng_float(float lo, float hi)
-{
-    return lo + (hi - lo) * (float)(rng_next() >> 40) * 0x1.0p-24f;
-}
 
 static float *random_floats(int64_t n, float lo, float hi)
 {
