@@ -132,7 +132,9 @@ typedef struct bv_compute_ops {
     /* Multi-head weighted aggregation (GA with attention): for each row v in the range,
      * head h and j < head_dim:
      *   y[(v - row_begin) * heads * head_dim + h * head_dim + j] =
-     *       sum over v's edges e of w[e, h] * x[col(e) * x_stride + h * head_dim + j]. */
+     *       sum over v's edges e of w[e, h] * x[col(e) * x_stride + h * head_dim + j],
+     * where w holds the range's edges only: w[e, h] is w[(e - rowptr[row_begin]) * heads +
+     * h] (the same for dw below). */
     void (*gather_heads)(bv_compute *c, const bv_csr *a, int64_t row_begin, int64_t row_end,
                          int heads, int64_t head_dim, const float *w, const float *x,
                          int64_t x_stride, float *y);

@@ -1,7 +1,7 @@
 /* The resilience plugin kind: hooks at fixed points of both engines: before a task runs,
  * at the end of a step or epoch, on a peer's failure, on a join, and on a schedule.
- * Checkpointing uses the end of an epoch and restore; bounded staleness and redundant
- * computation use the ABI 1.4 hooks. Every slot after destroy is optional (NULL). */
+ * Checkpointing uses the end of an epoch and restore; bounded staleness (before_task,
+ * set_knob) and redundant computation (schedule) use the later hooks. Every slot after destroy is optional (NULL). */
 #ifndef BIVOUAC_RESILIENCE_H
 #define BIVOUAC_RESILIENCE_H
 
@@ -58,7 +58,8 @@ typedef enum bv_task_kind {
     BV_TASK_TENSOR_BACKWARD = 2, /* graph: their backward */
     BV_TASK_GATHER = 3,          /* graph: GA or its backward on the graph server */
     BV_TASK_WEIGHT_UPDATE = 4,   /* both: the optimizer step */
-    BV_TASK_INSTRUCTION = 5      /* sequence/pipeline: one bv_instruction (schedule.h) */
+    BV_TASK_INSTRUCTION = 5,     /* sequence/pipeline: one bv_instruction (schedule.h) */
+    BV_TASK_LOSS = 6             /* graph (ABI 1.11): the loss on an interval */
 } bv_task_kind;
 
 /* The task or instruction about to run. */
@@ -72,6 +73,16 @@ typedef struct bv_task_info {
     int64_t interval;    /* graph: vertex interval; -1: none */
     int64_t microbatch;  /* pipeline: microbatch; -1: none */
     uint32_t instruction; /* BV_TASK_INSTRUCTION: the bv_instruction_op */
+    /* ABI 1.11, graph engine (the graph server asks for every task of a training pass it
+     * runs interval by interval: docs/staleness.md). */
+    int32_t backward;    /* 1: the task belongs to the backward pass */
+    /* A forward GATHER: the oldest epoch of the neighbour rows it would read now (an
+     * in-neighbour interval that has not yet produced this epoch's rows offers those of
+     * an earlier pass; -1: rows no pass wrote yet). Every other task: its own epoch. */
+    int64_t input_epoch;
+    /* The graph server's intervals that have not yet finished the step before this one
+     * (0: the task would run after a barrier). */
+    int64_t waiting;
 } bv_task_info;
 
 /* The answer of before_task. The core fills the defaults (run now, latest weights). */
@@ -109,7 +120,8 @@ typedef struct bv_resilience_ops {
 
     /* ---- ABI 1.4, all optional. The core reads the table through a copy (registry) in
      * which a NULL hook is a no-op returning BV_OK (restore stays NULL: "keeps no state").
-     * Only the checkpoint plugin uses hooks yet; the engines call these as they grow. */
+     * The graph engine calls before_task (the staleness plugin), the pipeline engine
+     * schedule (redundancy), the training loop peer_failed. */
 
     /* Before a task (graph engine) or an instruction (pipeline engine) runs: may it run
      * now, and with which weight version? out arrives filled with the defaults. */
@@ -123,6 +135,13 @@ typedef struct bv_resilience_ops {
     /* The pipeline engine's schedule for the next step, before it runs: the plugin may
      * append instructions (bv_schedule_append), e.g. Bamboo's redundant forward. */
     bv_status (*schedule)(bv_resilience *r, bv_schedule *s, bv_error *err);
+
+    /* ---- ABI 1.11, optional ---- */
+    /* A policy's `set = {["<plugin>.<knob>"] = value}` at an epoch boundary, with the
+     * part after the dot: BV_ERR_INVALID with a message if the plugin has no such knob or
+     * the value is out of its range. Called on every instance of the plugin (the graph
+     * server's too), before the next epoch. NULL: the plugin has no knobs. */
+    bv_status (*set_knob)(bv_resilience *r, const char *name, double value, bv_error *err);
 } bv_resilience_ops;
 
 #ifdef __cplusplus

@@ -503,6 +503,34 @@ static void load_cluster(bv_experiment *x, bv_registry *reg, bv_diag *diag)
         check_hosts(x, diag);
 }
 
+/* A strategy that gates tasks (resilience before_task: the staleness plugin) is asked by
+ * the graph engine's graph server, and by one graph server only so far. */
+static void check_gates(const bv_experiment *x, bv_diag *diag)
+{
+    const bv_node *list = bv_node_get(x->root, "resilience");
+    if (!list || list->kind != BV_NODE_SEQ || list->count != x->nresilience)
+        return; /* what is wrong with the list was said already */
+    const char *gate = NULL;
+    for (size_t i = 0; i < x->nresilience; i++) {
+        const bv_plugin *p = x->resilience[i].plugin;
+        const bv_pos *pos = &list->items[i]->pos;
+        if (!bv_resilience_gates(p))
+            continue;
+        if (x->engine_ops && strcmp(x->engine_ops->name, "graph") != 0)
+            bv_diag_add(diag, pos, "resilience '%s' gates the graph engine's tasks; model "
+                        "'%s' runs on the %s engine", p->name, x->model.plugin->name,
+                        x->engine_ops->name);
+        else if (gate)
+            bv_diag_add(diag, pos, "resilience '%s' gates tasks, and so does '%s': at most "
+                        "one strategy may", p->name, gate);
+        else if (x->cloud.plugin && bv_opts_int(&x->cluster, "graph_servers") > 1)
+            bv_diag_add(diag, pos, "resilience '%s' gates one graph server's tasks; several "
+                        "(cluster.graph_servers: %lld) are not built yet", p->name,
+                        (long long)bv_opts_int(&x->cluster, "graph_servers"));
+        gate = p->name;
+    }
+}
+
 /* `cost:` its options, and the price table they name, which must price the instance. An
  * experiment without the section runs at the shipped defaults, read when the run starts
  * (bv_train): a check reads nothing it does not have to. */
@@ -615,6 +643,7 @@ static bv_status load(const char *path, char *const *overrides, size_t noverride
     bv_config_validate(bv_node_get(root, "engine"), "engine", engine_schema, NULL, &x->engine,
                        diag);
     load_cluster(x, reg, diag);
+    check_gates(x, diag);
     load_prices(x, bv_node_get(root, "cost"), diag);
     bv_config_validate(bv_node_get(root, "budget"), "budget", budget_schema, NULL, &x->budget,
                        diag);

@@ -80,6 +80,40 @@ static void write_summary_fields(FILE *f, const bv_run_result *runs, size_t n)
     bv_json_field(f, "cost_usd", cost);
 }
 
+/* ', "resilience": [{"plugin": "staleness", "mode": "async", "s": 1}]': each strategy
+ * with its options as the run began (a comparison of settings reads them here). */
+static void write_resilience(FILE *f, const bv_experiment *x)
+{
+    if (!x->nresilience)
+        return;
+    fputs(", \"resilience\": [", f);
+    for (size_t i = 0; i < x->nresilience; i++) {
+        const bv_opts *o = &x->resilience[i].opts;
+        fputs(i ? ", {\"plugin\": " : "{\"plugin\": ", f);
+        bv_json_string(f, x->resilience[i].plugin->name);
+        for (size_t k = 0; k < o->count; k++) {
+            const bv_opt_value *v = &o->values[k];
+            if (v->decl->type == BV_OPT_INT || v->decl->type == BV_OPT_FLOAT) {
+                bv_json_field(f, v->decl->name,
+                              v->decl->type == BV_OPT_INT ? (double)v->v.i : v->v.f);
+                continue;
+            }
+            fputs(", ", f);
+            bv_json_string(f, v->decl->name);
+            if (v->decl->type == BV_OPT_BOOL) {
+                fputs(v->v.b ? ": true" : ": false", f);
+            } else if (v->v.s) {
+                fputs(": ", f);
+                bv_json_string(f, v->v.s);
+            } else {
+                fputs(": null", f);
+            }
+        }
+        fputc('}', f);
+    }
+    fputc(']', f);
+}
+
 int bv_result_write(const char *dir, const bv_experiment *x, const bv_run_result *runs,
                     const uint64_t *seeds, size_t n)
 {
@@ -96,6 +130,7 @@ int bv_result_write(const char *dir, const bv_experiment *x, const bv_run_result
     bv_json_string(f, x->dataset_label);
     fputs(", \"experiment\": ", f);
     bv_json_string(f, x->name);
+    write_resilience(f, x);
     fputs(", ", f);
     if (n == 1) {
         write_run_fields(f, &runs[0], seeds[0]);

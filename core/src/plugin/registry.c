@@ -1,6 +1,8 @@
 /* The plugin registry (registry.h). */
 #include "registry.h"
 
+#include "bivouac/resilience.h"
+
 #include "export_sig.h"
 #include "plugin_arrays.h"
 #include "plugin_defaults.h"
@@ -138,6 +140,13 @@ static const char *engine_name(bv_engine_kind e)
     case BV_ENGINE_SEQUENCE: return "sequence";
     }
     return NULL;
+}
+
+bool bv_resilience_gates(const bv_plugin *p)
+{
+    size_t end = offsetof(bv_resilience_ops, before_task) + sizeof(void *);
+    return p->kind == BV_KIND_RESILIENCE && p->ops && p->ops_size >= end &&
+           ((const bv_resilience_ops *)p->ops)->before_task;
 }
 
 const char *bv_plugin_model_engine(const bv_plugin *p)

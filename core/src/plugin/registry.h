@@ -70,6 +70,10 @@ const bv_option *bv_registry_options(const bv_registry *r, const bv_plugin *p);
  * NULL for other kinds (the loader refuses a model with an unknown engine). */
 const char *bv_plugin_model_engine(const bv_plugin *p);
 
+/* Whether a loaded resilience plugin gates tasks: its own table has before_task (the
+ * core's default for a NULL one lets every task run). */
+bool bv_resilience_gates(const bv_plugin *p);
+
 /* Names of the loadable plugins of a kind (for did-you-mean); returns count. */
 size_t bv_registry_names(bv_registry *r, bv_plugin_kind kind, const char **names, size_t max);
 

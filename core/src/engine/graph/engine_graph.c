@@ -864,15 +864,21 @@ static bv_status run_pass(bv_graph_engine *e, int64_t epoch, bool training, bv_t
         if (st != BV_OK)
             return st;
         int g = m.hdr.reply_to;
-        bool fresh = g >= 0 && g < e->ngs && !have[g];
+        bool fresh = g >= 0 && g < e->ngs && !have[g] &&
+                     (m.hdr.na == 0 || m.hdr.na == sizeof e->pipe_fig);
         if (fresh) {
             part[g] = m.hdr;
             have[g] = true;
+            if (training) /* a gated pass's figures (one graph server) */
+                memset(e->pipe_fig, 0, sizeof e->pipe_fig);
+            if (training && m.hdr.na)
+                memcpy(e->pipe_fig, m.a, sizeof e->pipe_fig);
         }
         bv_role_release(e->cfg.transport_ops, &m);
         if (!fresh)
             return bv_error_set(err, BV_ERR_CORRUPT, "epoch report from graph server %d, "
-                                "which is not one that has not reported", g);
+                                "which is not one that has not reported, or with %llu "
+                                "bytes of figures", g, (unsigned long long)m.hdr.na);
     }
     *done = part[0];
     for (int g = 1; g < e->ngs; g++) {
@@ -910,6 +916,16 @@ bv_graph_boundary bv_graph_engine_boundary(const bv_graph_engine *e)
  * servers sent, and the gradient messages each parameter server took, this epoch. */
 static void report_roles(const bv_graph_engine *e)
 {
+    static const char *const figure[BV_PIPE_FIGURES][2] = {
+        [BV_PIPE_HELD] = {"gate_held", "tasks"},
+        [BV_PIPE_LAG_MAX] = {"gather_lag_max", "epochs"},
+        [BV_PIPE_OLDEST_READ] = {"gather_oldest_epoch", "epoch"},
+        [BV_PIPE_STALE_GATHERS] = {"stale_gathers", "gathers"},
+        [BV_PIPE_IN_FLIGHT_MAX] = {"tasks_in_flight_max", "tasks"},
+        [BV_PIPE_DEPTH_MAX] = {"pipeline_depth_max", "steps"},
+    };
+    for (int k = 0; e->cfg.gate_ops && k < BV_PIPE_FIGURES; k++)
+        bv_series_report(figure[k][0], figure[k][1], e->pipe_fig[k]);
     if (e->ngs > 1)
         bv_series_report("boundary_bytes", "bytes", (double)e->train_ghost_bytes);
     for (int k = 0; e->nps > 1 && k < e->nps; k++) {
@@ -917,6 +933,11 @@ static void report_roles(const bv_graph_engine *e)
         snprintf(name, sizeof name, "ps%d_gradients", k);
         bv_series_report(name, "messages", (double)e->ps_taken[k]);
     }
+}
+
+const double *bv_graph_engine_pipeline_figures(const bv_graph_engine *e)
+{
+    return e->pipe_fig;
 }
 
 int bv_graph_engine_server_load(const bv_graph_engine *e, int64_t *fewest, int64_t *most)

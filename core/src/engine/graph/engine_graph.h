@@ -44,6 +44,13 @@ typedef struct bv_graph_engine_cfg {
     const bv_opts *cloud_opts;
     bv_run_info run_info;
     const char *experiment_file; /* what each role process loads: the run's own copy */
+    /* A resilience strategy that gates the tasks of training passes (before_task: the
+     * `staleness` plugin, docs/staleness.md), by name for messages: the graph server makes
+     * its own instance and runs those passes interval by interval (graph_pipeline.c).
+     * NULL: stage by stage, every interval of a stage before the next (the default). */
+    const bv_resilience_ops *gate_ops;
+    const bv_opts *gate_opts;
+    const char *gate_name;
     /* the training loop's hook for a role process that ended (engine.h); may be NULL */
     void (*peer_failed)(void *loop, const bv_peer_event *peer);
     void *loop;
@@ -128,6 +135,15 @@ typedef struct bv_graph_boundary {
     int64_t measured_bytes, predicted_bytes;
 } bv_graph_boundary;
 bv_graph_boundary bv_graph_engine_boundary(const bv_graph_engine *e);
+
+/* A gated training pass (cfg.gate_ops), as the graph servers measured it: the tasks the
+ * gate held, the most epochs between a forward gather's pass and the oldest neighbour
+ * rows it read, the oldest epoch read (-1: rows no pass wrote), the gathers that read
+ * rows of an earlier pass, the most tasks in flight, the most different steps the
+ * intervals were at (the pipeline's depth). All zero for a pass stage by stage. */
+enum { BV_PIPE_HELD, BV_PIPE_LAG_MAX, BV_PIPE_OLDEST_READ, BV_PIPE_STALE_GATHERS,
+       BV_PIPE_IN_FLIGHT_MAX, BV_PIPE_DEPTH_MAX, BV_PIPE_FIGURES };
+const double *bv_graph_engine_pipeline_figures(const bv_graph_engine *e);
 
 /* Several parameter servers: the fewest and the most gradient messages one of them took
  * from the workers in the last training epoch (docs/cluster.md: the least-loaded pick).

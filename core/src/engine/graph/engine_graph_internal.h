@@ -109,6 +109,7 @@ struct bv_graph_engine {
      * next epoch's intervals out by them (bv_engine_pick_servers). */
     int64_t ps_taken[BV_MAX_PARAM_SERVERS];
     double ps_cost[BV_MAX_PARAM_SERVERS];
+    double pipe_fig[BV_PIPE_FIGURES]; /* the last training pass's (gated passes) */
     int64_t version;    /* weights version the PS last reported */
     double decay_now;   /* sum of squares of the decayed weights, as of that version */
 };

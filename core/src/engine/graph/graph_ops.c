@@ -16,6 +16,7 @@
 #include "graph_view.h"
 #include "node_group.h"
 #include "plugin_arrays.h"
+#include "registry.h"
 
 /* The fields of a unit record, in metrics.jsonl order (the indices below follow it). */
 static const char *const epoch_fields[] = {"epoch", "train_loss", "train_accuracy",
@@ -117,6 +118,12 @@ static bv_graph_engine_cfg engine_cfg(bv_engine *g, const bv_graph_dataset *d, u
         .peer_timeout = bv_opts_float(&x->engine, "peer_timeout"),
         .start_timeout = bv_opts_float(&x->engine, "start_timeout"),
     };
+    for (size_t i = 0; !cfg.gate_ops && i < x->nresilience; i++)
+        if (bv_resilience_gates(x->resilience[i].plugin)) {
+            cfg.gate_ops = &x->resilience_ops[i];
+            cfg.gate_opts = &x->resilience[i].opts;
+            cfg.gate_name = x->resilience[i].plugin->name;
+        }
     if (x->cloud.plugin) { /* a cluster: its roles are processes */
         bv_experiment_dir(x, g->config_dir, sizeof g->config_dir);
         snprintf(g->experiment_file, sizeof g->experiment_file, "%s/experiment.yaml",

@@ -8,32 +8,10 @@
 #include <unistd.h>
 
 #include "bivouac/log.h"
-#include "engine_graph_internal.h"
+#include "graph_server.h"
 #include "grow.h"
 #include "role_loop.h"
 
-typedef struct graph_server {
-    bv_graph_engine *e;
-    const bv_transport_ops *t;
-    bv_endpoint *inbox, *to_coord;
-    bv_endpoint *to_tw[BV_MAX_TENSOR_WORKERS];
-    bv_compute *compute;
-    float **act;  /* per stage output: num_nodes x out_dim (EDGE: nnz(A + I) x out_dim) */
-    float **dact; /* per stage d(output), accumulated over the stages that read it */
-    float *scratch; /* num_nodes x widest vertex array, for ∇GA */
-    float grad_scale;
-    bool *input_sent; /* per interval: its static input is at its tensor worker */
-    bool *graph_sent; /* per interval: its edges are at its tensor worker */
-    bool keep_features; /* tensor workers keep the features (sparse, or roles as processes) */
-    /* Several graph servers (e->ngs > 1): outboxes to the others, the boundary rows that
-     * came before this server asked for them, and what this pass sent. */
-    bv_endpoint *to_peer[BV_MAX_GRAPH_SERVERS];
-    bv_role_msg *early;
-    size_t nearly, cap_early;
-    int64_t ghost_bytes;
-    size_t *seg_offset; /* e->shm: each shared array's place in e->segment */
-    int32_t *ps_of;     /* per interval: its parameter server this epoch (task hdr.ps) */
-} graph_server;
 
 static int64_t stage_rows(const graph_server *gs, size_t s)
 {
@@ -140,14 +118,6 @@ static bool interval_matches(const bv_graph_engine *e, const bv_task_hdr *h, int
            h->rows == interval_rows(e, h->interval);
 }
 
-/* One kind of task over every interval of a stage: how to send interval i, and what to
- * do with a result (which the handler releases). */
-typedef struct task_kind {
-    uint16_t result_type;
-    bv_status (*send)(graph_server *gs, size_t s, const bv_task_hdr *epoch, int i, void *ctx,
-                      bv_error *err);
-    bv_status (*take)(graph_server *gs, size_t s, bv_role_msg *m, void *ctx, bv_error *err);
-} task_kind;
 
 static bv_task_hdr interval_hdr(const graph_server *gs, size_t s, const bv_task_hdr *epoch,
                                 int i)
@@ -214,7 +184,7 @@ static bv_status gs_run_tasks(graph_server *gs, size_t s, const bv_task_hdr *epo
     return rc;
 }
 
-static bv_endpoint *worker_of(const graph_server *gs, int i)
+bv_endpoint *bv_gs_worker_of(const graph_server *gs, int i)
 {
     return gs->to_tw[i % gs->e->cfg.tensor_workers];
 }
@@ -264,7 +234,7 @@ static bv_status gs_send_task(graph_server *gs, int i, uint16_t type, bv_task_hd
             h->flags |= flag[k];
         }
     }
-    return bv_role_send(gs->t, worker_of(gs, i), type, BV_ROLE_GS, h, p[0], n[0], p[1], n[1],
+    return bv_role_send(gs->t, bv_gs_worker_of(gs, i), type, BV_ROLE_GS, h, p[0], n[0], p[1], n[1],
                         p[2], n[2], err);
 }
 
@@ -311,13 +281,10 @@ static bv_status av_take(graph_server *gs, size_t s, bv_role_msg *m, void *ctx, 
     return rc;
 }
 
-static const task_kind apply_vertex = {BV_MSG_FWD_RESULT, av_send, av_take};
+const task_kind bv_gs_apply_vertex = {BV_MSG_FWD_RESULT, av_send, av_take};
 
 /* ---- the loss ---- */
 
-typedef struct loss_ctx {
-    double *per; /* 9 stats per interval */
-} loss_ctx;
 
 static bv_status loss_send(graph_server *gs, size_t s, const bv_task_hdr *epoch, int i,
                            void *ctx, bv_error *err)
@@ -356,7 +323,7 @@ static bv_status loss_take(graph_server *gs, size_t s, bv_role_msg *m, void *ctx
     return rc;
 }
 
-static const task_kind loss_task = {BV_MSG_LOSS_RESULT, loss_send, loss_take};
+const task_kind bv_gs_loss_task = {BV_MSG_LOSS_RESULT, loss_send, loss_take};
 
 static bv_status gs_loss(graph_server *gs, const bv_task_hdr *epoch, double stats[9],
                          bv_error *err)
@@ -365,7 +332,7 @@ static bv_status gs_loss(graph_server *gs, const bv_task_hdr *epoch, double stat
     loss_ctx lc = {calloc((size_t)e->cfg.intervals * 9, sizeof(double))};
     if (!lc.per)
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory");
-    bv_status rc = gs_run_tasks(gs, e->nstages - 1, epoch, &loss_task, &lc, err);
+    bv_status rc = gs_run_tasks(gs, e->nstages - 1, epoch, &bv_gs_loss_task, &lc, err);
     /* sums in interval order: the same result whatever order the replies came in */
     for (int j = 0; j < 9; j++)
         stats[j] = 0;
@@ -418,7 +385,7 @@ static bv_status avb_take(graph_server *gs, size_t s, bv_role_msg *m, void *ctx,
     return rc;
 }
 
-static const task_kind apply_vertex_backward = {BV_MSG_BWD_RESULT, avb_send, avb_take};
+const task_kind bv_gs_apply_vertex_backward = {BV_MSG_BWD_RESULT, avb_send, avb_take};
 
 /* ---- AE: ApplyEdge ---- */
 
@@ -436,7 +403,7 @@ static bv_status edge_task_send(graph_server *gs, size_t s, int i, uint16_t type
                                 size_t nc, bv_error *err)
 {
     int64_t in_dim = gs->e->stages[s]->in_dim, n = gs->e->cfg.data->num_nodes;
-    return bv_role_send(gs->t, worker_of(gs, i), type, BV_ROLE_GS, h, ec->src,
+    return bv_role_send(gs->t, bv_gs_worker_of(gs, i), type, BV_ROLE_GS, h, ec->src,
                         (size_t)(n * in_dim) * sizeof(float), ec->src + h->row_begin * in_dim,
                         (size_t)(h->rows * in_dim) * sizeof(float), c, nc, err);
 }
@@ -483,7 +450,7 @@ static bv_status ae_take(graph_server *gs, size_t s, bv_role_msg *m, void *ctx, 
     return rc;
 }
 
-static const task_kind apply_edge = {BV_MSG_EDGE_FWD_RESULT, ae_send, ae_take};
+const task_kind bv_gs_apply_edge = {BV_MSG_EDGE_FWD_RESULT, ae_send, ae_take};
 
 static bv_status aeb_send(graph_server *gs, size_t s, const bv_task_hdr *epoch, int i,
                           void *ctx, bv_error *err)
@@ -531,10 +498,10 @@ static bv_status aeb_take(graph_server *gs, size_t s, bv_role_msg *m, void *ctx,
     return BV_OK;
 }
 
-static const task_kind apply_edge_backward = {BV_MSG_EDGE_BWD_RESULT, aeb_send, aeb_take};
+const task_kind bv_gs_apply_edge_backward = {BV_MSG_EDGE_BWD_RESULT, aeb_send, aeb_take};
 
 /* AE and ∇AE: the attention inputs of every vertex are packed once per pass. */
-static bv_status gs_edge_pass(graph_server *gs, size_t s, const bv_task_hdr *epoch,
+bv_status bv_gs_edge_pass(graph_server *gs, size_t s, const bv_task_hdr *epoch,
                               const task_kind *kind, bv_error *err)
 {
     bv_graph_engine *e = gs->e;
@@ -559,25 +526,44 @@ static bv_status gs_edge_pass(graph_server *gs, size_t s, const bv_task_hdr *epo
     return rc;
 }
 
-/* GA: aggregation over in-edges, with Â or with an edge stage's per-head weights. */
-static void gs_gather(graph_server *gs, size_t s)
+/* GA over rows [r0, r1): aggregation over in-edges, with Â or with an edge stage's
+ * per-head weights. Each row's sum is the same whatever the range (one interval's rows
+ * or all of them). */
+void bv_gs_gather_rows(graph_server *gs, size_t s, int64_t r0, int64_t r1)
 {
     bv_graph_engine *e = gs->e;
     const bv_stage *st = e->stages[s];
     const bv_compute_ops *k = e->cfg.compute_ops;
-    int64_t n = e->cfg.data->num_nodes;
+    float *out = gs->act[s] + r0 * st->out_dim;
     if (!st->weighted) {
-        k->spmm(gs->compute, e->adj_norm, 0, n, stage_input(gs, s), st->in_dim, gs->act[s]);
+        k->spmm(gs->compute, e->adj_norm, r0, r1, stage_input(gs, s), st->in_dim, out);
         return;
     }
-    k->gather_heads(gs->compute, e->adj_loops, 0, n, st->heads, st->in_dim / st->heads,
-                    gs->act[st->weights_stage], stage_input(gs, s) + st->in_offset,
-                    e->vin_width[s], gs->act[s]);
+    /* the weights of the range's edges, from its first edge on */
+    const float *w = gs->act[st->weights_stage] + e->adj_loops->rowptr[r0] * st->heads;
+    k->gather_heads(gs->compute, e->adj_loops, r0, r1, st->heads, st->in_dim / st->heads, w,
+                    stage_input(gs, s) + st->in_offset, e->vin_width[s], out);
 }
 
-/* ∇GA: the input's gradient flows back along reversed edges; a weighted gather also gives
- * the gradient of its weights (one dot product per edge and head). */
-static void gs_gather_backward(graph_server *gs, size_t s)
+/* ∇GA of an unweighted gather over rows [r0, r1) of its input's gradient: the rows of Âᵀ
+ * gather the output's gradient from the out-neighbours. */
+void bv_gs_gather_backward_rows(graph_server *gs, size_t s, int64_t r0, int64_t r1)
+{
+    bv_graph_engine *e = gs->e;
+    const bv_stage *st = e->stages[s];
+    const bv_compute_ops *k = e->cfg.compute_ops;
+    float *din = stage_input_grad(gs, s);
+    if (!din)
+        return;
+    k->spmm(gs->compute, e->adj_norm_t, r0, r1, gs->dact[s], st->in_dim,
+            gs->scratch + r0 * st->in_dim);
+    k->axpy(gs->compute, (r1 - r0) * st->in_dim, 1.0f, gs->scratch + r0 * st->in_dim,
+            din + r0 * st->in_dim);
+}
+
+/* ∇GA over every row: the input's gradient flows back along reversed edges; a weighted
+ * gather also gives the gradient of its weights (one dot product per edge and head). */
+void bv_gs_gather_backward(graph_server *gs, size_t s)
 {
     bv_graph_engine *e = gs->e;
     const bv_stage *st = e->stages[s];
@@ -585,10 +571,7 @@ static void gs_gather_backward(graph_server *gs, size_t s)
     int64_t n = e->cfg.data->num_nodes;
     float *din = stage_input_grad(gs, s);
     if (!st->weighted) {
-        if (din) {
-            k->spmm(gs->compute, e->adj_norm_t, 0, n, gs->dact[s], st->in_dim, gs->scratch);
-            k->axpy(gs->compute, n * st->in_dim, 1.0f, gs->scratch, din);
-        }
+        bv_gs_gather_backward_rows(gs, s, 0, n);
         return;
     }
     int64_t hd = st->in_dim / st->heads;
@@ -609,7 +592,7 @@ static size_t stage_bytes(const graph_server *gs, size_t s)
     return (size_t)(stage_rows(gs, s) * gs->e->stages[s]->out_dim) * sizeof(float);
 }
 
-static bv_status ensure_grad(graph_server *gs, int s, bv_error *err)
+bv_status bv_gs_ensure_grad(graph_server *gs, int s, bv_error *err)
 {
     if (s < 0 || gs->dact[s])
         return BV_OK;
@@ -626,7 +609,7 @@ static bv_status ensure_grad(graph_server *gs, int s, bv_error *err)
     return BV_OK;
 }
 
-static void drop_grad(graph_server *gs, size_t s)
+void bv_gs_drop_grad(graph_server *gs, size_t s)
 {
     gs->e->shared[bv_shared_dact(s)] = (bv_shared_array){NULL, 0};
     if (!gs->e->shm)
@@ -635,12 +618,12 @@ static void drop_grad(graph_server *gs, size_t s)
 }
 
 /* Before stage s's backward: the arrays it adds into. */
-static bv_status grads_for(graph_server *gs, size_t s, bv_error *err)
+bv_status bv_gs_grads_for(graph_server *gs, size_t s, bv_error *err)
 {
     const bv_stage *st = gs->e->stages[s];
-    bv_status rc = ensure_grad(gs, gs->e->vin[s], err);
+    bv_status rc = bv_gs_ensure_grad(gs, gs->e->vin[s], err);
     if (rc == BV_OK && st->kind == BV_STAGE_GATHER && st->weighted)
-        rc = ensure_grad(gs, (int)st->weights_stage, err);
+        rc = bv_gs_ensure_grad(gs, (int)st->weights_stage, err);
     return rc;
 }
 
@@ -771,37 +754,37 @@ static bv_status gs_epoch(graph_server *gs, const bv_task_hdr *cmd, bv_task_hdr 
             first_reader(e, s) && (rc = gs_exchange(gs, cmd, v, false, err)) != BV_OK)
             break;
         switch (e->stages[s]->kind) {
-        case BV_STAGE_GATHER: gs_gather(gs, s); break;
-        case BV_STAGE_EDGE: rc = gs_edge_pass(gs, s, cmd, &apply_edge, err); break;
-        case BV_STAGE_TENSOR: rc = gs_run_tasks(gs, s, cmd, &apply_vertex, NULL, err); break;
+        case BV_STAGE_GATHER: bv_gs_gather_rows(gs, s, 0, e->cfg.data->num_nodes); break;
+        case BV_STAGE_EDGE: rc = bv_gs_edge_pass(gs, s, cmd, &bv_gs_apply_edge, err); break;
+        case BV_STAGE_TENSOR: rc = gs_run_tasks(gs, s, cmd, &bv_gs_apply_vertex, NULL, err); break;
         }
     }
     if (rc == BV_OK && cmd->training)
-        rc = ensure_grad(gs, (int)e->nstages - 1, err); /* the loss writes the last one */
+        rc = bv_gs_ensure_grad(gs, (int)e->nstages - 1, err); /* the loss writes the last one */
     if (rc == BV_OK)
         rc = gs_loss(gs, cmd, reply->stats, err);
     int64_t grad_messages = 0;
     for (size_t s = e->nstages; cmd->training && rc == BV_OK && s-- > 0;) {
-        if ((rc = grads_for(gs, s, err)) != BV_OK)
+        if ((rc = bv_gs_grads_for(gs, s, err)) != BV_OK)
             break;
         if (e->ngs > 1 && bv_stage_read_across_edges(e, s) &&
             (rc = gs_exchange(gs, cmd, (int)s, true, err)) != BV_OK)
             break;
         switch (e->stages[s]->kind) {
-        case BV_STAGE_GATHER: gs_gather_backward(gs, s); break;
+        case BV_STAGE_GATHER: bv_gs_gather_backward(gs, s); break;
         case BV_STAGE_EDGE: /* its task sends weight gradients too */
-            rc = gs_edge_pass(gs, s, cmd, &apply_edge_backward, err);
+            rc = bv_gs_edge_pass(gs, s, cmd, &bv_gs_apply_edge_backward, err);
             grad_messages += e->cfg.intervals;
             break;
         case BV_STAGE_TENSOR:
-            rc = gs_run_tasks(gs, s, cmd, &apply_vertex_backward, NULL, err);
+            rc = gs_run_tasks(gs, s, cmd, &bv_gs_apply_vertex_backward, NULL, err);
             grad_messages += e->cfg.intervals;
             break;
         }
-        drop_grad(gs, s);
+        bv_gs_drop_grad(gs, s);
     }
     for (size_t s = 0; s < e->nstages; s++) /* after a failure, too */
-        drop_grad(gs, s);
+        bv_gs_drop_grad(gs, s);
     reply->step = grad_messages;
     reply->reply_to = e->gs_index;
     reply->row_begin = gs->ghost_bytes;
@@ -889,6 +872,14 @@ static bv_status gs_setup(void *self, bv_error *err)
     for (int q = 0; q < e->ngs; q++)
         if (q != e->gs_index && !(gs->to_peer[q] = bv_engine_connect(e, e->addr_gs[q], err)))
             return err->status;
+    if (e->cfg.gate_ops) { /* this server's own instance of the gating strategy */
+        if (e->ngs > 1)
+            return bv_error_set(err, BV_ERR_INVALID, "%s: a gated pass with several graph "
+                                "servers is not built yet (cluster.graph_servers: 1)",
+                                e->cfg.gate_name);
+        if (!(gs->gate = e->cfg.gate_ops->create(e->cfg.gate_opts, &e->cfg.run_info, err)))
+            return err->status ? err->status : BV_ERR_PLUGIN;
+    }
     return BV_OK;
 }
 
@@ -897,6 +888,9 @@ static void gs_teardown(void *self)
     graph_server *gs = self;
     bv_graph_engine *e = gs->e;
     bv_engine_close_all(e, gs->to_peer, BV_MAX_GRAPH_SERVERS);
+    if (gs->gate)
+        e->cfg.gate_ops->destroy(gs->gate);
+    bv_gs_pipeline_free(gs);
     for (size_t i = 0; i < gs->nearly; i++)
         bv_role_release(gs->t, &gs->early[i]);
     free(gs->early);
@@ -941,10 +935,16 @@ static bv_status gs_handle(void *self, bv_role_msg *m, bv_error *err)
                            (m->hdr.epoch * e->ngs + e->gs_index) * e->cfg.intervals,
                            gs->ps_of);
     bv_task_hdr reply = m->hdr;
-    bv_status rc = gs_epoch(gs, &m->hdr, &reply, err);
+    double figures[BV_PIPE_FIGURES] = {0};
+    bool gated = gs->gate && m->hdr.training;
+    bv_status rc = gated ? bv_gs_pipeline_epoch(gs, &m->hdr, &reply, figures, err)
+                         : gs_epoch(gs, &m->hdr, &reply, err);
+    if (rc == BV_OK && !gated)
+        bv_gs_pipeline_wrote_all(gs, m->hdr.epoch);
     if (rc == BV_OK)
-        rc = bv_role_send(gs->t, gs->to_coord, BV_MSG_EPOCH_DONE, BV_ROLE_GS, &reply, NULL, 0,
-                          NULL, 0, NULL, 0, err);
+        rc = bv_role_send(gs->t, gs->to_coord, BV_MSG_EPOCH_DONE, BV_ROLE_GS, &reply,
+                          gated ? figures : NULL, gated ? sizeof figures : 0, NULL, 0, NULL, 0,
+                          err);
     return rc;
 }
 

@@ -1,0 +1,427 @@
+/* A graph server's training pass interval by interval, under a task gate (Dorylus §4-§5;
+ * docs/staleness.md). Every interval runs the same program of steps: each stage's
+ * forward, the loss, each stage's backward. Tensor steps are tasks for the interval's
+ * worker; gathers run here, on the interval's rows; a step that exists only over every
+ * row (an edge stage, a weighted gather's backward) waits for every interval (a barrier).
+ * Besides the data each step needs, the engine asks the run's gating strategy
+ * (resilience before_task, e.g. the `staleness` plugin) before each step: that is where
+ * the modes (no overlap, barriers at gathers, bounded staleness) live. The engine itself
+ * never lets a gather read rows a task in flight is writing, and never lets a backward
+ * gather read a gradient that is not complete. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bivouac/log.h"
+#include "graph_server.h"
+
+typedef enum step_dir { STEP_FWD = 0, STEP_LOSS = 1, STEP_BWD = 2 } step_dir;
+
+typedef struct step {
+    int32_t stage;
+    uint8_t dir;   /* step_dir */
+    bool local;    /* a gather on this server's thread, on the interval's rows */
+    bool whole;    /* over every row at once: after every interval got here */
+} step;
+
+struct bv_gs_pipeline {
+    int intervals;
+    size_t nsteps;
+    step *steps;
+    size_t *fwd_at, *bwd_at; /* per stage: the index of its forward, backward step */
+    /* intervals x intervals: in_nbr[i * K + j], interval j holds an in-neighbour of one
+     * of i's rows (what i's forward gathers read); out_nbr, one its backward gathers read */
+    bool *in_nbr, *out_nbr;
+    int64_t *ver; /* stages x intervals: the epoch of the pass that last wrote the rows of
+                     interval j of stage s's array; -1: none (zeros) */
+    size_t *pos;  /* per interval: its next step */
+    bool *busy;   /* per interval: that step is a task in flight */
+    bool *held;   /* per interval: the gate held its next step (counted once) */
+    int *load;    /* per worker: tasks in flight */
+};
+
+static int interval_of(const bv_graph_engine *e, int64_t row)
+{
+    int lo = 0, hi = e->cfg.intervals - 1;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (e->interval_begin[mid] <= row)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    return lo;
+}
+
+/* Marks nbr[i * K + j] where a row of interval i has an edge to a row of interval j. */
+static void mark_neighbours(const bv_graph_engine *e, const bv_csr *a, bool *nbr)
+{
+    int k = e->cfg.intervals;
+    for (int i = 0; a && i < k; i++)
+        for (int64_t r = e->interval_begin[i]; r < e->interval_begin[i + 1]; r++)
+            for (int64_t x = a->rowptr[r]; x < a->rowptr[r + 1]; x++)
+                nbr[(size_t)i * (size_t)k + (size_t)interval_of(e, a->colidx[x])] = true;
+}
+
+void bv_gs_pipeline_free(graph_server *gs)
+{
+    struct bv_gs_pipeline *p = gs->pipeline;
+    if (!p)
+        return;
+    free(p->steps);
+    free(p->fwd_at);
+    free(p->bwd_at);
+    free(p->in_nbr);
+    free(p->out_nbr);
+    free(p->ver);
+    free(p->pos);
+    free(p->busy);
+    free(p->held);
+    free(p->load);
+    free(p);
+    gs->pipeline = NULL;
+}
+
+static bv_status pipeline_make(graph_server *gs, bv_error *err)
+{
+    bv_graph_engine *e = gs->e;
+    size_t ns = e->nstages, k = (size_t)e->cfg.intervals;
+    struct bv_gs_pipeline *p = calloc(1, sizeof *p);
+    gs->pipeline = p;
+    if (p) {
+        p->intervals = (int)k;
+        p->steps = calloc(2 * ns + 1, sizeof *p->steps);
+        p->fwd_at = calloc(ns, sizeof *p->fwd_at);
+        p->bwd_at = calloc(ns, sizeof *p->bwd_at);
+        p->in_nbr = calloc(k * k, sizeof *p->in_nbr);
+        p->out_nbr = calloc(k * k, sizeof *p->out_nbr);
+        p->ver = malloc(ns * k * sizeof *p->ver);
+        p->pos = calloc(k, sizeof *p->pos);
+        p->busy = calloc(k, sizeof *p->busy);
+        p->held = calloc(k, sizeof *p->held);
+        p->load = calloc((size_t)e->cfg.tensor_workers, sizeof *p->load);
+    }
+    if (!p || !p->steps || !p->fwd_at || !p->bwd_at || !p->in_nbr || !p->out_nbr ||
+        !p->ver || !p->pos || !p->busy || !p->held || !p->load) {
+        bv_gs_pipeline_free(gs);
+        return bv_error_set(err, BV_ERR_NOMEM, "out of memory for the interval pipeline");
+    }
+    for (size_t s = 0; s < ns; s++) {
+        const bv_stage *st = e->stages[s];
+        p->fwd_at[s] = p->nsteps;
+        p->steps[p->nsteps++] = (step){(int32_t)s, STEP_FWD, st->kind == BV_STAGE_GATHER,
+                                       st->kind == BV_STAGE_EDGE};
+    }
+    p->steps[p->nsteps++] = (step){(int32_t)ns - 1, STEP_LOSS, false, false};
+    for (size_t s = ns; s-- > 0;) {
+        const bv_stage *st = e->stages[s];
+        bool gather = st->kind == BV_STAGE_GATHER;
+        p->bwd_at[s] = p->nsteps;
+        p->steps[p->nsteps++] = (step){(int32_t)s, STEP_BWD, gather && !st->weighted,
+                                       st->kind == BV_STAGE_EDGE || (gather && st->weighted)};
+    }
+    for (size_t x = 0; x < ns * k; x++)
+        p->ver[x] = -1;
+    mark_neighbours(e, e->adj_norm, p->in_nbr);
+    mark_neighbours(e, e->adj_loops, p->in_nbr);
+    mark_neighbours(e, e->adj_norm_t, p->out_nbr);
+    return BV_OK;
+}
+
+void bv_gs_pipeline_wrote_all(graph_server *gs, int64_t epoch)
+{
+    struct bv_gs_pipeline *p = gs->pipeline;
+    for (size_t x = 0; p && x < gs->e->nstages * (size_t)p->intervals; x++)
+        p->ver[x] = epoch;
+}
+
+/* The pass's live state and what it measures. */
+typedef struct pass {
+    graph_server *gs;
+    struct bv_gs_pipeline *p;
+    const bv_task_hdr *cmd;
+    loss_ctx lc;
+    int finished, inflight;
+    double fig[BV_PIPE_FIGURES];
+} pass;
+
+/* Whether interval i's next step has what it reads; *input_epoch: the oldest epoch of the
+ * neighbour rows a forward gather would read (its own epoch for any other step). */
+static bool step_ready(const pass *ps, int i, int64_t *input_epoch)
+{
+    const struct bv_gs_pipeline *p = ps->p;
+    const bv_graph_engine *e = ps->gs->e;
+    const step *st = &p->steps[p->pos[i]];
+    int64_t epoch = ps->cmd->epoch;
+    size_t k = (size_t)p->intervals;
+    *input_epoch = epoch;
+    if (st->whole) { /* every interval here, nothing in flight */
+        for (size_t j = 0; j < k; j++)
+            if (p->pos[j] != p->pos[i])
+                return false;
+        return ps->inflight == 0;
+    }
+    if (!st->local)
+        return true; /* reads only the interval's own rows, which its earlier steps wrote */
+    if (st->dir == STEP_BWD) { /* the out-neighbours' gradient, complete */
+        for (size_t j = 0; j < k; j++)
+            if (p->out_nbr[(size_t)i * k + j] && p->pos[j] < p->bwd_at[st->stage])
+                return false;
+        return true;
+    }
+    int v = e->vin[st->stage];
+    if (v < 0)
+        return true; /* the features */
+    size_t made = p->fwd_at[v];
+    for (size_t j = 0; j < k; j++) {
+        if (!p->in_nbr[(size_t)i * k + j])
+            continue;
+        if (p->pos[j] > made)
+            continue; /* this pass's rows */
+        if (p->pos[j] == made && p->busy[j])
+            return false; /* being written */
+        if (p->ver[(size_t)v * k + j] < *input_epoch)
+            *input_epoch = p->ver[(size_t)v * k + j];
+    }
+    return true;
+}
+
+static int64_t waiting_for(const struct bv_gs_pipeline *p, int i)
+{
+    int64_t n = 0;
+    for (int j = 0; j < p->intervals; j++)
+        n += p->pos[j] < p->pos[i];
+    return n;
+}
+
+/* The gate's answer for interval i's next step. */
+static bv_status gate_allows(pass *ps, int i, int64_t input_epoch, bool *run, bv_error *err)
+{
+    graph_server *gs = ps->gs;
+    const step *st = &ps->p->steps[ps->p->pos[i]];
+    uint32_t kind = st->dir == STEP_LOSS ? BV_TASK_LOSS
+                    : gs->e->stages[st->stage]->kind == BV_STAGE_GATHER ? BV_TASK_GATHER
+                    : st->dir == STEP_BWD ? BV_TASK_TENSOR_BACKWARD
+                                          : BV_TASK_TENSOR_FORWARD;
+    bv_task_info info = {
+        .size = sizeof info, .engine = BV_ENGINE_GRAPH, .kind = kind,
+        .epoch = ps->cmd->epoch, .step = -1, .stage = st->stage, .interval = i,
+        .microbatch = -1, .backward = st->dir == STEP_BWD, .input_epoch = input_epoch,
+        .waiting = waiting_for(ps->p, i),
+    };
+    bv_task_decision out = {.size = sizeof out, .run_now = true, .weight_version = -1};
+    bv_status rc = gs->e->cfg.gate_ops->before_task(gs->gate, &info, &out, err);
+    *run = rc == BV_OK && out.run_now;
+    if (rc == BV_OK && !out.run_now && !ps->p->held[i]) {
+        ps->p->held[i] = true;
+        ps->fig[BV_PIPE_HELD]++;
+    }
+    return rc;
+}
+
+/* Interval i's step is done. */
+static void advance(pass *ps, int i)
+{
+    struct bv_gs_pipeline *p = ps->p;
+    const step *st = &p->steps[p->pos[i]];
+    if (st->dir == STEP_FWD)
+        p->ver[(size_t)st->stage * (size_t)p->intervals + (size_t)i] = ps->cmd->epoch;
+    p->held[i] = false;
+    if (++p->pos[i] == p->nsteps)
+        ps->finished++;
+}
+
+static const task_kind *task_of(const graph_server *gs, const step *st)
+{
+    if (st->dir == STEP_LOSS)
+        return &bv_gs_loss_task;
+    bool edge = gs->e->stages[st->stage]->kind == BV_STAGE_EDGE;
+    if (st->dir == STEP_FWD)
+        return edge ? &bv_gs_apply_edge : &bv_gs_apply_vertex;
+    return edge ? &bv_gs_apply_edge_backward : &bv_gs_apply_vertex_backward;
+}
+
+/* Runs a local or whole step now (nothing of it is in flight afterwards). */
+static bv_status run_here(pass *ps, int i, int64_t input_epoch, bv_error *err)
+{
+    graph_server *gs = ps->gs;
+    struct bv_gs_pipeline *p = ps->p;
+    const bv_graph_engine *e = gs->e;
+    const step *st = &p->steps[p->pos[i]];
+    size_t s = (size_t)st->stage;
+    if (st->whole) {
+        bv_status rc = BV_OK;
+        if (e->stages[s]->kind == BV_STAGE_EDGE)
+            rc = bv_gs_edge_pass(gs, s, ps->cmd, task_of(gs, st), err);
+        else
+            bv_gs_gather_backward(gs, s);
+        for (int j = 0; rc == BV_OK && j < p->intervals; j++)
+            advance(ps, j);
+        return rc;
+    }
+    int64_t r0 = e->interval_begin[i], r1 = e->interval_begin[i + 1];
+    if (st->dir == STEP_BWD) {
+        bv_gs_gather_backward_rows(gs, s, r0, r1);
+    } else {
+        bv_gs_gather_rows(gs, s, r0, r1);
+        int64_t lag = ps->cmd->epoch - input_epoch;
+        if (lag > ps->fig[BV_PIPE_LAG_MAX])
+            ps->fig[BV_PIPE_LAG_MAX] = (double)lag;
+        if (input_epoch < ps->fig[BV_PIPE_OLDEST_READ])
+            ps->fig[BV_PIPE_OLDEST_READ] = (double)input_epoch;
+        ps->fig[BV_PIPE_STALE_GATHERS] += lag > 0;
+    }
+    advance(ps, i);
+    return BV_OK;
+}
+
+/* A result of a task in flight: checked against the interval's step, taken, the step done. */
+static bv_status take_result(pass *ps, bv_role_msg *m, bv_error *err)
+{
+    graph_server *gs = ps->gs;
+    struct bv_gs_pipeline *p = ps->p;
+    int i = m->hdr.interval;
+    const step *st = i >= 0 && i < p->intervals && p->busy[i] ? &p->steps[p->pos[i]] : NULL;
+    if (m->wire.type == BV_MSG_ERROR) {
+        bv_error_set(err, BV_ERR_INTERNAL, "%.*s", (int)m->hdr.na, (const char *)m->a);
+        bv_role_release(gs->t, m);
+        return BV_ERR_INTERNAL;
+    }
+    if (!st || task_of(gs, st)->result_type != m->wire.type || m->hdr.stage != st->stage) {
+        bv_log(BV_LOG_WARN, "graph server: ignoring message type %u for interval %d, which "
+               "has no such task in flight", m->wire.type, i);
+        bv_role_release(gs->t, m);
+        return BV_OK;
+    }
+    bv_status rc = task_of(gs, st)->take(gs, (size_t)st->stage, m, &ps->lc, err);
+    p->busy[i] = false;
+    p->load[i % gs->e->cfg.tensor_workers]--;
+    ps->inflight--;
+    if (rc == BV_OK)
+        advance(ps, i);
+    return rc;
+}
+
+/* Sends every task that may go now, then runs at most one step here. *moved: something
+ * happened. */
+static bv_status issue(pass *ps, int first, bool *moved, bv_error *err)
+{
+    graph_server *gs = ps->gs;
+    struct bv_gs_pipeline *p = ps->p;
+    int k = p->intervals, here = -1;
+    int64_t here_epoch = 0;
+    bv_status rc = BV_OK;
+    *moved = false;
+    for (int n = 0; rc == BV_OK && n < k; n++) {
+        int i = (first + n) % k;
+        if (p->pos[i] == p->nsteps || p->busy[i])
+            continue;
+        const step *st = &p->steps[p->pos[i]];
+        bool task = !st->local && !st->whole;
+        int64_t input_epoch;
+        bool run = false;
+        if ((task && p->load[i % gs->e->cfg.tensor_workers] >= 2) ||
+            (!task && here >= 0) || !step_ready(ps, i, &input_epoch) ||
+            (rc = gate_allows(ps, i, input_epoch, &run, err)) != BV_OK || !run)
+            continue;
+        if (!task) {
+            here = i;
+            here_epoch = input_epoch;
+            continue;
+        }
+        rc = task_of(gs, st)->send(gs, (size_t)st->stage, ps->cmd, i, &ps->lc, err);
+        if (rc == BV_OK) {
+            p->busy[i] = true;
+            p->load[i % gs->e->cfg.tensor_workers]++;
+            ps->inflight++;
+            *moved = true;
+        }
+    }
+    if (ps->inflight > ps->fig[BV_PIPE_IN_FLIGHT_MAX])
+        ps->fig[BV_PIPE_IN_FLIGHT_MAX] = ps->inflight;
+    if (rc == BV_OK && here >= 0) {
+        rc = run_here(ps, here, here_epoch, err);
+        *moved = true;
+    }
+    return rc;
+}
+
+/* How many different steps the unfinished intervals are at (the pipeline's depth). */
+static void sample_depth(pass *ps)
+{
+    const struct bv_gs_pipeline *p = ps->p;
+    int depth = 0;
+    for (size_t s = 0; s < p->nsteps; s++)
+        for (int j = 0; j < p->intervals; j++)
+            if (p->pos[j] == s) {
+                depth++;
+                break;
+            }
+    if (depth > ps->fig[BV_PIPE_DEPTH_MAX])
+        ps->fig[BV_PIPE_DEPTH_MAX] = depth;
+}
+
+bv_status bv_gs_pipeline_epoch(graph_server *gs, const bv_task_hdr *cmd, bv_task_hdr *reply,
+                               double *figures, bv_error *err)
+{
+    bv_graph_engine *e = gs->e;
+    bv_status rc = gs->pipeline ? BV_OK : pipeline_make(gs, err);
+    if (rc != BV_OK)
+        return rc;
+    struct bv_gs_pipeline *p = gs->pipeline;
+    int k = p->intervals;
+    pass ps = {.gs = gs, .p = p, .cmd = cmd,
+               .lc = {calloc((size_t)k * 9, sizeof(double))}};
+    ps.fig[BV_PIPE_OLDEST_READ] = (double)cmd->epoch;
+    if (!ps.lc.per)
+        return bv_error_set(err, BV_ERR_NOMEM, "out of memory");
+    memset(p->pos, 0, (size_t)k * sizeof *p->pos);
+    memset(p->held, 0, (size_t)k * sizeof *p->held);
+    /* every gradient array for the whole pass: intervals are in different stages at once */
+    for (size_t s = 0; rc == BV_OK && s < e->nstages; s++)
+        rc = bv_gs_grads_for(gs, s, err);
+    if (rc == BV_OK)
+        rc = bv_gs_ensure_grad(gs, (int)e->nstages - 1, err);
+    for (int round = 0; rc == BV_OK && ps.finished < k; round++) {
+        bool moved;
+        rc = issue(&ps, round % k, &moved, err);
+        sample_depth(&ps);
+        /* results that are there, without waiting unless nothing else can happen */
+        for (int wait = moved ? 0 : BV_TIMEOUT_FOREVER; rc == BV_OK && ps.inflight > 0;
+             wait = 0) {
+            bv_role_msg m;
+            bv_error quiet = {0};
+            bv_status got = bv_role_recv_valid(gs->t, gs->inbox, &m, wait,
+                                               &e->frames_dropped, wait ? err : &quiet);
+            if (got != BV_OK) {
+                if (wait) /* a real failure, not "nothing there yet" */
+                    rc = got;
+                break;
+            }
+            rc = take_result(&ps, &m, err);
+            moved = true;
+        }
+        if (rc == BV_OK && !moved && ps.inflight == 0 && ps.finished < k)
+            rc = bv_error_set(err, BV_ERR_INTERNAL, "graph server: the task gate (%s) holds "
+                              "every remaining task of epoch %lld", e->cfg.gate_name,
+                              (long long)cmd->epoch);
+    }
+    for (size_t s = 0; s < e->nstages; s++) /* after a failure, too */
+        bv_gs_drop_grad(gs, s);
+    if (rc == BV_OK && ps.inflight > 0)
+        rc = bv_error_set(err, BV_ERR_INTERNAL, "graph server: tasks left in flight");
+    for (int j = 0; j < 9; j++)
+        reply->stats[j] = 0;
+    for (int i = 0; i < k; i++) /* in interval order: the same sum whatever the timing */
+        for (int j = 0; j < 9; j++)
+            reply->stats[j] += ps.lc.per[9 * i + j];
+    free(ps.lc.per);
+    int64_t tasks_with_grads = 0;
+    for (size_t s = 0; s < e->nstages; s++)
+        tasks_with_grads += e->stages[s]->kind != BV_STAGE_GATHER;
+    reply->step = tasks_with_grads * k;
+    reply->reply_to = e->gs_index;
+    reply->row_begin = 0;
+    memcpy(figures, ps.fig, sizeof ps.fig);
+    return rc;
+}

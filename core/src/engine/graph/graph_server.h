@@ -1,0 +1,78 @@
+/* The graph server role's state and the pieces of a pass that both ways of running one
+ * share: stage by stage (graph_server.c) and interval by interval under a task gate
+ * (graph_pipeline.c). Internal to core/src/engine/graph. */
+#ifndef BIVOUAC_GRAPH_SERVER_H
+#define BIVOUAC_GRAPH_SERVER_H
+
+#include "engine_graph_internal.h"
+
+typedef struct graph_server {
+    bv_graph_engine *e;
+    const bv_transport_ops *t;
+    bv_endpoint *inbox, *to_coord;
+    bv_endpoint *to_tw[BV_MAX_TENSOR_WORKERS];
+    bv_compute *compute;
+    float **act;  /* per stage output: num_nodes x out_dim (EDGE: nnz(A + I) x out_dim) */
+    float **dact; /* per stage d(output), accumulated over the stages that read it */
+    float *scratch; /* num_nodes x widest vertex array, for ∇GA */
+    float grad_scale;
+    bool *input_sent; /* per interval: its static input is at its tensor worker */
+    bool *graph_sent; /* per interval: its edges are at its tensor worker */
+    bool keep_features; /* tensor workers keep the features (sparse, or roles as processes) */
+    /* Several graph servers (e->ngs > 1): outboxes to the others, the boundary rows that
+     * came before this server asked for them, and what this pass sent. */
+    bv_endpoint *to_peer[BV_MAX_GRAPH_SERVERS];
+    bv_role_msg *early;
+    size_t nearly, cap_early;
+    int64_t ghost_bytes;
+    size_t *seg_offset; /* e->shm: each shared array's place in e->segment */
+    int32_t *ps_of;     /* per interval: its parameter server this epoch (task hdr.ps) */
+    /* A task gate (cfg.gate_ops; graph_pipeline.c): this server's own instance of the
+     * strategy, and the pass's state kept between epochs. */
+    bv_resilience *gate;
+    struct bv_gs_pipeline *pipeline;
+} graph_server;
+
+/* One kind of task over every interval of a stage: how to send interval i, and what to
+ * do with a result (which the handler releases). */
+typedef struct task_kind {
+    uint16_t result_type;
+    bv_status (*send)(graph_server *gs, size_t s, const bv_task_hdr *epoch, int i, void *ctx,
+                      bv_error *err);
+    bv_status (*take)(graph_server *gs, size_t s, bv_role_msg *m, void *ctx, bv_error *err);
+} task_kind;
+
+typedef struct loss_ctx {
+    double *per; /* 9 stats per interval */
+} loss_ctx;
+
+/* Sends interval i's task of this kind; what gs_run_tasks and the pipeline send. */
+extern const task_kind bv_gs_apply_vertex, bv_gs_apply_vertex_backward, bv_gs_loss_task,
+    bv_gs_apply_edge, bv_gs_apply_edge_backward;
+
+/* The outbox of interval i's tensor worker (interval i always goes to worker i mod T). */
+bv_endpoint *bv_gs_worker_of(const graph_server *gs, int i);
+/* AE or ∇AE over every interval (an edge pass packs every vertex's inputs once). */
+bv_status bv_gs_edge_pass(graph_server *gs, size_t s, const bv_task_hdr *epoch,
+                          const task_kind *kind, bv_error *err);
+/* GA over rows [r0, r1); ∇GA of an unweighted gather over rows [r0, r1); ∇GA over every
+ * row (the only form a weighted gather has). */
+void bv_gs_gather_rows(graph_server *gs, size_t s, int64_t r0, int64_t r1);
+void bv_gs_gather_backward_rows(graph_server *gs, size_t s, int64_t r0, int64_t r1);
+void bv_gs_gather_backward(graph_server *gs, size_t s);
+/* Gradient arrays: made zeroed when first needed, dropped when used. */
+bv_status bv_gs_ensure_grad(graph_server *gs, int s, bv_error *err);
+void bv_gs_drop_grad(graph_server *gs, size_t s);
+/* Before stage s's backward: the arrays it adds into. */
+bv_status bv_gs_grads_for(graph_server *gs, size_t s, bv_error *err);
+
+/* ---- graph_pipeline.c ---- */
+/* A training pass interval by interval, every task asked of gs->gate first; reply gets
+ * what gs_epoch's gets, and a = the pass's figures (bv_gs_pipeline_figures). */
+bv_status bv_gs_pipeline_epoch(graph_server *gs, const bv_task_hdr *cmd, bv_task_hdr *reply,
+                               double *figures, bv_error *err);
+/* After a pass that wrote every row (stage by stage): the rows' epoch. */
+void bv_gs_pipeline_wrote_all(graph_server *gs, int64_t epoch);
+void bv_gs_pipeline_free(graph_server *gs);
+
+#endif
