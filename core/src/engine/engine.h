@@ -142,6 +142,11 @@ typedef struct bv_engine_ops {
 
     /* The engine's part of the training state (weights, optimizer, what it needs to
      * resume bit for bit), and back. The loop adds its own "run/..." blobs. */
+    /* A policy set knob `knob` of resilience strategy `plugin` (the loop's instance took
+     * it): the engine passes it to instances of its own (the graph server's task gate).
+     * May be NULL: the engine has none. */
+    bv_status (*set_knob)(bv_engine *e, const char *plugin, const char *knob, double value,
+                          bv_error *err);
     bv_status (*get_state)(bv_engine *e, bv_state *s, bv_error *err);
     bv_status (*set_state)(bv_engine *e, const bv_state *s, bv_error *err);
     uint32_t (*params_crc32c)(bv_engine *e);

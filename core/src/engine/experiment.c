@@ -504,7 +504,7 @@ static void load_cluster(bv_experiment *x, bv_registry *reg, bv_diag *diag)
 }
 
 /* A strategy that gates tasks (resilience before_task: the staleness plugin) is asked by
- * the graph engine's graph server, and by one graph server only so far. */
+ * the graph engine's graph servers, and there is one such strategy at most. */
 static void check_gates(const bv_experiment *x, bv_diag *diag)
 {
     const bv_node *list = bv_node_get(x->root, "resilience");
@@ -517,16 +517,11 @@ static void check_gates(const bv_experiment *x, bv_diag *diag)
         if (!bv_resilience_gates(p))
             continue;
         if (x->engine_ops && strcmp(x->engine_ops->name, "graph") != 0)
-            bv_diag_add(diag, pos, "resilience '%s' gates the graph engine's tasks; model "
-                        "'%s' runs on the %s engine", p->name, x->model.plugin->name,
-                        x->engine_ops->name);
+            bv_diag_add(diag, pos, "resilience '%s' gates the graph engine's tasks; this "
+                        "model runs on the %s engine", p->name, x->engine_ops->name);
         else if (gate)
             bv_diag_add(diag, pos, "resilience '%s' gates tasks, and so does '%s': at most "
                         "one strategy may", p->name, gate);
-        else if (x->cloud.plugin && bv_opts_int(&x->cluster, "graph_servers") > 1)
-            bv_diag_add(diag, pos, "resilience '%s' gates one graph server's tasks; several "
-                        "(cluster.graph_servers: %lld) are not built yet", p->name,
-                        (long long)bv_opts_int(&x->cluster, "graph_servers"));
         gate = p->name;
     }
 }

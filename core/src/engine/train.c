@@ -116,22 +116,46 @@ static double *seconds_of(const bv_record_kind *kind, bv_record *rec)
     return &rec->v[kind->nfields - 1];
 }
 
-/* The policy's handler for the record's event. Policies see what a user would watch: no
- * test metrics. A replayed record (resume) rebuilds the policy's own state; its learning
- * rate is already in the restored state. */
-static void policy_record(train_run *r, const bv_record_kind *kind, const bv_record *rec,
-                          bool replay, bool *stop, char *reason, size_t reason_len)
+/* A policy's `set` actions: "<strategy>.<knob>" goes to that resilience strategy's
+ * set_knob, on the loop's instance (which checks it) and on the engine's own (the graph
+ * server's task gate). */
+static bv_status apply_knobs(train_run *r, const bv_policy_actions *a, bv_error *err)
 {
-    if (!r->policy_active || !bv_policy_has_handler(r->policy, kind->event))
-        return;
-    bv_metric m[BV_RECORD_FIELDS];
-    size_t n = 0;
-    for (size_t i = 0; i < kind->nfields; i++)
-        if (strncmp(kind->fields[i], "test_", 5) != 0)
-            m[n++] = (bv_metric){kind->fields[i], rec->v[i]};
+    for (size_t k = 0; k < a->nsets; k++) {
+        const char *name = a->sets[k].name, *dot = strchr(name, '.');
+        size_t len = dot ? (size_t)(dot - name) : 0, i = 0;
+        while (dot && i < r->x->nresilience &&
+               (strncmp(r->x->resilience[i].plugin->name, name, len) != 0 ||
+                r->x->resilience[i].plugin->name[len] != '\0'))
+            i++;
+        if (!dot || i == r->x->nresilience || !r->x->resilience_ops[i].set_knob)
+            return bv_error_set(err, BV_ERR_INVALID, "set: no resilience strategy of this "
+                                "run has a knob '%s' (a knob is <strategy>.<name>, e.g. "
+                                "staleness.s)", name);
+        bv_status st = r->x->resilience_ops[i].set_knob(r->res[i], dot + 1, a->sets[k].value,
+                                                        err);
+        if (st == BV_OK && r->ops->set_knob)
+            st = r->ops->set_knob(r->engine, r->x->resilience[i].plugin->name, dot + 1,
+                                  a->sets[k].value, err);
+        if (st != BV_OK)
+            return st;
+        bv_log(BV_LOG_INFO, "policy: %s = %g", name, a->sets[k].value);
+    }
+    return BV_OK;
+}
+
+/* Calls the policy's handler of `event` with metrics m and carries out its actions. A
+ * replayed event (resume) rebuilds the policy's own state only: its learning rate is
+ * already in the restored state, and its knobs and series are not applied again. */
+static void policy_event(train_run *r, const char *event, const bv_metric *m, size_t n,
+                         bool replay, bool *stop, char *reason, size_t reason_len)
+{
     bv_policy_actions a;
     bv_error perr = {0};
-    if (bv_policy_call(r->policy, kind->event, m, n, &a, &perr) != BV_OK) {
+    bv_status st = bv_policy_call(r->policy, event, m, n, &a, &perr);
+    if (st == BV_OK && !replay)
+        st = apply_knobs(r, &a, &perr);
+    if (st != BV_OK) {
         r->policy_active = false;
         if (r->policy_stops_on_error) {
             snprintf(reason, reason_len, "policy error: %.280s", perr.msg);
@@ -151,6 +175,39 @@ static void policy_record(train_run *r, const bv_record_kind *kind, const bv_rec
         *stop = true;
         snprintf(reason, reason_len, "policy: %s", a.reason[0] ? a.reason : "stop");
     }
+}
+
+/* The policy's handler for the record's event. Policies see what a user would watch: no
+ * test metrics. */
+static void policy_record(train_run *r, const bv_record_kind *kind, const bv_record *rec,
+                          bool replay, bool *stop, char *reason, size_t reason_len)
+{
+    if (!r->policy_active || !bv_policy_has_handler(r->policy, kind->event))
+        return;
+    bv_metric m[BV_RECORD_FIELDS];
+    size_t n = 0;
+    for (size_t i = 0; i < kind->nfields; i++)
+        if (strncmp(kind->fields[i], "test_", 5) != 0)
+            m[n++] = (bv_metric){kind->fields[i], rec->v[i]};
+    policy_event(r, kind->event, m, n, replay, stop, reason, reason_len);
+}
+
+/* The `tick` event, after each unit's training, before its record's event: the unit's
+ * number and every series the engine and plugins reported during it (e.g. the task
+ * gate's figures: tasks_in_flight_max, gather_lag_max), as metrics.jsonl gets them. */
+static void policy_tick(train_run *r, const bv_record_kind *kind, const bv_record *rec,
+                        bool *stop, char *reason, size_t reason_len)
+{
+    if (!r->policy_active || !bv_policy_has_handler(r->policy, "tick"))
+        return;
+    bv_series_point pts[BV_SERIES_SINK_CAP];
+    bv_metric m[BV_SERIES_SINK_CAP + 1];
+    size_t np = bv_series_peek(pts, BV_SERIES_SINK_CAP), n = 0;
+    m[n++] = (bv_metric){kind->fields[0], rec->v[0]};
+    for (size_t i = 0; i < np; i++)
+        if (strcmp(pts[i].name, kind->fields[0]) != 0)
+            m[n++] = (bv_metric){pts[i].name, pts[i].value};
+    policy_event(r, "tick", m, n, false, stop, reason, reason_len);
 }
 
 /* The full training state: the engine's plus the loop's own. */
@@ -536,6 +593,7 @@ bv_status bv_train(const bv_experiment *x, void *data, const bv_train_options *o
         write_record(r.metrics, kind, &rec, cost);
         if (o->progress)
             show_progress(&r, total);
+        policy_tick(&r, kind, &rec, &stop, reason, reason_len);
         policy_record(&r, kind, &rec, false, &stop, reason, reason_len);
         if (budget > 0 && cost >= budget && !stop) {
             stop = true;

@@ -66,6 +66,15 @@ size_t bv_series_drain(bv_series_point *out, size_t cap)
     return n;
 }
 
+size_t bv_series_peek(bv_series_point *out, size_t cap)
+{
+    pthread_mutex_lock(&sink_lock);
+    size_t n = sink_count < cap ? sink_count : cap;
+    memcpy(out, sink, n * sizeof *out);
+    pthread_mutex_unlock(&sink_lock);
+    return n;
+}
+
 void bv_series_reset(void)
 {
     pthread_mutex_lock(&sink_lock);

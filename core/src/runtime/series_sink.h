@@ -19,6 +19,8 @@ typedef struct bv_series_point {
 /* Moves up to cap points reported since the last drain into out, in the order their
  * names were first reported; returns how many. Points past cap stay for the next drain. */
 size_t bv_series_drain(bv_series_point *out, size_t cap);
+/* Copies up to cap of those points into out without removing them; returns how many. */
+size_t bv_series_peek(bv_series_point *out, size_t cap);
 /* Forgets everything reported (the start of a run). */
 void bv_series_reset(void);
 /* Is name a valid series name (non-empty; letters, digits, '_', '.')? */

@@ -841,6 +841,23 @@ static void fill_stats(const double raw[9], double decay_sumsq, bv_epoch_stats *
     out->decay_sumsq = decay_sumsq;
 }
 
+/* A gated pass's figures, over the graph servers: counts add up, the rest is the most
+ * (the oldest epoch read: the least). */
+static void add_figures(double *to, const double *from, bool first)
+{
+    for (int k = 0; k < BV_PIPE_FIGURES; k++) {
+        double a = to[k], b = from[k];
+        if (first)
+            to[k] = b;
+        else if (k == BV_PIPE_HELD || k == BV_PIPE_STALE_GATHERS)
+            to[k] = a + b;
+        else if (k == BV_PIPE_OLDEST_READ)
+            to[k] = b < a ? b : a;
+        else
+            to[k] = b > a ? b : a;
+    }
+}
+
 static bv_status run_pass(bv_graph_engine *e, int64_t epoch, bool training, bv_task_hdr *done,
                           bv_error *err)
 {
@@ -869,10 +886,8 @@ static bv_status run_pass(bv_graph_engine *e, int64_t epoch, bool training, bv_t
         if (fresh) {
             part[g] = m.hdr;
             have[g] = true;
-            if (training) /* a gated pass's figures (one graph server) */
-                memset(e->pipe_fig, 0, sizeof e->pipe_fig);
             if (training && m.hdr.na)
-                memcpy(e->pipe_fig, m.a, sizeof e->pipe_fig);
+                add_figures(e->pipe_fig, (const double *)(const void *)m.a, got == 0);
         }
         bv_role_release(e->cfg.transport_ops, &m);
         if (!fresh)
@@ -933,6 +948,21 @@ static void report_roles(const bv_graph_engine *e)
         snprintf(name, sizeof name, "ps%d_gradients", k);
         bv_series_report(name, "messages", (double)e->ps_taken[k]);
     }
+}
+
+bv_status bv_graph_engine_set_knob(bv_graph_engine *e, const char *plugin, const char *knob,
+                                   double value, bv_error *err)
+{
+    if (!e->cfg.gate_ops || !e->cfg.gate_ops->set_knob || strcmp(plugin, e->cfg.gate_name) != 0)
+        return BV_OK;
+    bv_task_hdr h = {.stats = {value}};
+    for (int g = 0; g < e->ngs; g++) {
+        bv_status st = bv_engine_coord_send(e, e->to_gs[g], BV_MSG_KNOB, &h, knob,
+                                            strlen(knob), NULL, 0, NULL, 0, err);
+        if (st != BV_OK)
+            return st;
+    }
+    return BV_OK;
 }
 
 const double *bv_graph_engine_pipeline_figures(const bv_graph_engine *e)

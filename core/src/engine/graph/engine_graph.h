@@ -145,6 +145,11 @@ enum { BV_PIPE_HELD, BV_PIPE_LAG_MAX, BV_PIPE_OLDEST_READ, BV_PIPE_STALE_GATHERS
        BV_PIPE_IN_FLIGHT_MAX, BV_PIPE_DEPTH_MAX, BV_PIPE_FIGURES };
 const double *bv_graph_engine_pipeline_figures(const bv_graph_engine *e);
 
+/* A policy's knob of strategy `plugin`: sent to each graph server's instance when it is
+ * the run's task gate (else nothing to do). The loop's own instance checked it. */
+bv_status bv_graph_engine_set_knob(bv_graph_engine *e, const char *plugin, const char *knob,
+                                   double value, bv_error *err);
+
 /* Several parameter servers: the fewest and the most gradient messages one of them took
  * from the workers in the last training epoch (docs/cluster.md: the least-loaded pick).
  * Returns the number of servers. */

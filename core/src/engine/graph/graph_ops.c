@@ -274,6 +274,12 @@ static bv_status train(bv_engine *g, int64_t epoch, double lr_now, bv_record *re
     return BV_OK;
 }
 
+static bv_status set_knob(bv_engine *g, const char *plugin, const char *knob, double value,
+                          bv_error *err)
+{
+    return bv_graph_engine_set_knob(g->engine, plugin, knob, value, err);
+}
+
 static bv_status get_state(bv_engine *g, bv_state *s, bv_error *err)
 {
     return bv_graph_engine_get_state(g->engine, s, err);
@@ -400,6 +406,7 @@ const bv_engine_ops bv_graph_engine_ops = {
     .train = train,
     .evaluate = NULL,
     .eval_due = NULL,
+    .set_knob = set_knob,
     .get_state = get_state,
     .set_state = set_state,
     .params_crc32c = params_crc32c,

@@ -6,8 +6,9 @@
  * Besides the data each step needs, the engine asks the run's gating strategy
  * (resilience before_task, e.g. the `staleness` plugin) before each step: that is where
  * the modes (no overlap, barriers at gathers, bounded staleness) live. The engine itself
- * never lets a gather read rows a task in flight is writing, and never lets a backward
- * gather read a gradient that is not complete. */
+ * never lets a gather read rows a task in flight is writing (a gated pass's forward
+ * results are scattered here, on this thread), and never lets a backward gather read a
+ * gradient that is not complete. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +23,8 @@ typedef struct step {
     uint8_t dir;   /* step_dir */
     bool local;    /* a gather on this server's thread, on the interval's rows */
     bool whole;    /* over every row at once: after every interval got here */
+    bool exchange; /* several graph servers: the boundary rows of the stage's array (dir
+                      STEP_BWD: of its gradient) with the other servers; whole */
 } step;
 
 struct bv_gs_pipeline {
@@ -53,14 +56,18 @@ static int interval_of(const bv_graph_engine *e, int64_t row)
     return lo;
 }
 
-/* Marks nbr[i * K + j] where a row of interval i has an edge to a row of interval j. */
+/* Marks nbr[i * K + j] where a row of interval i has an edge to a row of interval j.
+ * Ghost rows (several graph servers) belong to no interval: the boundary exchange, a
+ * barrier, brings them before any step reads them. */
 static void mark_neighbours(const bv_graph_engine *e, const bv_csr *a, bool *nbr)
 {
     int k = e->cfg.intervals;
+    int64_t owned = e->interval_begin[k];
     for (int i = 0; a && i < k; i++)
         for (int64_t r = e->interval_begin[i]; r < e->interval_begin[i + 1]; r++)
             for (int64_t x = a->rowptr[r]; x < a->rowptr[r + 1]; x++)
-                nbr[(size_t)i * (size_t)k + (size_t)interval_of(e, a->colidx[x])] = true;
+                if (a->colidx[x] < owned)
+                    nbr[(size_t)i * (size_t)k + (size_t)interval_of(e, a->colidx[x])] = true;
 }
 
 void bv_gs_pipeline_free(graph_server *gs)
@@ -90,7 +97,7 @@ static bv_status pipeline_make(graph_server *gs, bv_error *err)
     gs->pipeline = p;
     if (p) {
         p->intervals = (int)k;
-        p->steps = calloc(2 * ns + 1, sizeof *p->steps);
+        p->steps = calloc(4 * ns + 1, sizeof *p->steps);
         p->fwd_at = calloc(ns, sizeof *p->fwd_at);
         p->bwd_at = calloc(ns, sizeof *p->bwd_at);
         p->in_nbr = calloc(k * k, sizeof *p->in_nbr);
@@ -106,19 +113,29 @@ static bv_status pipeline_make(graph_server *gs, bv_error *err)
         bv_gs_pipeline_free(gs);
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory for the interval pipeline");
     }
+    /* Several graph servers: the exchanges of the stage-by-stage pass, where it has them;
+     * and a backward gather over every row, since the ghost rows' gradient goes to their
+     * owners. */
+    bool parts = e->ngs > 1;
     for (size_t s = 0; s < ns; s++) {
         const bv_stage *st = e->stages[s];
+        int v = e->vin[s];
+        if (parts && v >= 0 && st->kind != BV_STAGE_TENSOR && bv_gs_first_reader(e, s))
+            p->steps[p->nsteps++] = (step){v, STEP_FWD, false, true, true};
         p->fwd_at[s] = p->nsteps;
         p->steps[p->nsteps++] = (step){(int32_t)s, STEP_FWD, st->kind == BV_STAGE_GATHER,
-                                       st->kind == BV_STAGE_EDGE};
+                                       st->kind == BV_STAGE_EDGE, false};
     }
-    p->steps[p->nsteps++] = (step){(int32_t)ns - 1, STEP_LOSS, false, false};
+    p->steps[p->nsteps++] = (step){(int32_t)ns - 1, STEP_LOSS, false, false, false};
     for (size_t s = ns; s-- > 0;) {
         const bv_stage *st = e->stages[s];
-        bool gather = st->kind == BV_STAGE_GATHER;
+        bool gather = st->kind == BV_STAGE_GATHER, whole_gather = st->weighted || parts;
+        if (parts && bv_stage_read_across_edges(e, s))
+            p->steps[p->nsteps++] = (step){(int32_t)s, STEP_BWD, false, true, true};
         p->bwd_at[s] = p->nsteps;
-        p->steps[p->nsteps++] = (step){(int32_t)s, STEP_BWD, gather && !st->weighted,
-                                       st->kind == BV_STAGE_EDGE || (gather && st->weighted)};
+        p->steps[p->nsteps++] = (step){(int32_t)s, STEP_BWD, gather && !whole_gather,
+                                       st->kind == BV_STAGE_EDGE || (gather && whole_gather),
+                                       false};
     }
     for (size_t x = 0; x < ns * k; x++)
         p->ver[x] = -1;
@@ -172,17 +189,13 @@ static bool step_ready(const pass *ps, int i, int64_t *input_epoch)
     int v = e->vin[st->stage];
     if (v < 0)
         return true; /* the features */
+    /* A neighbour whose task for those rows is in flight still has its earlier rows here:
+     * forward results of a gated pass are scattered on this thread (av_send). */
     size_t made = p->fwd_at[v];
-    for (size_t j = 0; j < k; j++) {
-        if (!p->in_nbr[(size_t)i * k + j])
-            continue;
-        if (p->pos[j] > made)
-            continue; /* this pass's rows */
-        if (p->pos[j] == made && p->busy[j])
-            return false; /* being written */
-        if (p->ver[(size_t)v * k + j] < *input_epoch)
+    for (size_t j = 0; j < k; j++)
+        if (p->in_nbr[(size_t)i * k + j] && p->pos[j] <= made &&
+            p->ver[(size_t)v * k + j] < *input_epoch)
             *input_epoch = p->ver[(size_t)v * k + j];
-    }
     return true;
 }
 
@@ -251,7 +264,9 @@ static bv_status run_here(pass *ps, int i, int64_t input_epoch, bv_error *err)
     size_t s = (size_t)st->stage;
     if (st->whole) {
         bv_status rc = BV_OK;
-        if (e->stages[s]->kind == BV_STAGE_EDGE)
+        if (st->exchange)
+            rc = bv_gs_exchange(gs, ps->cmd, st->stage, st->dir == STEP_BWD, err);
+        else if (e->stages[s]->kind == BV_STAGE_EDGE)
             rc = bv_gs_edge_pass(gs, s, ps->cmd, task_of(gs, st), err);
         else
             bv_gs_gather_backward(gs, s);
@@ -287,6 +302,8 @@ static bv_status take_result(pass *ps, bv_role_msg *m, bv_error *err)
         bv_role_release(gs->t, m);
         return BV_ERR_INTERNAL;
     }
+    if (m->wire.type == BV_MSG_GHOSTS && gs->e->ngs > 1) /* a server ahead of this one */
+        return bv_gs_keep_early(gs, m, err);
     if (!st || task_of(gs, st)->result_type != m->wire.type || m->hdr.stage != st->stage) {
         bv_log(BV_LOG_WARN, "graph server: ignoring message type %u for interval %d, which "
                "has no such task in flight", m->wire.type, i);
@@ -321,8 +338,13 @@ static bv_status issue(pass *ps, int first, bool *moved, bv_error *err)
         int64_t input_epoch;
         bool run = false;
         if ((task && p->load[i % gs->e->cfg.tensor_workers] >= 2) ||
-            (!task && here >= 0) || !step_ready(ps, i, &input_epoch) ||
-            (rc = gate_allows(ps, i, input_epoch, &run, err)) != BV_OK || !run)
+            (!task && here >= 0) || !step_ready(ps, i, &input_epoch))
+            continue;
+        if (st->exchange) /* the engine's own: not the gate's to hold */
+            run = true;
+        else if ((rc = gate_allows(ps, i, input_epoch, &run, err)) != BV_OK)
+            break;
+        if (!run)
             continue;
         if (!task) {
             here = i;
@@ -377,6 +399,7 @@ bv_status bv_gs_pipeline_epoch(graph_server *gs, const bv_task_hdr *cmd, bv_task
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory");
     memset(p->pos, 0, (size_t)k * sizeof *p->pos);
     memset(p->held, 0, (size_t)k * sizeof *p->held);
+    gs->ghost_bytes = 0;
     /* every gradient array for the whole pass: intervals are in different stages at once */
     for (size_t s = 0; rc == BV_OK && s < e->nstages; s++)
         rc = bv_gs_grads_for(gs, s, err);
@@ -421,7 +444,7 @@ bv_status bv_gs_pipeline_epoch(graph_server *gs, const bv_task_hdr *cmd, bv_task
         tasks_with_grads += e->stages[s]->kind != BV_STAGE_GATHER;
     reply->step = tasks_with_grads * k;
     reply->reply_to = e->gs_index;
-    reply->row_begin = 0;
+    reply->row_begin = gs->ghost_bytes;
     memcpy(figures, ps.fig, sizeof ps.fig);
     return rc;
 }

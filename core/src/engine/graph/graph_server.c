@@ -135,8 +135,19 @@ static bv_task_hdr interval_hdr(const graph_server *gs, size_t s, const bv_task_
     return h;
 }
 
+bv_status bv_gs_keep_early(graph_server *gs, bv_role_msg *m, bv_error *err)
+{
+    if (!bv_grow((void **)&gs->early, &gs->cap_early, gs->nearly, sizeof *gs->early, 8)) {
+        bv_role_release(gs->t, m);
+        return bv_error_set(err, BV_ERR_NOMEM, "out of memory for boundary rows");
+    }
+    gs->early[gs->nearly++] = *m;
+    memset(m, 0, sizeof *m);
+    return BV_OK;
+}
+
 /* Receives until a message of `type`; boundary rows from another graph server that is
- * ahead are kept for when this one gets there (gs_exchange). */
+ * ahead are kept for when this one gets there (bv_gs_exchange). */
 static bv_status gs_wait(graph_server *gs, uint16_t type, bv_role_msg *m, bv_error *err)
 {
     for (;;) {
@@ -145,11 +156,8 @@ static bv_status gs_wait(graph_server *gs, uint16_t type, bv_role_msg *m, bv_err
         if (st != BV_OK || m->wire.type == type)
             return st;
         if (m->wire.type == BV_MSG_GHOSTS && gs->e->ngs > 1) {
-            if (!bv_grow((void **)&gs->early, &gs->cap_early, gs->nearly, sizeof *gs->early, 8)) {
-                bv_role_release(gs->t, m);
-                return bv_error_set(err, BV_ERR_NOMEM, "out of memory for boundary rows");
-            }
-            gs->early[gs->nearly++] = *m;
+            if ((st = bv_gs_keep_early(gs, m, err)) != BV_OK)
+                return st;
             continue;
         }
         if (m->wire.type == BV_MSG_ERROR) {
@@ -259,8 +267,12 @@ static bv_status av_send(graph_server *gs, size_t s, const bv_task_hdr *epoch, i
     size_t in_bytes;
     const float *in = task_input(gs, s, &h, &in_bytes);
     (void)ctx;
-    reply_in_place(gs, &h, bv_shared_act(s), gs->act[s] + h.row_begin * st->out_dim,
-                   (size_t)(h.rows * st->out_dim) * sizeof(float));
+    /* Under a task gate the rows come back in the reply and are scattered on this thread:
+     * a gather that reads them before may then read the rows of an earlier pass, never
+     * rows a worker is writing (graph_pipeline.c). */
+    if (!gs->gate)
+        reply_in_place(gs, &h, bv_shared_act(s), gs->act[s] + h.row_begin * st->out_dim,
+                       (size_t)(h.rows * st->out_dim) * sizeof(float));
     return gs_send_task(gs, i, BV_MSG_FWD_TASK, &h,
                         (task_array){in, in_bytes, stage_input_array(gs, s)}, no_array,
                         no_array, err);
@@ -270,8 +282,8 @@ static bv_status av_take(graph_server *gs, size_t s, bv_role_msg *m, void *ctx, 
 {
     const bv_stage *st = gs->e->stages[s];
     bv_status rc = BV_OK;
-    uint64_t want =
-        gs->e->cfg.share_arrays ? 0 : (uint64_t)(m->hdr.rows * st->out_dim) * sizeof(float);
+    bool in_place = gs->e->cfg.share_arrays && !gs->gate; /* as av_send asked */
+    uint64_t want = in_place ? 0 : (uint64_t)(m->hdr.rows * st->out_dim) * sizeof(float);
     if (!interval_matches(gs->e, &m->hdr, (int32_t)s) || m->hdr.na != want)
         rc = bv_error_set(err, BV_ERR_CORRUPT, "bad result for %s", st->name);
     else if (want) /* Scatter: the rows land where the next stage reads them */
@@ -650,7 +662,7 @@ static const int64_t *exchange_rows(const bv_graph_view *view, int q, bool sendi
  * server's ghost rows come from their owners. Backward (grads): what this server added
  * to the gradient of its ghost rows goes to their owners, and what the others added to
  * this server's rows is added here, in part order (the same bits every run). */
-static bv_status gs_exchange(graph_server *gs, const bv_task_hdr *cmd, int v, bool grads,
+bv_status bv_gs_exchange(graph_server *gs, const bv_task_hdr *cmd, int v, bool grads,
                              bv_error *err)
 {
     bv_graph_engine *e = gs->e;
@@ -690,12 +702,8 @@ static bv_status gs_exchange(graph_server *gs, const bv_task_hdr *cmd, int v, bo
         } else if ((st = gs_wait(gs, BV_MSG_GHOSTS, &m, err)) != BV_OK) {
             break;
         } else if (!ghosts_match(&m, cmd, v, grads)) { /* a later exchange's */
-            if (!bv_grow((void **)&gs->early, &gs->cap_early, gs->nearly, sizeof *gs->early, 8)) {
-                bv_role_release(gs->t, &m);
-                st = bv_error_set(err, BV_ERR_NOMEM, "out of memory for boundary rows");
+            if ((st = bv_gs_keep_early(gs, &m, err)) != BV_OK)
                 break;
-            }
-            gs->early[gs->nearly++] = m;
             continue;
         }
         int q = m.hdr.interval;
@@ -734,7 +742,7 @@ static bv_status gs_exchange(graph_server *gs, const bv_task_hdr *cmd, int v, bo
 }
 
 /* Whether GATHER or EDGE stage s is the first to read its input across edges. */
-static bool first_reader(const bv_graph_engine *e, size_t s)
+bool bv_gs_first_reader(const bv_graph_engine *e, size_t s)
 {
     for (size_t r = 0; r < s; r++)
         if (e->vin[r] == e->vin[s] && e->stages[r]->kind != BV_STAGE_TENSOR)
@@ -751,7 +759,7 @@ static bv_status gs_epoch(graph_server *gs, const bv_task_hdr *cmd, bv_task_hdr 
     for (size_t s = 0; s < e->nstages && rc == BV_OK; s++) {
         int v = e->vin[s]; /* its ghost rows, before the first stage that reads them */
         if (e->ngs > 1 && v >= 0 && e->stages[s]->kind != BV_STAGE_TENSOR &&
-            first_reader(e, s) && (rc = gs_exchange(gs, cmd, v, false, err)) != BV_OK)
+            bv_gs_first_reader(e, s) && (rc = bv_gs_exchange(gs, cmd, v, false, err)) != BV_OK)
             break;
         switch (e->stages[s]->kind) {
         case BV_STAGE_GATHER: bv_gs_gather_rows(gs, s, 0, e->cfg.data->num_nodes); break;
@@ -768,7 +776,7 @@ static bv_status gs_epoch(graph_server *gs, const bv_task_hdr *cmd, bv_task_hdr 
         if ((rc = bv_gs_grads_for(gs, s, err)) != BV_OK)
             break;
         if (e->ngs > 1 && bv_stage_read_across_edges(e, s) &&
-            (rc = gs_exchange(gs, cmd, (int)s, true, err)) != BV_OK)
+            (rc = bv_gs_exchange(gs, cmd, (int)s, true, err)) != BV_OK)
             break;
         switch (e->stages[s]->kind) {
         case BV_STAGE_GATHER: bv_gs_gather_backward(gs, s); break;
@@ -873,10 +881,6 @@ static bv_status gs_setup(void *self, bv_error *err)
         if (q != e->gs_index && !(gs->to_peer[q] = bv_engine_connect(e, e->addr_gs[q], err)))
             return err->status;
     if (e->cfg.gate_ops) { /* this server's own instance of the gating strategy */
-        if (e->ngs > 1)
-            return bv_error_set(err, BV_ERR_INVALID, "%s: a gated pass with several graph "
-                                "servers is not built yet (cluster.graph_servers: 1)",
-                                e->cfg.gate_name);
         if (!(gs->gate = e->cfg.gate_ops->create(e->cfg.gate_opts, &e->cfg.run_info, err)))
             return err->status ? err->status : BV_ERR_PLUGIN;
     }
@@ -912,12 +916,17 @@ static void gs_teardown(void *self)
 static bv_status gs_handle(void *self, bv_role_msg *m, bv_error *err)
 {
     graph_server *gs = self;
-    if (m->wire.type == BV_MSG_GHOSTS && gs->e->ngs > 1) {
-        if (!bv_grow((void **)&gs->early, &gs->cap_early, gs->nearly, sizeof *gs->early, 8))
-            return bv_error_set(err, BV_ERR_NOMEM, "out of memory for boundary rows");
-        gs->early[gs->nearly++] = *m; /* the loop's message is ours now */
-        memset(m, 0, sizeof *m);
-        return BV_OK;
+    if (m->wire.type == BV_MSG_GHOSTS && gs->e->ngs > 1)
+        return bv_gs_keep_early(gs, m, err); /* the loop's message is ours now */
+    if (m->wire.type == BV_MSG_KNOB) { /* checked by the loop's own instance already */
+        char name[64];
+        if (!gs->gate || m->hdr.na == 0 || m->hdr.na >= sizeof name)
+            return bv_error_set(err, BV_ERR_CORRUPT, "a knob for a graph server without a "
+                                "task gate, or with a name of %llu bytes",
+                                (unsigned long long)m->hdr.na);
+        memcpy(name, m->a, m->hdr.na);
+        name[m->hdr.na] = '\0';
+        return gs->e->cfg.gate_ops->set_knob(gs->gate, name, m->hdr.stats[0], err);
     }
     if (m->wire.type != BV_MSG_EPOCH)
         return BV_OK;

@@ -60,6 +60,15 @@ bv_status bv_gs_edge_pass(graph_server *gs, size_t s, const bv_task_hdr *epoch,
 void bv_gs_gather_rows(graph_server *gs, size_t s, int64_t r0, int64_t r1);
 void bv_gs_gather_backward_rows(graph_server *gs, size_t s, int64_t r0, int64_t r1);
 void bv_gs_gather_backward(graph_server *gs, size_t s);
+/* Several graph servers: the boundary rows of vertex array v (grads: of its gradient)
+ * sent to the parts that keep them as ghosts, and theirs taken in (docs/cluster.md). */
+bv_status bv_gs_exchange(graph_server *gs, const bv_task_hdr *cmd, int v, bool grads,
+                         bv_error *err);
+/* Whether GATHER or EDGE stage s is the first to read its input across edges (its ghost
+ * rows are exchanged before it). */
+bool bv_gs_first_reader(const bv_graph_engine *e, size_t s);
+/* Keeps boundary rows that came before this server asked for them; takes m over. */
+bv_status bv_gs_keep_early(graph_server *gs, bv_role_msg *m, bv_error *err);
 /* Gradient arrays: made zeroed when first needed, dropped when used. */
 bv_status bv_gs_ensure_grad(graph_server *gs, int s, bv_error *err);
 void bv_gs_drop_grad(graph_server *gs, size_t s);

@@ -48,11 +48,13 @@ enum bv_msg_type {
                                of the inboxes it bound ("gs 0 tcp://10.0.0.1:40123") */
     BV_MSG_BOOK,            /* coord -> role: a = the whole address book, once every role
                                has said HELLO; the role then connects and sets up */
-    BV_MSG_SEGMENT          /* GS -> TW, once, before any task (roles as processes on one
+    BV_MSG_SEGMENT,         /* GS -> TW, once, before any task (roles as processes on one
                                host, shared_segment.h): version = the graph server's pid,
                                row_begin = its descriptor of the segment, rows = the
                                segment's bytes, reply_to = its part; a = bv_array_ref per
                                stage array (offset from the segment's start) */
+    BV_MSG_KNOB             /* coord -> GS, between epochs: a policy set a knob of the task
+                               gate; a = the knob's name, stats[0] = its value */
 };
 
 /* Roles that share one address space (the engine's threads) pass the large arrays of

@@ -588,6 +588,7 @@ const bv_engine_ops bv_sequence_engine_ops = {
     .train = train,
     .eval_due = eval_due,
     .evaluate = evaluate,
+    .set_knob = NULL,
     .get_state = get_state,
     .set_state = set_state,
     .params_crc32c = params_crc32c,
