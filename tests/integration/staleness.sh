@@ -8,6 +8,10 @@
 #    gather_lag_max series), not from timing: s=0 never reads rows of an earlier pass,
 #    s=1 never of two passes back, and with one tensor worker (two tasks in flight) it
 #    does read rows of the pass before, every epoch;
+#  - weight stashing: with s=1 intervals run ahead into the next epoch, and a backward
+#    that runs after the update between the epochs uses the weights its forward read (from
+#    the result's own version, every task); an interval held back (tests/plugins/
+#    resilience_hold.c) makes that happen deterministically;
 #  - a policy turns s at an epoch boundary (set = {["staleness.s"] = 1}) and the graph
 #    server's gate follows from the next epoch on; a knob nobody has is a policy error;
 #  - the tick event hands the policy the pass's figures;
@@ -83,6 +87,30 @@ check "async s=1: every epoch read rows of the pass before, none of two passes b
 check "async s=1: result.json names the strategy and its settings" \
     "$(python3 -c "import json; print(json.load(open('$tmp/gcn-async1/result.json'))['resilience'])")" \
     "[{'plugin': 'staleness', 'mode': 'async', 's': 1}]"
+
+# 2b. weight stashing: with s=1 intervals run ahead into the next epoch; the held-back
+# interval of tests/plugins/resilience_hold.c makes it happen in epoch 3 (0-based 2) every
+# run: the others' forward of epoch 4 reads the weights before the update of epoch 3,
+# their backward runs after it landed. Each backward task's result names the weights it
+# computed with (the tensor worker's, pulled from the parameter server by version).
+check "async s=1: intervals ran ahead, backward tasks on stashed weights, none on others" \
+    "$(python3 -c "
+import json
+r = [json.loads(l) for l in open('$tmp/gcn-async1/metrics.jsonl')]
+v = lambda n: [x['value'] for x in r if x.get('series') == n]
+print(sum(v('intervals_ahead')) > 0, sum(v('stashed_backward')) > 0, v('stash_mismatch') == [0] * 8,
+      set(v('stash_bytes')))")" "True True True {92160}"
+build=${BIVOUAC_BUILD_DIR:-$(dirname "$BIVOUAC")}
+export BIVOUAC_PLUGIN_PATH="$build/test-plugins/hold${BIVOUAC_PLUGIN_PATH:+:$BIVOUAC_PLUGIN_PATH}"
+exp gcn-hold "$gcn" "{plugin: hold, interval: 3, epoch: 2}"
+train gcn-hold
+check "held interval 3 in epoch 3: others ran ahead, and their backward in epoch 4 used the stashed weights" \
+    "$(python3 -c "
+import json
+r = [json.loads(l) for l in open('$tmp/gcn-hold/metrics.jsonl')]
+v = lambda n: [x['value'] for x in r if x.get('series') == n]
+print(v('intervals_ahead')[2] > 0, v('stashed_backward')[3] > 0, v('stash_mismatch'))")" \
+    "True True [0, 0, 0, 0, 0, 0, 0, 0]"
 
 # 3. a policy turns s between epochs; the tick event sees the pass's figures
 cat >"$tmp/turn.lua" <<'LUA'

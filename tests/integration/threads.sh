@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The engines' threads (graph-engine roles sharing arrays, the cpu plugin's pool, the
-# checkpoint writer, pipeline stages) run without data races: scripts/test.sh runs this test (LABELS tsan)
+# The engines' threads (graph-engine roles sharing arrays, gated passes, the cpu plugin's
+# pool, the checkpoint writer, pipeline stages) run without data races: scripts/test.sh runs this test (LABELS tsan)
 # in a ThreadSanitizer build, where any race ends the run with exit 66. The roles talk over
 # the example in-process transport (examples/plugins/transport_queue.c), whose mutexes and
 # condition variables ThreadSanitizer sees; libzmq's lock-free queues are not instrumented
@@ -68,6 +68,15 @@ done
 run gcn-queue-set-threads "$quick" -s model.plugin=gcn "${graph[@]}" -s transport.plugin=queue \
     -s "policy.file=$BIVOUAC_SOURCE_DIR/tests/data/transformer/policy_exports.lua" \
     -s policy.params.case=live -s policy.on_error=stop
+# a gated pass (the staleness plugin, docs/staleness.md): intervals of different stages and
+# epochs at once, forward results scattered by the graph server while workers add
+# backward results in place, an evaluation on its own arrays while intervals are ahead
+sed -e '/^policy:/,$d' "$quick" >"$tmp/gated.yaml"
+echo "resilience: [{plugin: staleness, mode: async, s: 1}]" >>"$tmp/gated.yaml"
+for model in gcn gat; do
+    run "$model-queue-gated" "$tmp/gated.yaml" -s model.plugin=$model "${graph[@]}" \
+        -s engine.intervals=6 -s transport.plugin=queue
+done
 # the sequence engine with the checkpoint plugin's writer thread
 tiny="$BIVOUAC_SOURCE_DIR/tests/data/transformer/tiny.yaml"
 run transformer "$tiny" -s train.steps=20

@@ -83,6 +83,10 @@ typedef struct bv_task_info {
     /* The graph server's intervals that have not yet finished the step before this one
      * (0: the task would run after a barrier). */
     int64_t waiting;
+    /* The epoch of the graph server's slowest interval: a task of a later epoch belongs to
+     * an interval that would run ahead into the next epoch (Dorylus's bound S on how far
+     * apart intervals may be). */
+    int64_t slowest_epoch;
 } bv_task_info;
 
 /* The answer of before_task. The core fills the defaults (run now, latest weights). */

@@ -9,7 +9,10 @@
  *   async   a forward gather runs as soon as the neighbour rows it reads are from a pass
  *           at most `s` epochs before this one; with s = 0 only this pass's rows will do,
  *           but an interval waits only for the intervals it has neighbours in, not for
- *           all of them, so intervals of different layers overlap.
+ *           all of them, so intervals of different layers overlap. An interval may also
+ *           run ahead into the next epoch(s) while others finish this one, up to `s`
+ *           epochs beyond the slowest (its backward then uses the weights its forward
+ *           read: the engine's weight stashing).
  * The engine never lets a gather read rows a task is writing, and a backward gather
  * always reads the complete gradient of this pass: those are the engine's, not a mode's.
  * `s` is a knob a policy can turn between epochs: set = {["staleness.s"] = 1}. */
@@ -50,17 +53,20 @@ static void staleness_destroy(bv_resilience *r)
 static bv_status staleness_before_task(bv_resilience *r, const bv_task_info *task,
                                        bv_task_decision *out, bv_error *err)
 {
-    if (task->size < offsetof(bv_task_info, waiting) + sizeof task->waiting)
+    if (task->size < offsetof(bv_task_info, slowest_epoch) + sizeof task->slowest_epoch)
         return bv_error_set(err, BV_ERR_PLUGIN, "staleness needs a core of plugin ABI 1.11 "
-                            "(a task's input epoch and the intervals it waits for)");
+                            "(a task's input epoch, the intervals it waits for, the slowest "
+                            "interval's epoch)");
     if (task->engine != BV_ENGINE_GRAPH)
         return BV_OK;
     bool gather = task->kind == BV_TASK_GATHER;
+    int64_t ahead = task->epoch - task->slowest_epoch;
     switch (r->mode) {
-    case NOPIPE: out->run_now = task->waiting == 0; break;
-    case PIPE: out->run_now = !gather || task->waiting == 0; break;
+    case NOPIPE: out->run_now = ahead == 0 && task->waiting == 0; break;
+    case PIPE: out->run_now = ahead == 0 && (!gather || task->waiting == 0); break;
     case ASYNC:
-        out->run_now = !gather || task->backward || task->input_epoch >= task->epoch - r->s;
+        out->run_now = ahead <= r->s &&
+                       (!gather || task->backward || task->input_epoch >= task->epoch - r->s);
         break;
     }
     return BV_OK;

@@ -849,7 +849,8 @@ static void add_figures(double *to, const double *from, bool first)
         double a = to[k], b = from[k];
         if (first)
             to[k] = b;
-        else if (k == BV_PIPE_HELD || k == BV_PIPE_STALE_GATHERS)
+        else if (k == BV_PIPE_HELD || k == BV_PIPE_STALE_GATHERS || k == BV_PIPE_AHEAD ||
+                 k == BV_PIPE_STASHED || k == BV_PIPE_STASH_MISMATCH)
             to[k] = a + b;
         else if (k == BV_PIPE_OLDEST_READ)
             to[k] = b < a ? b : a;
@@ -938,6 +939,10 @@ static void report_roles(const bv_graph_engine *e)
         [BV_PIPE_STALE_GATHERS] = {"stale_gathers", "gathers"},
         [BV_PIPE_IN_FLIGHT_MAX] = {"tasks_in_flight_max", "tasks"},
         [BV_PIPE_DEPTH_MAX] = {"pipeline_depth_max", "steps"},
+        [BV_PIPE_AHEAD] = {"intervals_ahead", "intervals"},
+        [BV_PIPE_STASHED] = {"stashed_backward", "tasks"},
+        [BV_PIPE_STASH_MISMATCH] = {"stash_mismatch", "tasks"},
+        [BV_PIPE_STASH_BYTES] = {"stash_bytes", "bytes"},
     };
     for (int k = 0; e->cfg.gate_ops && k < BV_PIPE_FIGURES; k++)
         bv_series_report(figure[k][0], figure[k][1], e->pipe_fig[k]);
@@ -994,6 +999,7 @@ bv_status bv_graph_engine_train_epoch(bv_graph_engine *e, int64_t epoch, float l
         return st;
     e->version = reply.version;
     e->decay_now = reply.stats[1];
+    e->pipe_fig[BV_PIPE_STASH_BYTES] = reply.stats[4];
     fill_stats(done.stats, reply.stats[0], stats); /* decay of the weights the pass used */
     report_roles(e);
     return BV_OK;

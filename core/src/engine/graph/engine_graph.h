@@ -137,12 +137,17 @@ typedef struct bv_graph_boundary {
 bv_graph_boundary bv_graph_engine_boundary(const bv_graph_engine *e);
 
 /* A gated training pass (cfg.gate_ops), as the graph servers measured it: the tasks the
- * gate held, the most epochs between a forward gather's pass and the oldest neighbour
+ * gate held, the most epochs between a forward gather's epoch and the oldest neighbour
  * rows it read, the oldest epoch read (-1: rows no pass wrote), the gathers that read
- * rows of an earlier pass, the most tasks in flight, the most different steps the
- * intervals were at (the pipeline's depth). All zero for a pass stage by stage. */
+ * rows of an earlier epoch, the most tasks in flight, the most different steps the
+ * intervals were at (the pipeline's depth), the intervals that ran ahead into the next
+ * epoch, the backward tasks that ran on stashed weights (their forward's, older than the
+ * latest), those whose weights were not their forward's (never, unless stashing is
+ * broken), and (from the parameter servers) the bytes of the stash. All zero for a pass
+ * stage by stage. */
 enum { BV_PIPE_HELD, BV_PIPE_LAG_MAX, BV_PIPE_OLDEST_READ, BV_PIPE_STALE_GATHERS,
-       BV_PIPE_IN_FLIGHT_MAX, BV_PIPE_DEPTH_MAX, BV_PIPE_FIGURES };
+       BV_PIPE_IN_FLIGHT_MAX, BV_PIPE_DEPTH_MAX, BV_PIPE_AHEAD, BV_PIPE_STASHED,
+       BV_PIPE_STASH_MISMATCH, BV_PIPE_STASH_BYTES, BV_PIPE_FIGURES };
 const double *bv_graph_engine_pipeline_figures(const bv_graph_engine *e);
 
 /* A policy's knob of strategy `plugin`: sent to each graph server's instance when it is

@@ -216,9 +216,13 @@ static bv_array_ref shared_ref(const graph_server *gs, int64_t array, const void
 
 /* Whether a task names array `array` by reference: with shared arrays, any of them in one
  * process; between processes only the stage arrays of the segment (the dataset's are the
- * graph server's part of it, which its workers do not have: they are sent). */
-static bool by_reference(const bv_graph_engine *e, int64_t array)
+ * graph server's part of it, which its workers do not have: they are sent). Never the
+ * stage arrays of an evaluation's own (bv_gs_pipeline_swap_arrays): they are not shared. */
+static bool by_reference(const graph_server *gs, int64_t array)
 {
+    const bv_graph_engine *e = gs->e;
+    if (gs->private_arrays && array >= BV_SHARED_STAGES)
+        return false;
     return e->cfg.share_arrays && array >= (e->shm ? BV_SHARED_STAGES : 0);
 }
 
@@ -235,7 +239,7 @@ static bv_status gs_send_task(graph_server *gs, int i, uint16_t type, bv_task_hd
     for (int k = 0; k < 3; k++) {
         p[k] = arr[k].p;
         n[k] = arr[k].bytes;
-        if (arr[k].p && by_reference(gs->e, arr[k].array)) {
+        if (arr[k].p && by_reference(gs, arr[k].array)) {
             ref[k] = shared_ref(gs, arr[k].array, arr[k].p, arr[k].bytes);
             p[k] = &ref[k];
             n[k] = sizeof ref[k];
@@ -599,7 +603,7 @@ void bv_gs_gather_backward(graph_server *gs, size_t s)
 /* Gradient arrays exist only while the backward pass needs them: dact[x] from the first
  * stage that adds to it until stage x has used it, so a large graph never holds every
  * stage's gradient at once. Zeroed when made: every producer adds. */
-static size_t stage_bytes(const graph_server *gs, size_t s)
+size_t bv_gs_stage_bytes(const graph_server *gs, size_t s)
 {
     return (size_t)(stage_rows(gs, s) * gs->e->stages[s]->out_dim) * sizeof(float);
 }
@@ -608,7 +612,7 @@ bv_status bv_gs_ensure_grad(graph_server *gs, int s, bv_error *err)
 {
     if (s < 0 || gs->dact[s])
         return BV_OK;
-    size_t bytes = stage_bytes(gs, (size_t)s);
+    size_t bytes = bv_gs_stage_bytes(gs, (size_t)s);
     if (gs->e->shm) { /* its place in the segment (gs_segment) */
         gs->dact[s] = (float *)(void *)((char *)gs->e->segment.base +
                                         gs->seg_offset[bv_shared_dact((size_t)s)]);
@@ -815,7 +819,7 @@ static bv_status gs_segment(graph_server *gs, bv_error *err)
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory in the graph server");
     }
     for (size_t s = 0; s < e->nstages; s++)
-        bytes[bv_shared_act(s)] = bytes[bv_shared_dact(s)] = stage_bytes(gs, s);
+        bytes[bv_shared_act(s)] = bytes[bv_shared_dact(s)] = bv_gs_stage_bytes(gs, s);
     char name[32];
     snprintf(name, sizeof name, "bivouac-gs%d", e->gs_index);
     bv_status st = bv_segment_create(&e->segment, name, bytes, count, gs->seg_offset, err);
@@ -853,11 +857,11 @@ static bv_status gs_setup(void *self, bv_error *err)
             widest = e->stages[s]->out_dim;
         gs->act[s] = e->shm ? (float *)(void *)((char *)e->segment.base +
                                                 gs->seg_offset[bv_shared_act(s)])
-                            : bv_alloc_aligned(stage_bytes(gs, s));
+                            : bv_alloc_aligned(bv_gs_stage_bytes(gs, s));
         if (!gs->act[s])
             return bv_error_set(err, BV_ERR_NOMEM, "out of memory for %s's vertex arrays",
                                 e->stages[s]->name);
-        e->shared[bv_shared_act(s)] = (bv_shared_array){gs->act[s], stage_bytes(gs, s)};
+        e->shared[bv_shared_act(s)] = (bv_shared_array){gs->act[s], bv_gs_stage_bytes(gs, s)};
     }
     if (e->has_norm_gathers) /* only ∇GA with Â needs it */
         gs->scratch = bv_alloc_aligned((size_t)(n * widest) * sizeof(float));
@@ -918,6 +922,8 @@ static bv_status gs_handle(void *self, bv_role_msg *m, bv_error *err)
     graph_server *gs = self;
     if (m->wire.type == BV_MSG_GHOSTS && gs->e->ngs > 1)
         return bv_gs_keep_early(gs, m, err); /* the loop's message is ours now */
+    if (bv_gs_pipeline_is_result(gs, m)) /* of an interval ahead, after its pass ended */
+        return bv_gs_pipeline_absorb(gs, m, err);
     if (m->wire.type == BV_MSG_KNOB) { /* checked by the loop's own instance already */
         char name[64];
         if (!gs->gate || m->hdr.na == 0 || m->hdr.na >= sizeof name)
@@ -947,8 +953,18 @@ static bv_status gs_handle(void *self, bv_role_msg *m, bv_error *err)
     double figures[BV_PIPE_FIGURES] = {0};
     bool gated = gs->gate && m->hdr.training;
     bv_status rc = gated ? bv_gs_pipeline_epoch(gs, &m->hdr, &reply, figures, err)
-                         : gs_epoch(gs, &m->hdr, &reply, err);
-    if (rc == BV_OK && !gated)
+                         : bv_gs_pipeline_drain(gs, err);
+    /* an evaluation while intervals are ahead: on arrays of its own */
+    bool private = !gated && rc == BV_OK && bv_gs_pipeline_ahead(gs);
+    if (private)
+        rc = bv_gs_pipeline_swap_arrays(gs, err);
+    if (!gated && rc == BV_OK)
+        rc = gs_epoch(gs, &m->hdr, &reply, err);
+    if (private && gs->private_arrays) {
+        bv_error ignored;
+        bv_gs_pipeline_swap_arrays(gs, &ignored); /* back: made already, cannot fail */
+    }
+    if (rc == BV_OK && !gated && !private)
         bv_gs_pipeline_wrote_all(gs, m->hdr.epoch);
     if (rc == BV_OK)
         rc = bv_role_send(gs->t, gs->to_coord, BV_MSG_EPOCH_DONE, BV_ROLE_GS, &reply,

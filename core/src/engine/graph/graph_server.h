@@ -31,6 +31,7 @@ typedef struct graph_server {
      * strategy, and the pass's state kept between epochs. */
     bv_resilience *gate;
     struct bv_gs_pipeline *pipeline;
+    bool private_arrays; /* gs->act are an evaluation's own: tasks copy them, no references */
 } graph_server;
 
 /* One kind of task over every interval of a stage: how to send interval i, and what to
@@ -69,6 +70,9 @@ bv_status bv_gs_exchange(graph_server *gs, const bv_task_hdr *cmd, int v, bool g
 bool bv_gs_first_reader(const bv_graph_engine *e, size_t s);
 /* Keeps boundary rows that came before this server asked for them; takes m over. */
 bv_status bv_gs_keep_early(graph_server *gs, bv_role_msg *m, bv_error *err);
+/* Bytes of stage s's array (and of its gradient): a row per vertex, per edge of A + I for
+ * an EDGE stage. */
+size_t bv_gs_stage_bytes(const graph_server *gs, size_t s);
 /* Gradient arrays: made zeroed when first needed, dropped when used. */
 bv_status bv_gs_ensure_grad(graph_server *gs, int s, bv_error *err);
 void bv_gs_drop_grad(graph_server *gs, size_t s);
@@ -83,5 +87,15 @@ bv_status bv_gs_pipeline_epoch(graph_server *gs, const bv_task_hdr *cmd, bv_task
 /* After a pass that wrote every row (stage by stage): the rows' epoch. */
 void bv_gs_pipeline_wrote_all(graph_server *gs, int64_t epoch);
 void bv_gs_pipeline_free(graph_server *gs);
+/* Between passes, tasks of intervals that ran ahead may still be in flight: whether m is
+ * one's result, taking it in, and waiting for all of them. */
+bool bv_gs_pipeline_is_result(const graph_server *gs, const bv_role_msg *m);
+bv_status bv_gs_pipeline_absorb(graph_server *gs, bv_role_msg *m, bv_error *err);
+bv_status bv_gs_pipeline_drain(graph_server *gs, bv_error *err);
+/* Whether an interval is in the epoch after the last pass's: an evaluation now must not
+ * touch its rows, and runs on arrays of its own, which this swaps with gs->act (and back:
+ * it flips gs->private_arrays). */
+bool bv_gs_pipeline_ahead(const graph_server *gs);
+bv_status bv_gs_pipeline_swap_arrays(graph_server *gs, bv_error *err);
 
 #endif

@@ -33,6 +33,12 @@ typedef struct param_server {
     float *w, *m, *v, *g;
     int64_t step;
     int64_t version;
+    /* Under a task gate (weight stashing, Dorylus §5.1): the weights as they were before
+     * the last step, which an interval that ran ahead into the next epoch read in its
+     * forward pass and its backward pass needs; -1: none. Intervals are at most one step
+     * apart in weights (graph_pipeline.c), so one version is all there is to keep. */
+    float *stash;
+    int64_t stash_version;
     pending_grad *pending;
     size_t npending, cap;
     /* this epoch's load, for STEPPED (bv_engine_pick_servers): gradient messages from
@@ -111,13 +117,23 @@ static bv_status ps_keep_grad(param_server *ps, bv_role_msg *m, bv_error *err)
     return BV_OK;
 }
 
+/* The weights of the version asked for: the latest, or the stashed one. */
 static bv_status ps_serve_pull(param_server *ps, const bv_role_msg *m, bv_error *err)
 {
     int32_t tw = m->hdr.reply_to;
     if (tw < 0 || tw >= ps->e->cfg.tensor_workers)
         return bv_error_set(err, BV_ERR_CORRUPT, "pull from unknown tensor worker %d", tw);
-    bv_task_hdr h = {.version = ps->version};
-    return bv_role_send(ps->t, ps->to_tw[tw], BV_MSG_WEIGHTS, BV_ROLE_PS, &h, ps->w,
+    int64_t want = m->hdr.version;
+    const float *w = want == ps->version                          ? ps->w
+                     : ps->stash && want == ps->stash_version ? ps->stash
+                                                                  : NULL;
+    if (!w)
+        return bv_error_set(err, BV_ERR_INTERNAL, "tensor worker %d asked for weights version "
+                            "%lld, which parameter server %d does not keep (it has %lld%s)",
+                            tw, (long long)want, ps->index, (long long)ps->version,
+                            ps->stash_version >= 0 ? " and a stashed one before it" : "");
+    bv_task_hdr h = {.version = want};
+    return bv_role_send(ps->t, ps->to_tw[tw], BV_MSG_WEIGHTS, BV_ROLE_PS, &h, w,
                         ps->e->param_floats * sizeof(float), NULL, 0, NULL, 0, err);
 }
 
@@ -151,6 +167,10 @@ static bv_status ps_step(param_server *ps, const bv_task_hdr *cmd, bv_error *err
     }
     ps->npending = 0;
     double before = decayed_sumsq(ps);
+    if (ps->stash) {
+        memcpy(ps->stash, ps->w, e->param_floats * sizeof(float));
+        ps->stash_version = ps->version;
+    }
     ps->step++;
     for (size_t i = 0; i < e->nparams; i++) {
         bv_adam_params p = {
@@ -172,6 +192,7 @@ static bv_status ps_step(param_server *ps, const bv_task_hdr *cmd, bv_error *err
     reply.stats[1] = decayed_sumsq(ps);
     reply.stats[2] = median_seconds(ps); /* its load this epoch: not the same on every */
     reply.stats[3] = (double)ps->taken; /* server, so not compared */
+    reply.stats[4] = ps->stash ? (double)(e->param_floats * sizeof(float)) : 0.0;
     ps->taken = 0;
     return bv_role_send(ps->t, ps->to_coord, BV_MSG_STEPPED, BV_ROLE_PS, &reply, NULL, 0, NULL,
                         0, NULL, 0, err);
@@ -212,6 +233,9 @@ static bv_status ps_setup(void *self, bv_error *err)
     ps->m = calloc(n, sizeof(float));
     ps->v = calloc(n, sizeof(float));
     ps->g = calloc(n, sizeof(float));
+    ps->stash_version = -1;
+    if (e->cfg.gate_ops && !(ps->stash = calloc(n, sizeof(float))))
+        return bv_error_set(err, BV_ERR_NOMEM, "out of memory for the weight stash");
     if (!ps->w || !ps->m || !ps->v || !ps->g)
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory in the parameter server");
     for (int i = 0; i < e->nps; i++)
@@ -231,6 +255,7 @@ static void ps_teardown(void *self)
     free(ps->m);
     free(ps->v);
     free(ps->g);
+    free(ps->stash);
 }
 
 static bv_status ps_handle(void *self, bv_role_msg *m, bv_error *err)

@@ -196,10 +196,14 @@ static float *tw_result_buffer(tensor_worker *w, const bv_task_hdr *h, size_t by
 }
 
 /* The reply's header: the task's, without the flags that describe the task's arrays. */
-static bv_task_hdr reply_hdr(const bv_task_hdr *h)
+/* A result's header: the task's, without its references, and with the version of the
+ * weights this worker holds (those a task with weights computed with: its graph server
+ * checks a backward used its forward's, graph_pipeline.c). */
+static bv_task_hdr reply_hdr(const tensor_worker *w, const bv_task_hdr *h)
 {
     bv_task_hdr r = *h;
     r.flags &= ~(BV_TASK_REF_A | BV_TASK_REF_B | BV_TASK_REF_C);
+    r.version = w->version;
     return r;
 }
 
@@ -238,6 +242,10 @@ static bv_status tw_ensure_weights(tensor_worker *w, const bv_task_hdr *task, bv
     if (m.wire.type != BV_MSG_WEIGHTS || m.hdr.na != w->e->param_floats * sizeof(float)) {
         st = bv_error_set(err, BV_ERR_CORRUPT, "tensor worker %d: bad weights message",
                           w->index);
+    } else if (m.hdr.version != version) {
+        st = bv_error_set(err, BV_ERR_INTERNAL, "tensor worker %d: asked for weights version "
+                          "%lld, got %lld", w->index, (long long)version,
+                          (long long)m.hdr.version);
     } else {
         memcpy(w->weights, m.a, m.hdr.na);
         w->version = m.hdr.version;
@@ -302,7 +310,7 @@ static bv_status tw_forward(tensor_worker *w, const bv_role_msg *m, bv_error *er
     ctx.sparse_in = tw_sparse_input(w, h);
     st = w->e->cfg.model_ops->tensor_forward(w->e->cfg.model, (size_t)h->stage, &ctx, in, out,
                                              err);
-    bv_task_hdr reply = reply_hdr(h);
+    bv_task_hdr reply = reply_hdr(w, h);
     if (st == BV_OK)
         st = bv_role_send(w->t, w->to_gs[h->reply_to], BV_MSG_FWD_RESULT, w->id, &reply, out,
                           owned ? out_bytes : 0, NULL, 0, NULL, 0, err);
@@ -339,7 +347,7 @@ static bv_status tw_backward(tensor_worker *w, const bv_role_msg *m, bv_error *e
     ctx.sparse_in = tw_sparse_input(w, h);
     st = w->e->cfg.model_ops->tensor_backward(w->e->cfg.model, (size_t)h->stage, &ctx, in, out,
                                               dout, din, w->grad_ptrs, err);
-    bv_task_hdr reply = reply_hdr(h);
+    bv_task_hdr reply = reply_hdr(w, h);
     if (st == BV_OK)
         st = tw_send_grads(w, &reply, err);
     if (st == BV_OK && din && din_to) /* rows of one interval: no other task adds to them */
@@ -374,7 +382,7 @@ static bv_status tw_loss(tensor_worker *w, const bv_role_msg *m, bv_error *err)
             free(dlogits);
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory in the loss task");
     }
-    bv_task_hdr reply = reply_hdr(h);
+    bv_task_hdr reply = reply_hdr(w, h);
     bv_task_ctx ctx = tw_ctx(w, h);
     bv_status st = BV_OK;
     for (int s = 0; s < 3 && st == BV_OK; s++) {
