@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Bounded asynchrony (issue 12; docs/staleness.md), Dorylus §7.3 on this machine: GCN
 # (2 layers, 16 hidden) with the `staleness` plugin in modes pipe, async s=0 and async s=1.
-#  1. per dataset: pipe runs until converged (val accuracy changes < 0.001 for 5
-#     epochs: scripts/lua/converged.lua); its final val accuracy is the target, which each
-#     async mode then runs to (at most 3x pipe's epochs). The table: epochs to the target
-#     (pipe's too: its first epoch at that accuracy), R[s] (async / pipe), median seconds per epoch (training pass and
-#     evaluation) and normalised to pipe, the time to the target and the speed-up over
-#     pipe; the accuracy-against-time curves of the three modes as OUT/<dataset>.png;
+#  1. per dataset: pipe runs until converged (val accuracy changes < 0.001 for 5 epochs:
+#     scripts/lua/converged.lua); its final val accuracy is the target, which each async
+#     mode then runs to (at most 3x pipe's epochs). The table: epochs to the target (pipe's
+#     too: its first epoch at that accuracy), R[s] (async / pipe), median seconds per epoch
+#     (training pass and evaluation) and normalised to pipe, the time to the target and the
+#     speed-up over pipe; the accuracy-against-time curves of the three modes as
+#     OUT/<dataset>.png;
 #  2. nopipe against pipe on the 1M-vertex graph: median seconds per epoch over --reps
 #     runs of --epochs epochs each, alternated, and their ratio.
 # --graph-servers G: the roles as processes on the local cloud, G graph servers (METIS

@@ -1,7 +1,8 @@
 /* The resilience plugin kind: hooks at fixed points of both engines: before a task runs,
  * at the end of a step or epoch, on a peer's failure, on a join, and on a schedule.
  * Checkpointing uses the end of an epoch and restore; bounded staleness (before_task,
- * set_knob) and redundant computation (schedule) use the later hooks. Every slot after destroy is optional (NULL). */
+ * set_knob) and redundant computation (schedule) use the later hooks. Every slot after
+ * destroy is optional (NULL). */
 #ifndef BIVOUAC_RESILIENCE_H
 #define BIVOUAC_RESILIENCE_H
 

@@ -122,7 +122,9 @@ static bv_status engine_layout(bv_graph_engine *e, bv_error *err)
     e->stages = calloc(e->nstages, sizeof *e->stages);
     e->stage_copy = calloc(e->nstages, sizeof *e->stage_copy);
     e->interval_begin = calloc((size_t)e->cfg.intervals + 1, sizeof *e->interval_begin);
-    if (!e->params || !e->param_off || !e->stages || !e->stage_copy || !e->interval_begin)
+    e->pipe_stage = calloc(e->nstages, sizeof *e->pipe_stage);
+    if (!e->params || !e->param_off || !e->stages || !e->stage_copy || !e->interval_begin ||
+        !e->pipe_stage)
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory");
     for (size_t i = 0; i < e->nparams; i++) {
         e->params[i] = mo->param(e->cfg.model, i);
@@ -639,6 +641,7 @@ void bv_graph_engine_stop(bv_graph_engine *e)
     free(e->stages);
     free(e->stage_copy);
     free(e->interval_begin);
+    free(e->pipe_stage);
     bv_graph_view_free(&e->view);
     free(e);
 }
@@ -852,7 +855,7 @@ static void add_figures(double *to, const double *from, bool first)
         else if (k == BV_PIPE_HELD || k == BV_PIPE_STALE_GATHERS || k == BV_PIPE_AHEAD ||
                  k == BV_PIPE_STASHED || k == BV_PIPE_STASH_MISMATCH)
             to[k] = a + b;
-        else if (k == BV_PIPE_OLDEST_READ)
+        else if (k == BV_PIPE_OLDEST_READ) /* and the rest: the most */
             to[k] = b < a ? b : a;
         else
             to[k] = b > a ? b : a;
@@ -883,12 +886,18 @@ static bv_status run_pass(bv_graph_engine *e, int64_t epoch, bool training, bv_t
             return st;
         int g = m.hdr.reply_to;
         bool fresh = g >= 0 && g < e->ngs && !have[g] &&
-                     (m.hdr.na == 0 || m.hdr.na == sizeof e->pipe_fig);
+                     ((m.hdr.na == 0 && m.hdr.nb == 0) ||
+                      (m.hdr.na == sizeof e->pipe_fig &&
+                       m.hdr.nb == e->nstages * sizeof(double)));
         if (fresh) {
             part[g] = m.hdr;
             have[g] = true;
             if (training && m.hdr.na)
                 add_figures(e->pipe_fig, (const double *)(const void *)m.a, got == 0);
+            for (size_t s = 0; training && m.hdr.nb && e->pipe_stage && s < e->nstages; s++) {
+                double n = ((const double *)(const void *)m.b)[s]; /* the most, over servers */
+                e->pipe_stage[s] = got == 0 || n > e->pipe_stage[s] ? n : e->pipe_stage[s];
+            }
         }
         bv_role_release(e->cfg.transport_ops, &m);
         if (!fresh)
@@ -942,10 +951,16 @@ static void report_roles(const bv_graph_engine *e)
         [BV_PIPE_AHEAD] = {"intervals_ahead", "intervals"},
         [BV_PIPE_STASHED] = {"stashed_backward", "tasks"},
         [BV_PIPE_STASH_MISMATCH] = {"stash_mismatch", "tasks"},
+        [BV_PIPE_WEIGHTS_BEHIND] = {"weights_behind_max", "updates"},
         [BV_PIPE_STASH_BYTES] = {"stash_bytes", "bytes"},
     };
     for (int k = 0; e->cfg.gate_ops && k < BV_PIPE_FIGURES; k++)
         bv_series_report(figure[k][0], figure[k][1], e->pipe_fig[k]);
+    for (size_t s = 0; e->cfg.gate_ops && e->pipe_stage && s < e->nstages; s++) {
+        char name[BV_SERIES_NAME_MAX];
+        snprintf(name, sizeof name, "intervals_at_%s", e->stages[s]->name);
+        bv_series_report(name, "intervals", e->pipe_stage[s]);
+    }
     if (e->ngs > 1)
         bv_series_report("boundary_bytes", "bytes", (double)e->train_ghost_bytes);
     for (int k = 0; e->nps > 1 && k < e->nps; k++) {

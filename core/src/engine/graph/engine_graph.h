@@ -143,11 +143,13 @@ bv_graph_boundary bv_graph_engine_boundary(const bv_graph_engine *e);
  * intervals were at (the pipeline's depth), the intervals that ran ahead into the next
  * epoch, the backward tasks that ran on stashed weights (their forward's, older than the
  * latest), those whose weights were not their forward's (never, unless stashing is
- * broken), and (from the parameter servers) the bytes of the stash. All zero for a pass
- * stage by stage. */
+ * broken), the most weight updates an interval's weights were behind the latest (the
+ * oldest version in use), and (from the parameter servers) the bytes of the stash. All
+ * zero for a pass stage by stage. */
 enum { BV_PIPE_HELD, BV_PIPE_LAG_MAX, BV_PIPE_OLDEST_READ, BV_PIPE_STALE_GATHERS,
        BV_PIPE_IN_FLIGHT_MAX, BV_PIPE_DEPTH_MAX, BV_PIPE_AHEAD, BV_PIPE_STASHED,
-       BV_PIPE_STASH_MISMATCH, BV_PIPE_STASH_BYTES, BV_PIPE_FIGURES };
+       BV_PIPE_STASH_MISMATCH, BV_PIPE_WEIGHTS_BEHIND, BV_PIPE_STASH_BYTES,
+       BV_PIPE_FIGURES };
 const double *bv_graph_engine_pipeline_figures(const bv_graph_engine *e);
 
 /* A policy's knob of strategy `plugin`: sent to each graph server's instance when it is

@@ -110,6 +110,7 @@ struct bv_graph_engine {
     int64_t ps_taken[BV_MAX_PARAM_SERVERS];
     double ps_cost[BV_MAX_PARAM_SERVERS];
     double pipe_fig[BV_PIPE_FIGURES]; /* the last training pass's (gated passes) */
+    double *pipe_stage; /* per stage: the most intervals at it at once, that pass */
     int64_t version;    /* weights version the PS last reported */
     double decay_now;   /* sum of squares of the decayed weights, as of that version */
 };

@@ -57,6 +57,7 @@ struct bv_gs_pipeline {
     int inflight;
     loss_ctx lc;  /* 9 loss stats per interval */
     double fig[BV_PIPE_FIGURES];
+    double *at_stage; /* per stage: the most intervals at one of its steps at once */
     float **eval_act; /* per stage: an evaluation's own arrays (made when first needed) */
 };
 
@@ -108,6 +109,7 @@ void bv_gs_pipeline_free(graph_server *gs)
     free(p->held);
     free(p->load);
     free(p->lc.per);
+    free(p->at_stage);
     free(p);
     gs->pipeline = NULL;
 }
@@ -133,10 +135,11 @@ static bv_status pipeline_make(graph_server *gs, bv_error *err)
         p->held = calloc(k, sizeof *p->held);
         p->load = calloc((size_t)e->cfg.tensor_workers, sizeof *p->load);
         p->lc.per = calloc(k * 9, sizeof(double));
+        p->at_stage = calloc(ns, sizeof *p->at_stage);
     }
     if (!p || !p->steps || !p->fwd_at || !p->bwd_at || !p->in_nbr || !p->out_nbr ||
         !p->ver || !p->pos || !p->epoch_of || !p->fwd_version || !p->busy || !p->held ||
-        !p->load || !p->lc.per) {
+        !p->load || !p->lc.per || !p->at_stage) {
         bv_gs_pipeline_free(gs);
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory for the interval pipeline");
     }
@@ -436,8 +439,9 @@ static bv_status issue(graph_server *gs, int first, bool *moved, bv_error *err)
     return rc;
 }
 
-/* How many different steps the intervals are at (the pipeline's depth). */
-static void sample_depth(struct bv_gs_pipeline *p)
+/* How many different steps the intervals are at (the pipeline's depth), and how many are
+ * at each stage (a forward or backward step of it). */
+static void sample_depth(struct bv_gs_pipeline *p, size_t nstages)
 {
     int depth = 0;
     for (int i = 0; i < p->intervals; i++) {
@@ -448,6 +452,14 @@ static void sample_depth(struct bv_gs_pipeline *p)
     }
     if (depth > p->fig[BV_PIPE_DEPTH_MAX])
         p->fig[BV_PIPE_DEPTH_MAX] = depth;
+    for (size_t s = 0; s < nstages; s++) {
+        int n = 0;
+        for (int i = 0; i < p->intervals; i++)
+            n += p->pos[i] < p->nsteps && p->steps[p->pos[i]].stage == (int32_t)s &&
+                 !p->steps[p->pos[i]].exchange;
+        if (n > p->at_stage[s])
+            p->at_stage[s] = n;
+    }
 }
 
 /* Takes results, waiting for one when `wait` (nothing else can happen), then whatever else
@@ -517,7 +529,7 @@ bv_status bv_gs_pipeline_swap_arrays(graph_server *gs, bv_error *err)
 }
 
 bv_status bv_gs_pipeline_epoch(graph_server *gs, const bv_task_hdr *cmd, bv_task_hdr *reply,
-                               double *figures, bv_error *err)
+                               double *figures, double *stage_counts, bv_error *err)
 {
     bv_graph_engine *e = gs->e;
     bv_status rc = gs->pipeline ? BV_OK : pipeline_make(gs, err);
@@ -542,7 +554,11 @@ bv_status bv_gs_pipeline_epoch(graph_server *gs, const bv_task_hdr *cmd, bv_task
     memset(p->held, 0, (size_t)k * sizeof *p->held);
     memset(p->lc.per, 0, (size_t)k * 9 * sizeof(double));
     memset(p->fig, 0, sizeof p->fig);
+    memset(p->at_stage, 0, e->nstages * sizeof *p->at_stage);
     p->fig[BV_PIPE_OLDEST_READ] = (double)cmd->epoch;
+    for (int i = 0; i < k; i++) /* weights an interval ahead still uses */
+        if (cmd->version - p->fwd_version[i] > p->fig[BV_PIPE_WEIGHTS_BEHIND])
+            p->fig[BV_PIPE_WEIGHTS_BEHIND] = (double)(cmd->version - p->fwd_version[i]);
     gs->ghost_bytes = 0;
     /* every gradient array for the whole pass: intervals are in different stages at once */
     for (size_t s = 0; rc == BV_OK && s < e->nstages; s++)
@@ -552,7 +568,7 @@ bv_status bv_gs_pipeline_epoch(graph_server *gs, const bv_task_hdr *cmd, bv_task
     for (int round = 0; rc == BV_OK && p->finished < k; round++) {
         bool moved, took;
         rc = issue(gs, round % k, &moved, err);
-        sample_depth(p);
+        sample_depth(p, e->nstages);
         /* results that are there, without waiting unless nothing else can happen */
         if (rc == BV_OK)
             rc = take_results(gs, !moved, &took, err);
@@ -575,5 +591,6 @@ bv_status bv_gs_pipeline_epoch(graph_server *gs, const bv_task_hdr *cmd, bv_task
     reply->reply_to = e->gs_index;
     reply->row_begin = gs->ghost_bytes;
     memcpy(figures, p->fig, sizeof p->fig);
+    memcpy(stage_counts, p->at_stage, e->nstages * sizeof *p->at_stage);
     return rc;
 }

@@ -246,8 +246,8 @@ static bv_status gs_send_task(graph_server *gs, int i, uint16_t type, bv_task_hd
             h->flags |= flag[k];
         }
     }
-    return bv_role_send(gs->t, bv_gs_worker_of(gs, i), type, BV_ROLE_GS, h, p[0], n[0], p[1], n[1],
-                        p[2], n[2], err);
+    return bv_role_send(gs->t, bv_gs_worker_of(gs, i), type, BV_ROLE_GS, h, p[0], n[0], p[1],
+                        n[1], p[2], n[2], err);
 }
 
 /* With shared arrays, asks for the task's result to be written (forward, loss) or added
@@ -951,8 +951,11 @@ static bv_status gs_handle(void *self, bv_role_msg *m, bv_error *err)
                            gs->ps_of);
     bv_task_hdr reply = m->hdr;
     double figures[BV_PIPE_FIGURES] = {0};
+    double *counts = calloc(e->nstages, sizeof *counts); /* per stage, gated passes */
+    if (!counts)
+        return bv_error_set(err, BV_ERR_NOMEM, "out of memory");
     bool gated = gs->gate && m->hdr.training;
-    bv_status rc = gated ? bv_gs_pipeline_epoch(gs, &m->hdr, &reply, figures, err)
+    bv_status rc = gated ? bv_gs_pipeline_epoch(gs, &m->hdr, &reply, figures, counts, err)
                          : bv_gs_pipeline_drain(gs, err);
     /* an evaluation while intervals are ahead: on arrays of its own */
     bool private = !gated && rc == BV_OK && bv_gs_pipeline_ahead(gs);
@@ -968,8 +971,10 @@ static bv_status gs_handle(void *self, bv_role_msg *m, bv_error *err)
         bv_gs_pipeline_wrote_all(gs, m->hdr.epoch);
     if (rc == BV_OK)
         rc = bv_role_send(gs->t, gs->to_coord, BV_MSG_EPOCH_DONE, BV_ROLE_GS, &reply,
-                          gated ? figures : NULL, gated ? sizeof figures : 0, NULL, 0, NULL, 0,
-                          err);
+                          gated ? figures : NULL, gated ? sizeof figures : 0,
+                          gated ? counts : NULL, gated ? e->nstages * sizeof *counts : 0, NULL,
+                          0, err);
+    free(counts);
     return rc;
 }
 

@@ -81,9 +81,10 @@ bv_status bv_gs_grads_for(graph_server *gs, size_t s, bv_error *err);
 
 /* ---- graph_pipeline.c ---- */
 /* A training pass interval by interval, every task asked of gs->gate first; reply gets
- * what gs_epoch's gets, and a = the pass's figures (bv_gs_pipeline_figures). */
+ * what gs_epoch's gets, figures the pass's (BV_PIPE_*), stage_counts per stage the most
+ * intervals at it at once. */
 bv_status bv_gs_pipeline_epoch(graph_server *gs, const bv_task_hdr *cmd, bv_task_hdr *reply,
-                               double *figures, bv_error *err);
+                               double *figures, double *stage_counts, bv_error *err);
 /* After a pass that wrote every row (stage by stage): the rows' epoch. */
 void bv_gs_pipeline_wrote_all(graph_server *gs, int64_t epoch);
 void bv_gs_pipeline_free(graph_server *gs);

@@ -17,7 +17,9 @@ enum bv_msg_type {
                                several parameter servers a = each one's seconds per
                                interval in the last epoch (float64 each) */
     BV_MSG_EPOCH_DONE,      /* GS -> coord: stats; reply_to = the graph server's part,
-                               row_begin = bytes of boundary rows it sent (BV_MSG_GHOSTS) */
+                               row_begin = bytes of boundary rows it sent (BV_MSG_GHOSTS);
+                               a gated training pass: a = its figures (BV_PIPE_*), b = per
+                               stage the most intervals at it at once (float64 each) */
     BV_MSG_FWD_TASK,        /* GS -> TW: a = input rows */
     BV_MSG_FWD_RESULT,      /* TW -> GS: a = output rows */
     BV_MSG_LOSS_TASK,       /* GS -> TW: a = logits, b = labels (int32), c = split (uint8) */
