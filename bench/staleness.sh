@@ -8,18 +8,23 @@
 #     (training pass and evaluation) and normalised to pipe, the time to the target and the
 #     speed-up over pipe; the accuracy-against-time curves of the three modes as
 #     OUT/<dataset>.png;
-#  2. nopipe against pipe on the 1M-vertex graph: median seconds per epoch over --reps
-#     runs of --epochs epochs each, alternated, and their ratio.
+#  2. per-epoch time on the 1M-vertex graph, every mode: median seconds per epoch over
+#     --reps runs of --epochs epochs each, the modes alternated, and the ratio to pipe
+#     (what intra-layer pipelining buys over nopipe, and asynchrony over pipe, with the
+#     noise of single runs averaged out).
 # --graph-servers G: the roles as processes on the local cloud, G graph servers (METIS
 # parts), one parameter server, --workers tensor workers; 0: threads of one process.
+# --threads N: the cpu plugin's threads in every role (default 1: each role computes on
+# one core, as Dorylus's graph servers and Lambdas are separate machines; with more, the
+# roles' pools share this machine's cores and overlapping them gains nothing).
 #   bench/staleness.sh [--build-dir build] [--out DIR] [--datasets cora,citeseer,powerlaw-1m]
-#                      [--intervals 16] [--workers 2] [--graph-servers 2] [--reps 3]
-#                      [--epochs 6] [--only asynchrony|nopipe]
+#                      [--intervals 16] [--workers 1] [--graph-servers 2] [--threads 1]
+#                      [--reps 3] [--epochs 6] [--only asynchrony|epochs]
 # Cora and Citeseer come from BIVOUAC_DATA_DIR (default ../shared/data).
 set -euo pipefail
 
-build=build out="" datasets=cora,citeseer,powerlaw-1m intervals=16 workers=2 reps=3
-epochs=6 only="" gs=2
+build=build out="" datasets=cora,citeseer,powerlaw-1m intervals=16 workers=1 reps=3
+epochs=6 only="" gs=2 threads=1
 while [ $# -gt 0 ]; do
     case "$1" in
     --build-dir) build=$2 ;;
@@ -28,6 +33,7 @@ while [ $# -gt 0 ]; do
     --intervals) intervals=$2 ;;
     --workers) workers=$2 ;;
     --graph-servers) gs=$2 ;;
+    --threads) threads=$2 ;;
     --reps) reps=$2 ;;
     --epochs) epochs=$2 ;;
     --only) only=$2 ;;
@@ -61,10 +67,11 @@ experiment() {
     *) res="{plugin: staleness, mode: $mode}" ;;
     esac
     cat >"$out/$name.yaml" <<EOF
-name: $name
+name: ${name//\//-}
 model: {plugin: gcn, hidden: 16, layers: 2, dropout: 0.5}
 dataset: $data
 train: {epochs: $cap, lr: 0.01, weight_decay: 5e-4, seed: 42}
+compute: {plugin: cpu, threads: $threads}
 resilience: [$res]
 EOF
     if [ "$gs" -gt 0 ]; then
@@ -101,55 +108,55 @@ print(hit + 1, recs[hit]["val_accuracy"], f"{per:.5f}", f"{s[hit]:.4f}")
 EOF
 }
 
-if [ "$only" != nopipe ]; then
+if [ "$only" != epochs ]; then
     printf '%-12s %-7s %6s %6s %7s %10s %6s %10s %8s\n' dataset mode epochs R val_acc \
         s/epoch norm to_target speedup
     IFS=, read -ra sets <<<"$datasets"
     for d in "${sets[@]}"; do
         cap=300
         [ "$d" = powerlaw-1m ] && cap=100
-        experiment "$d-pipe" "$d" pipe "$cap" "{delta: 0.001, window: 5}"
-        run "$d-pipe"
-        read -r n_conv target _ _ <<<"$(stats "$d-pipe")"
-        read -r n_pipe _ per_pipe total_pipe <<<"$(stats "$d-pipe" "$target")"
+        mkdir -p "$out/$d" # the runs as $d/pipe, $d/async0, $d/async1: short curve labels
+        experiment "$d/pipe" "$d" pipe "$cap" "{delta: 0.001, window: 5}"
+        run "$d/pipe"
+        read -r n_conv target _ _ <<<"$(stats "$d/pipe")"
+        read -r n_pipe _ per_pipe total_pipe <<<"$(stats "$d/pipe" "$target")"
         echo "$d: pipe converged after $n_conv epochs at val accuracy $target (the target)"
         printf '%-12s %-7s %6d %6s %7.4f %10.4f %6s %10.2f %8s\n' "$d" pipe "$n_pipe" 1.00 \
             "$target" "$per_pipe" 1.00 "$total_pipe" 1.00
         for m in async0 async1; do
-            experiment "$d-$m" "$d" "$m" $((3 * n_pipe)) "{target: $target}"
-            run "$d-$m"
-            read -r n acc per total <<<"$(stats "$d-$m" "$target")"
+            experiment "$d/$m" "$d" "$m" $((3 * n_pipe)) "{target: $target}"
+            run "$d/$m"
+            read -r n acc per total <<<"$(stats "$d/$m" "$target")"
             reached=$(python3 -c "print('' if $acc >= $target else ' (target not reached)')")
             python3 -c "
 n, np_, per, pp, tot, tp = $n, $n_pipe, $per, $per_pipe, $total, $total_pipe
 print(f'%-12s %-7s %6d %6.2f %7.4f %10.4f %6.2f %10.2f %8.2f' % ('$d', '$m', n, n / np_,
       $acc, per, per / pp, tot, tp / tot) + '$reached')"
         done
-        "$bivouac" compare "$out/$d-pipe" "$out/$d-async0" "$out/$d-async1" \
+        "$bivouac" compare "$out/$d/pipe" "$out/$d/async0" "$out/$d/async1" \
             --series val_accuracy --x time --out "$out/$d.png" >/dev/null
         echo "  curves: $out/$d.png"
     done
 fi
 
 if [ "$only" != asynchrony ]; then
-    experiment nopipe-1m powerlaw-1m nopipe "$epochs" ""
-    experiment pipe-1m powerlaw-1m pipe "$epochs" ""
-    a=() b=()
+    modes=(nopipe pipe async0 async1)
+    for m in "${modes[@]}"; do experiment "$m-1m" powerlaw-1m "$m" "$epochs" ""; done
+    declare -A per
     for r in $(seq "$reps"); do
-        for m in nopipe pipe; do
+        for m in "${modes[@]}"; do
             run "$m-1m"
-            read -r _ _ per _ <<<"$(stats "$m-1m")"
-            echo "rep $r $m: median epoch $per s"
-            if [ $m = nopipe ]; then a+=("$per"); else b+=("$per"); fi
+            read -r _ _ t _ <<<"$(stats "$m-1m")"
+            echo "rep $r $m: median epoch $t s"
+            per[$m]="${per[$m]:-} $t"
         done
     done
-    python3 - "${a[*]}" "${b[*]}" <<'EOF'
+    python3 - "${per[nopipe]}" "${per[pipe]}" "${per[async0]}" "${per[async1]}" <<'EOF'
 import statistics, sys
-a = [float(x) for x in sys.argv[1].split()]
-b = [float(x) for x in sys.argv[2].split()]
-ma, mb = statistics.median(a), statistics.median(b)
-print(f"powerlaw-1m nopipe: median {ma:.3f} s/epoch {a}")
-print(f"powerlaw-1m pipe:   median {mb:.3f} s/epoch {b}")
-print(f"pipe / nopipe: {mb / ma:.3f}")
+runs = {m: [float(x) for x in a.split()] for m, a in zip(("nopipe", "pipe", "async0", "async1"), sys.argv[1:])}
+pipe = statistics.median(runs["pipe"])
+for m, v in runs.items():
+    print(f"powerlaw-1m {m:7s} median {statistics.median(v):.3f} s/epoch, "
+          f"{statistics.median(v) / pipe:.3f} x pipe  {v}")
 EOF
 fi
