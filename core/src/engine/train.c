@@ -460,13 +460,18 @@ static bv_status setup(train_run *r, void *data, bv_error *err)
     return BV_OK;
 }
 
+/* The engine first: stopping its nodes may still report a lost one to the strategies
+ * (peer_failed), which must then exist. */
 static void teardown(train_run *r)
 {
-    for (size_t i = 0; i < r->x->nresilience; i++)
-        if (r->res[i])
-            r->x->resilience_ops[i].destroy(r->res[i]);
     if (r->engine)
         r->ops->destroy(r->engine);
+    r->engine = NULL;
+    for (size_t i = 0; i < r->x->nresilience; i++) {
+        if (r->res[i])
+            r->x->resilience_ops[i].destroy(r->res[i]);
+        r->res[i] = NULL;
+    }
     bv_policy_free(r->policy);
     if (r->metrics)
         fclose(r->metrics);

@@ -98,7 +98,8 @@ static const bv_option staleness_options[] = {
     BV_OPT_CHOICE("mode", "async", "nopipe|pipe|async",
                   "nopipe: no two stages overlap; pipe: a barrier at each gather, tasks of "
                   "a layer overlap the gathers; async: a gather reads neighbour rows at "
-                  "most s epochs old"),
+                  "most s epochs old, and an interval may run up to s epochs ahead (its "
+                  "backward on the weights its forward read)"),
     BV_OPT_INT_RANGE("s", "0", 0, 1000,
                      "async: how many epochs older than the pass a neighbour's rows may be "
                      "(0: this pass's; a policy may change it: set = {[\"staleness.s\"] = 1})"),
