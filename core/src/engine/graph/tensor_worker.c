@@ -1,6 +1,6 @@
 /* Tensor worker role: stateless executor of a model's tensor tasks (ApplyVertex forward
  * and backward, the loss) on one vertex interval at a time, like a Dorylus Lambda. It
- * pulls the weights from the parameter server when a task names a newer version, and
+ * pulls the weights from the parameter server when a task names another version, and
  * pushes weight gradients to it. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +21,11 @@ typedef struct tensor_worker {
     float *weights;      /* param_floats */
     float **param_ptrs;  /* into weights */
     int64_t version;     /* of weights; -1 none */
+    /* Under a task gate: the version held before (an interval ahead of the others still
+     * uses it, graph_pipeline.c), kept so that tasks of both versions in turn do not pull
+     * every time; NULL without a gate. */
+    float *weights_before;
+    int64_t version_before;
     float *grads;        /* param_floats scratch */
     float **grad_ptrs;
     float **kept;       /* per interval: kept static input rows (BV_TASK_KEEP_INPUT) */
@@ -219,13 +224,32 @@ static bv_endpoint *task_server(tensor_worker *w, const bv_task_hdr *h, bv_error
     return w->to_ps[h->ps];
 }
 
+/* Makes the version held before the one in use (param_ptrs point into w->weights). */
+static void tw_swap_weights(tensor_worker *w)
+{
+    float *p = w->weights;
+    int64_t v = w->version;
+    w->weights = w->weights_before;
+    w->version = w->version_before;
+    w->weights_before = p;
+    w->version_before = v;
+    for (size_t i = 0; i < w->e->nparams; i++)
+        w->param_ptrs[i] = w->weights + w->e->param_off[i];
+}
+
 /* The weights of the task's version, pulled from the task's parameter server when this
- * worker has another version (every server has the same weights). */
+ * worker has another version (every server has the same weights). Under a gate the
+ * version before is kept too, and a pull replaces the older of the two. */
 static bv_status tw_ensure_weights(tensor_worker *w, const bv_task_hdr *task, bv_error *err)
 {
     int64_t version = task->version;
     if (w->version == version)
         return BV_OK;
+    if (w->weights_before) {
+        tw_swap_weights(w); /* now w->weights is the older: used, or pulled into */
+        if (w->version == version)
+            return BV_OK;
+    }
     bv_task_hdr h = {.version = version, .reply_to = (int32_t)w->index};
     bv_endpoint *ps = task_server(w, task, err);
     if (!ps)
@@ -488,7 +512,7 @@ static bv_status tw_setup(void *self, bv_error *err)
     bv_graph_engine *e = w->e;
     w->t = e->cfg.transport_ops;
     w->id = BV_ROLE_TW + (uint32_t)w->index;
-    w->version = -1;
+    w->version = w->version_before = -1;
     if (bv_engine_connect_graph_servers(e, w->to_gs, err) != BV_OK)
         return err->status;
     bv_status st = bv_engine_connect_servers(e, w->to_ps, err);
@@ -502,8 +526,10 @@ static bv_status tw_setup(void *self, bv_error *err)
     w->kept_bytes = calloc(tw_slots(w), sizeof *w->kept_bytes);
     w->slices = calloc(tw_slots(w), sizeof *w->slices);
     w->kept_csr = calloc(tw_slots(w), sizeof *w->kept_csr);
+    if (e->cfg.gate_ops)
+        w->weights_before = calloc(e->param_floats + 1, sizeof(float));
     if (!w->weights || !w->grads || !w->param_ptrs || !w->grad_ptrs || !w->kept ||
-        !w->kept_bytes || !w->slices || !w->kept_csr)
+        !w->kept_bytes || !w->slices || !w->kept_csr || (e->cfg.gate_ops && !w->weights_before))
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory in tensor worker %d", w->index);
     for (size_t i = 0; i < e->nparams; i++) {
         w->param_ptrs[i] = w->weights + e->param_off[i];
@@ -518,6 +544,7 @@ static void tw_teardown(void *self)
     bv_engine_close_all(w->e, w->to_gs, BV_MAX_GRAPH_SERVERS); /* weights_in: the loop's */
     bv_engine_close_all(w->e, w->to_ps, BV_MAX_PARAM_SERVERS);
     free(w->weights);
+    free(w->weights_before);
     free(w->grads);
     free(w->param_ptrs);
     free(w->grad_ptrs);
