@@ -147,6 +147,19 @@ static void text_at(cairo_t *cr, const char *s, double x, double y, double ax, d
     cairo_show_text(cr, s);
 }
 
+/* The picture's title, centred in its band, in the title font: smaller where the text is
+ * wider than the picture (long run names in `bivouac compare`). */
+static void title_at(cairo_t *cr, const char *s, double width)
+{
+    cairo_text_extents_t e;
+    set_font(cr, FONT_TITLE, true);
+    cairo_text_extents(cr, s, &e);
+    double room = width - 2 * 12.0;
+    if (e.x_advance > room)
+        set_font(cr, FONT_TITLE * room / e.x_advance, true);
+    text_at(cr, s, width / 2.0, TITLE_H / 2.0 + 4, 0.5, 0.5);
+}
+
 static const double *xs_of(const bv_plot_series *s, const bv_plot_options *o)
 {
     return o->x == BV_PLOT_X_TIME ? s->x_time : s->x_unit;
@@ -358,9 +371,8 @@ static void render(cairo_t *cr, const panel *panels, size_t np, const bv_plot_op
     int cols = np <= 1 ? 1 : 2;
     cairo_set_source_rgb(cr, 1, 1, 1);
     cairo_paint(cr);
-    set_font(cr, FONT_TITLE, true);
     cairo_set_source_rgb(cr, 0, 0, 0);
-    text_at(cr, title, width / 2.0, TITLE_H / 2.0 + 4, 0.5, 0.5);
+    title_at(cr, title, width);
     double pw = (double)width / cols;
     for (size_t i = 0; i < np; i++)
         draw_panel(cr, &panels[i], o, xlabel, (double)(i % (size_t)cols) * pw,
@@ -668,9 +680,8 @@ static void render_timeline(cairo_t *cr, const void *ctx, int w, int h)
     static const char *const kinds[] = {"forward", "backward", "update"};
     cairo_set_source_rgb(cr, 1, 1, 1);
     cairo_paint(cr);
-    set_font(cr, FONT_TITLE, true);
     cairo_set_source_rgb(cr, 0, 0, 0);
-    text_at(cr, t->title, w / 2.0, TITLE_H / 2.0 + 4, 0.5, 0.5);
+    title_at(cr, t->title, w);
     set_font(cr, FONT_LEGEND, false);
     for (int k = 0; k < 3; k++) { /* legend: a swatch and its kind */
         double x = MARGIN_L + 160.0 * k, y = TITLE_H + 10;
