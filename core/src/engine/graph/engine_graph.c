@@ -894,7 +894,7 @@ static bv_status run_pass(bv_graph_engine *e, int64_t epoch, bool training, bv_t
             have[g] = true;
             if (training && m.hdr.na)
                 add_figures(e->pipe_fig, (const double *)(const void *)m.a, got == 0);
-            for (size_t s = 0; training && m.hdr.nb && e->pipe_stage && s < e->nstages; s++) {
+            for (size_t s = 0; training && m.hdr.nb && s < e->nstages; s++) {
                 double n = ((const double *)(const void *)m.b)[s]; /* the most, over servers */
                 e->pipe_stage[s] = got == 0 || n > e->pipe_stage[s] ? n : e->pipe_stage[s];
             }
@@ -956,7 +956,7 @@ static void report_roles(const bv_graph_engine *e)
     };
     for (int k = 0; e->cfg.gate_ops && k < BV_PIPE_FIGURES; k++)
         bv_series_report(figure[k][0], figure[k][1], e->pipe_fig[k]);
-    for (size_t s = 0; e->cfg.gate_ops && e->pipe_stage && s < e->nstages; s++) {
+    for (size_t s = 0; e->cfg.gate_ops && s < e->nstages; s++) {
         char name[BV_SERIES_NAME_MAX];
         snprintf(name, sizeof name, "intervals_at_%s", e->stages[s]->name);
         bv_series_report(name, "intervals", e->pipe_stage[s]);
@@ -983,11 +983,6 @@ bv_status bv_graph_engine_set_knob(bv_graph_engine *e, const char *plugin, const
             return st;
     }
     return BV_OK;
-}
-
-const double *bv_graph_engine_pipeline_figures(const bv_graph_engine *e)
-{
-    return e->pipe_fig;
 }
 
 int bv_graph_engine_server_load(const bv_graph_engine *e, int64_t *fewest, int64_t *most)

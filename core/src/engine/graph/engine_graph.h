@@ -150,7 +150,6 @@ enum { BV_PIPE_HELD, BV_PIPE_LAG_MAX, BV_PIPE_OLDEST_READ, BV_PIPE_STALE_GATHERS
        BV_PIPE_IN_FLIGHT_MAX, BV_PIPE_DEPTH_MAX, BV_PIPE_AHEAD, BV_PIPE_STASHED,
        BV_PIPE_STASH_MISMATCH, BV_PIPE_WEIGHTS_BEHIND, BV_PIPE_STASH_BYTES,
        BV_PIPE_FIGURES };
-const double *bv_graph_engine_pipeline_figures(const bv_graph_engine *e);
 
 /* A policy's knob of strategy `plugin`: sent to each graph server's instance when it is
  * the run's task gate (else nothing to do). The loop's own instance checked it. */

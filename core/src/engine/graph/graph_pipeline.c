@@ -529,7 +529,7 @@ bv_status bv_gs_pipeline_swap_arrays(graph_server *gs, bv_error *err)
 }
 
 bv_status bv_gs_pipeline_epoch(graph_server *gs, const bv_task_hdr *cmd, bv_task_hdr *reply,
-                               double *figures, double *stage_counts, bv_error *err)
+                               bv_error *err)
 {
     bv_graph_engine *e = gs->e;
     bv_status rc = gs->pipeline ? BV_OK : pipeline_make(gs, err);
@@ -579,18 +579,16 @@ bv_status bv_gs_pipeline_epoch(graph_server *gs, const bv_task_hdr *cmd, bv_task
     }
     for (size_t s = 0; s < e->nstages; s++) /* after a failure, too */
         bv_gs_drop_grad(gs, s);
-    for (int j = 0; j < 9; j++)
-        reply->stats[j] = 0;
-    for (int i = 0; i < k; i++) /* in interval order: the same sum whatever the timing */
-        for (int j = 0; j < 9; j++)
-            reply->stats[j] += p->lc.per[9 * i + j];
-    int64_t tasks_with_grads = 0;
-    for (size_t s = 0; s < e->nstages; s++)
-        tasks_with_grads += e->stages[s]->kind != BV_STAGE_GATHER;
-    reply->step = tasks_with_grads * k;
+    bv_gs_sum_losses(gs, &p->lc, reply->stats);
+    reply->step = bv_gs_grad_messages(gs);
     reply->reply_to = e->gs_index;
     reply->row_begin = gs->ghost_bytes;
-    memcpy(figures, p->fig, sizeof p->fig);
-    memcpy(stage_counts, p->at_stage, e->nstages * sizeof *p->at_stage);
     return rc;
+}
+
+void bv_gs_pipeline_figures(const graph_server *gs, const double **figures,
+                            const double **stage_counts)
+{
+    *figures = gs->pipeline->fig;
+    *stage_counts = gs->pipeline->at_stage;
 }

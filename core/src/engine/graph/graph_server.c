@@ -12,7 +12,6 @@
 #include "grow.h"
 #include "role_loop.h"
 
-
 static int64_t stage_rows(const graph_server *gs, size_t s)
 {
     const bv_graph_engine *e = gs->e;
@@ -117,7 +116,6 @@ static bool interval_matches(const bv_graph_engine *e, const bv_task_hdr *h, int
            h->row_begin == e->interval_begin[h->interval] &&
            h->rows == interval_rows(e, h->interval);
 }
-
 
 static bv_task_hdr interval_hdr(const graph_server *gs, size_t s, const bv_task_hdr *epoch,
                                 int i)
@@ -301,7 +299,6 @@ const task_kind bv_gs_apply_vertex = {BV_MSG_FWD_RESULT, av_send, av_take};
 
 /* ---- the loss ---- */
 
-
 static bv_status loss_send(graph_server *gs, size_t s, const bv_task_hdr *epoch, int i,
                            void *ctx, bv_error *err)
 {
@@ -349,14 +346,27 @@ static bv_status gs_loss(graph_server *gs, const bv_task_hdr *epoch, double stat
     if (!lc.per)
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory");
     bv_status rc = gs_run_tasks(gs, e->nstages - 1, epoch, &bv_gs_loss_task, &lc, err);
-    /* sums in interval order: the same result whatever order the replies came in */
-    for (int j = 0; j < 9; j++)
-        stats[j] = 0;
-    for (int i = 0; i < e->cfg.intervals; i++)
-        for (int j = 0; j < 9; j++)
-            stats[j] += lc.per[9 * i + j];
+    bv_gs_sum_losses(gs, &lc, stats);
     free(lc.per);
     return rc;
+}
+
+void bv_gs_sum_losses(const graph_server *gs, const loss_ctx *lc, double stats[9])
+{
+    for (int j = 0; j < 9; j++)
+        stats[j] = 0;
+    for (int i = 0; i < gs->e->cfg.intervals; i++)
+        for (int j = 0; j < 9; j++)
+            stats[j] += lc->per[9 * i + j];
+}
+
+int64_t bv_gs_grad_messages(const graph_server *gs)
+{
+    const bv_graph_engine *e = gs->e;
+    int64_t stages = 0;
+    for (size_t s = 0; s < e->nstages; s++)
+        stages += e->stages[s]->kind != BV_STAGE_GATHER;
+    return stages * e->cfg.intervals;
 }
 
 /* ---- ∇AV ---- */
@@ -518,7 +528,7 @@ const task_kind bv_gs_apply_edge_backward = {BV_MSG_EDGE_BWD_RESULT, aeb_send, a
 
 /* AE and ∇AE: the attention inputs of every vertex are packed once per pass. */
 bv_status bv_gs_edge_pass(graph_server *gs, size_t s, const bv_task_hdr *epoch,
-                              const task_kind *kind, bv_error *err)
+                          const task_kind *kind, bv_error *err)
 {
     bv_graph_engine *e = gs->e;
     const bv_stage *st = e->stages[s];
@@ -667,7 +677,7 @@ static const int64_t *exchange_rows(const bv_graph_view *view, int q, bool sendi
  * to the gradient of its ghost rows goes to their owners, and what the others added to
  * this server's rows is added here, in part order (the same bits every run). */
 bv_status bv_gs_exchange(graph_server *gs, const bv_task_hdr *cmd, int v, bool grads,
-                             bv_error *err)
+                         bv_error *err)
 {
     bv_graph_engine *e = gs->e;
     const bv_graph_view *view = &e->view;
@@ -775,7 +785,6 @@ static bv_status gs_epoch(graph_server *gs, const bv_task_hdr *cmd, bv_task_hdr 
         rc = bv_gs_ensure_grad(gs, (int)e->nstages - 1, err); /* the loss writes the last one */
     if (rc == BV_OK)
         rc = gs_loss(gs, cmd, reply->stats, err);
-    int64_t grad_messages = 0;
     for (size_t s = e->nstages; cmd->training && rc == BV_OK && s-- > 0;) {
         if ((rc = bv_gs_grads_for(gs, s, err)) != BV_OK)
             break;
@@ -786,18 +795,16 @@ static bv_status gs_epoch(graph_server *gs, const bv_task_hdr *cmd, bv_task_hdr 
         case BV_STAGE_GATHER: bv_gs_gather_backward(gs, s); break;
         case BV_STAGE_EDGE: /* its task sends weight gradients too */
             rc = bv_gs_edge_pass(gs, s, cmd, &bv_gs_apply_edge_backward, err);
-            grad_messages += e->cfg.intervals;
             break;
         case BV_STAGE_TENSOR:
             rc = gs_run_tasks(gs, s, cmd, &bv_gs_apply_vertex_backward, NULL, err);
-            grad_messages += e->cfg.intervals;
             break;
         }
         bv_gs_drop_grad(gs, s);
     }
     for (size_t s = 0; s < e->nstages; s++) /* after a failure, too */
         bv_gs_drop_grad(gs, s);
-    reply->step = grad_messages;
+    reply->step = cmd->training ? bv_gs_grad_messages(gs) : 0;
     reply->reply_to = e->gs_index;
     reply->row_begin = gs->ghost_bytes;
     return rc;
@@ -950,12 +957,8 @@ static bv_status gs_handle(void *self, bv_role_msg *m, bv_error *err)
                            (m->hdr.epoch * e->ngs + e->gs_index) * e->cfg.intervals,
                            gs->ps_of);
     bv_task_hdr reply = m->hdr;
-    double figures[BV_PIPE_FIGURES] = {0};
-    double *counts = calloc(e->nstages, sizeof *counts); /* per stage, gated passes */
-    if (!counts)
-        return bv_error_set(err, BV_ERR_NOMEM, "out of memory");
     bool gated = gs->gate && m->hdr.training;
-    bv_status rc = gated ? bv_gs_pipeline_epoch(gs, &m->hdr, &reply, figures, counts, err)
+    bv_status rc = gated ? bv_gs_pipeline_epoch(gs, &m->hdr, &reply, err)
                          : bv_gs_pipeline_drain(gs, err);
     /* an evaluation while intervals are ahead: on arrays of its own */
     bool private = !gated && rc == BV_OK && bv_gs_pipeline_ahead(gs);
@@ -969,12 +972,13 @@ static bv_status gs_handle(void *self, bv_role_msg *m, bv_error *err)
     }
     if (rc == BV_OK && !gated && !private)
         bv_gs_pipeline_wrote_all(gs, m->hdr.epoch);
+    const double *figures = NULL, *counts = NULL; /* a gated pass's */
+    if (rc == BV_OK && gated)
+        bv_gs_pipeline_figures(gs, &figures, &counts);
     if (rc == BV_OK)
-        rc = bv_role_send(gs->t, gs->to_coord, BV_MSG_EPOCH_DONE, BV_ROLE_GS, &reply,
-                          gated ? figures : NULL, gated ? sizeof figures : 0,
-                          gated ? counts : NULL, gated ? e->nstages * sizeof *counts : 0, NULL,
-                          0, err);
-    free(counts);
+        rc = bv_role_send(gs->t, gs->to_coord, BV_MSG_EPOCH_DONE, BV_ROLE_GS, &reply, figures,
+                          gated ? BV_PIPE_FIGURES * sizeof *figures : 0, counts,
+                          gated ? e->nstages * sizeof *counts : 0, NULL, 0, err);
     return rc;
 }
 

@@ -73,6 +73,12 @@ bv_status bv_gs_keep_early(graph_server *gs, bv_role_msg *m, bv_error *err);
 /* Bytes of stage s's array (and of its gradient): a row per vertex, per edge of A + I for
  * an EDGE stage. */
 size_t bv_gs_stage_bytes(const graph_server *gs, size_t s);
+/* A pass's loss stats (9 per interval in lc) summed in interval order: the same sum
+ * whatever order the results came in. */
+void bv_gs_sum_losses(const graph_server *gs, const loss_ctx *lc, double stats[9]);
+/* The weight-gradient messages a training pass sends its parameter servers: one per
+ * interval of every stage with weights (tensor and edge stages). */
+int64_t bv_gs_grad_messages(const graph_server *gs);
 /* Gradient arrays: made zeroed when first needed, dropped when used. */
 bv_status bv_gs_ensure_grad(graph_server *gs, int s, bv_error *err);
 void bv_gs_drop_grad(graph_server *gs, size_t s);
@@ -81,10 +87,13 @@ bv_status bv_gs_grads_for(graph_server *gs, size_t s, bv_error *err);
 
 /* ---- graph_pipeline.c ---- */
 /* A training pass interval by interval, every task asked of gs->gate first; reply gets
- * what gs_epoch's gets, figures the pass's (BV_PIPE_*), stage_counts per stage the most
- * intervals at it at once. */
+ * what gs_epoch's gets. */
 bv_status bv_gs_pipeline_epoch(graph_server *gs, const bv_task_hdr *cmd, bv_task_hdr *reply,
-                               double *figures, double *stage_counts, bv_error *err);
+                               bv_error *err);
+/* The last gated pass's figures (BV_PIPE_FIGURES of them), and per stage the most
+ * intervals at it at once: what EPOCH_DONE carries. */
+void bv_gs_pipeline_figures(const graph_server *gs, const double **figures,
+                            const double **stage_counts);
 /* After a pass that wrote every row (stage by stage): the rows' epoch. */
 void bv_gs_pipeline_wrote_all(graph_server *gs, int64_t epoch);
 void bv_gs_pipeline_free(graph_server *gs);

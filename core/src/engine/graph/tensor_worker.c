@@ -200,7 +200,6 @@ static float *tw_result_buffer(tensor_worker *w, const bv_task_hdr *h, size_t by
     return p;
 }
 
-/* The reply's header: the task's, without the flags that describe the task's arrays. */
 /* A result's header: the task's, without its references, and with the version of the
  * weights this worker holds (those a task with weights computed with: its graph server
  * checks a backward used its forward's, graph_pipeline.c). */
@@ -224,7 +223,14 @@ static bv_endpoint *task_server(tensor_worker *w, const bv_task_hdr *h, bv_error
     return w->to_ps[h->ps];
 }
 
-/* Makes the version held before the one in use (param_ptrs point into w->weights). */
+/* Each parameter's place in w->weights, as tasks see it. */
+static void tw_point_params(tensor_worker *w)
+{
+    for (size_t i = 0; i < w->e->nparams; i++)
+        w->param_ptrs[i] = w->weights + w->e->param_off[i];
+}
+
+/* Makes the version held before the one in use. */
 static void tw_swap_weights(tensor_worker *w)
 {
     float *p = w->weights;
@@ -233,8 +239,7 @@ static void tw_swap_weights(tensor_worker *w)
     w->version = w->version_before;
     w->weights_before = p;
     w->version_before = v;
-    for (size_t i = 0; i < w->e->nparams; i++)
-        w->param_ptrs[i] = w->weights + w->e->param_off[i];
+    tw_point_params(w);
 }
 
 /* The weights of the task's version, pulled from the task's parameter server when this
@@ -531,10 +536,9 @@ static bv_status tw_setup(void *self, bv_error *err)
     if (!w->weights || !w->grads || !w->param_ptrs || !w->grad_ptrs || !w->kept ||
         !w->kept_bytes || !w->slices || !w->kept_csr || (e->cfg.gate_ops && !w->weights_before))
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory in tensor worker %d", w->index);
-    for (size_t i = 0; i < e->nparams; i++) {
-        w->param_ptrs[i] = w->weights + e->param_off[i];
+    tw_point_params(w);
+    for (size_t i = 0; i < e->nparams; i++)
         w->grad_ptrs[i] = w->grads + e->param_off[i];
-    }
     return BV_OK;
 }
 
