@@ -133,7 +133,7 @@ exp gcn-bad "$gcn" "{plugin: staleness, mode: async, s: 0}" "policy: {file: bad.
 rc=0
 train gcn-bad 2>"$tmp/bad.err" || rc=$?
 check "a knob nobody has: the run stops with the policy error" \
-    "$rc $(field "$tmp/gcn-bad" epochs) $(grep -o "policy error: set: no resilience strategy of this run has a knob 'workers' (a knob is <strategy>.<name>, e.g. staleness.s)" "$tmp/gcn-bad/result.json" | wc -l)" \
+    "$rc $(field "$tmp/gcn-bad" epochs) $(grep -o "policy error: set: no resilience strategy of this run has a knob 'workers' (a knob is <strategy>.<name>, e.g. staleness.s, or compute.lambdas)" "$tmp/gcn-bad/result.json" | wc -l)" \
     '1 "epochs": 2 1'
 cat >"$tmp/range.lua" <<'LUA'
 function on_epoch_end(m) return {set = {["staleness.s"] = 1.5}} end

@@ -49,6 +49,29 @@ typedef struct bv_cloud_event {
     int32_t wait_status;
 } bv_cloud_event;
 
+/* ABI 1.12: serverless functions. A launch whose node_type is "lambda" starts a
+ * function's worker under the limits the platform imposes on it; the caller (the `lambda`
+ * compute plugin's controller on a graph server) hands the worker invocations itself and
+ * enforces the time limit and keep-warm period the platform reports here. */
+typedef struct bv_function_limits {
+    size_t size;           /* set by the caller */
+    double memory_mb;      /* the worker's memory cap (0: none) */
+    double cpu;            /* its share of one core (0: none) */
+    bool cpu_enforced;     /* the platform caps the share itself (cgroup v2 cpu.max); false:
+                              the worker must hold itself to it */
+    double time_limit;     /* seconds an invocation may take before the platform kills it */
+    double keep_warm;      /* seconds an idle worker stays alive for the next invocation */
+    double bandwidth_mbps; /* the worker's network bandwidth, each way (0: unlimited) */
+} bv_function_limits;
+
+/* What the platform does to one invocation (injected faults, docs/lambda.md). */
+typedef enum bv_invoke_fault {
+    BV_INVOKE_OK = 0,
+    BV_INVOKE_FAIL = 1, /* the function fails: it ends without a result */
+    BV_INVOKE_HANG = 2, /* the function hangs until the time limit */
+    BV_INVOKE_KILL = 3  /* the platform kills the worker while it runs (the cloud does it) */
+} bv_invoke_fault;
+
 typedef struct bv_cloud_ops {
     /* Required: the cloud for one run (credentials, a trace, the simulated market...). */
     bv_cloud *(*create)(const bv_opts *opts, const bv_run_info *info, bv_error *err);
@@ -71,6 +94,14 @@ typedef struct bv_cloud_ops {
      * NULL: the core's default, which reports 0 (the cloud does not bill, like `local`). */
     bv_status (*price_per_hour)(bv_cloud *c, const char *node_type, bool spot, double *out,
                                 bv_error *err);
+
+    /* ---- ABI 1.12, optional: serverless functions (NULL: the cloud has none) ---- */
+    /* The limits every function worker runs under. */
+    bv_status (*function_limits)(bv_cloud *c, bv_function_limits *out, bv_error *err);
+    /* The caller is about to hand function worker `node` an invocation: the fault the
+     * platform injects into it (bv_invoke_fault). BV_INVOKE_KILL: the cloud kills the
+     * node within the next tenths of a second (its EXITED event follows). */
+    int (*invoke)(bv_cloud *c, int64_t node);
 } bv_cloud_ops;
 
 #ifdef __cplusplus

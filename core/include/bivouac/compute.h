@@ -246,7 +246,16 @@ typedef struct bv_compute_ops {
      * memory there and the kernels find it in place instead of copying it per call. */
     void *(*mem_alloc)(size_t bytes);
     void (*mem_free)(void *p);
+
+    /* ---- ABI 1.12: where the graph engine runs a model's tensor tasks (AV, AE, their
+     * backward, the loss): 0 on its own tensor workers with this backend's kernels;
+     * BV_TASKS_ON_FUNCTIONS on serverless function workers that a controller on each graph
+     * server invokes through the run's cloud (the `lambda` plugin: its kernels are cpu's;
+     * docs/lambda.md). */
+    uint32_t task_placement;
 } bv_compute_ops;
+
+enum { BV_TASKS_ON_FUNCTIONS = 1 };
 
 #ifdef __cplusplus
 }

@@ -526,6 +526,47 @@ static void check_gates(const bv_experiment *x, bv_diag *diag)
     }
 }
 
+/* A compute plugin that runs the graph engine's tensor tasks on serverless functions
+ * (`lambda`, docs/lambda.md) needs the graph engine, a cloud that has functions, roles that
+ * share this host (the workers find their graph server's and parameter servers' sockets),
+ * and no task gate yet. */
+static void check_functions(const bv_experiment *x, bv_diag *diag)
+{
+    const bv_node *compute = bv_node_get(x->root, "compute");
+    if (!compute || !x->compute.plugin)
+        return;
+    bv_compute_ops ops = {0};
+    bv_ops_copy(&ops, sizeof ops, x->compute.plugin);
+    if (ops.task_placement != BV_TASKS_ON_FUNCTIONS)
+        return;
+    const char *name = x->compute.plugin->name;
+    const bv_node *cluster = bv_node_get(x->root, "cluster");
+    const bv_node *list = bv_node_get(x->root, "resilience");
+    bv_cloud_ops cloud = {0};
+    if (x->cloud.plugin)
+        bv_ops_copy(&cloud, sizeof cloud, x->cloud.plugin);
+    if (x->engine_ops && strcmp(x->engine_ops->name, "graph") != 0) {
+        bv_diag_add(diag, &compute->pos, "compute '%s' runs the graph engine's tensor tasks; "
+                    "this model runs on the %s engine", name, x->engine_ops->name);
+    } else if (!bv_node_get(x->root, "cloud")) {
+        bv_diag_add(diag, &compute->pos, "compute '%s' invokes function workers through a "
+                    "cloud: add one (e.g. cloud: {plugin: local})", name);
+    } else if (x->cloud.plugin && (!cloud.function_limits || !cloud.invoke)) {
+        bv_diag_add(diag, &bv_node_get(x->root, "cloud")->pos, "cloud '%s' has no serverless "
+                    "functions, which compute '%s' invokes", x->cloud.plugin->name, name);
+    } else if (cluster && x->cluster.values &&
+               strcmp(bv_opts_str(&x->cluster, "links"), "tcp") == 0) {
+        bv_diag_add(diag, &bv_opts_find(&x->cluster, "links")->pos, "compute '%s' runs its "
+                    "workers on this host: cluster.links must be ipc", name);
+    }
+    for (size_t i = 0; list && list->kind == BV_NODE_SEQ && list->count == x->nresilience &&
+                       i < x->nresilience; i++)
+        if (bv_resilience_gates(x->resilience[i].plugin))
+            bv_diag_add(diag, &list->items[i]->pos, "resilience '%s' gates tasks, which "
+                        "compute '%s' does not run under yet: its passes go stage by stage",
+                        x->resilience[i].plugin->name, name);
+}
+
 /* `cost:` its options, and the price table they name, which must price the instance. An
  * experiment without the section runs at the shipped defaults, read when the run starts
  * (bv_train): a check reads nothing it does not have to. */
@@ -639,6 +680,7 @@ static bv_status load(const char *path, char *const *overrides, size_t noverride
                        diag);
     load_cluster(x, reg, diag);
     check_gates(x, diag);
+    check_functions(x, diag);
     load_prices(x, bv_node_get(root, "cost"), diag);
     bv_config_validate(bv_node_get(root, "budget"), "budget", budget_schema, NULL, &x->budget,
                        diag);

@@ -64,6 +64,23 @@ static bv_status parse_table(const bv_node *root, bv_price_table *t, bv_error *e
         if (spot && (p->spot = price_value(spot, &entry->pos, what, err)) < 0)
             return err->status;
     }
+    const bv_node *fn = bv_node_get(root, "lambda");
+    if (!fn)
+        return BV_OK;
+    static const char *const keys[] = {"per_million_requests", "per_gb_second", "billing_ms",
+                                       "memory_mb"};
+    double v[4];
+    for (int k = 0; k < 4; k++) {
+        char what[64];
+        snprintf(what, sizeof what, "lambda's %s", keys[k]);
+        if ((v[k] = price_value(bv_node_get(fn, keys[k]), &fn->pos, what, err)) < 0)
+            return err->status;
+    }
+    t->has_lambda = true;
+    t->lambda_per_request = v[0] / 1e6;
+    t->lambda_per_gb_second = v[1];
+    t->lambda_billing_ms = v[2];
+    t->lambda_memory_mb = v[3];
     return BV_OK;
 }
 
@@ -120,6 +137,7 @@ struct bv_ledger {
     charge items[LEDGER_MAX];
     int n;
     int unpriced; /* instances not charged: a type the table lacks, or a full ledger */
+    double fn_invocations, fn_gb_seconds; /* serverless functions */
 };
 
 static bv_ledger *current;
@@ -213,10 +231,24 @@ int bv_ledger_running(bv_ledger *l, double now, int *nodes_ever)
     return running;
 }
 
+void bv_ledger_charge_functions(bv_ledger *l, double invocations, double gb_seconds)
+{
+    pthread_mutex_lock(&l->lock);
+    l->fn_invocations += invocations;
+    l->fn_gb_seconds += gb_seconds;
+    pthread_mutex_unlock(&l->lock);
+}
+
+static double functions_usd(const bv_ledger *l)
+{
+    return l->fn_invocations * l->prices.lambda_per_request +
+           l->fn_gb_seconds * l->prices.lambda_per_gb_second;
+}
+
 double bv_ledger_usd(bv_ledger *l, double now)
 {
     pthread_mutex_lock(&l->lock);
-    double usd = l->before;
+    double usd = l->before + functions_usd(l);
     for (int i = 0; i < l->n; i++)
         usd += seconds_of(&l->items[i], now) * l->items[i].rate;
     pthread_mutex_unlock(&l->lock);
@@ -250,6 +282,15 @@ void bv_ledger_write_breakdown(FILE *f, bv_ledger *l, double now)
         fprintf(f, ": {\"instances\": %d", count);
         bv_json_field(f, "seconds", secs);
         bv_json_field(f, "usd", usd);
+        fputc('}', f);
+    }
+    if (l->fn_invocations > 0) {
+        fputs(first ? "" : ", ", f);
+        first = false;
+        fputs("\"lambda\": {", f);
+        fprintf(f, "\"invocations\": %.0f", l->fn_invocations);
+        bv_json_field(f, "gb_seconds", l->fn_gb_seconds);
+        bv_json_field(f, "usd", functions_usd(l));
         fputc('}', f);
     }
     if (l->before > 0) {

@@ -26,6 +26,12 @@ typedef struct bv_price_table {
     char date[32];
     bv_instance_price instances[BV_PRICES_MAX_INSTANCES];
     int ninstances;
+    /* serverless functions (`lambda:`); has_lambda false: the table prices none */
+    bool has_lambda;
+    double lambda_per_request;   /* USD (per_million_requests / 1e6) */
+    double lambda_per_gb_second; /* USD */
+    double lambda_billing_ms;    /* an invocation's time is rounded up to this */
+    double lambda_memory_mb;     /* the memory billed when a worker has no cap */
 } bv_price_table;
 
 /* The names of the tables shipped in the library, NULL-terminated. */
@@ -56,6 +62,9 @@ void bv_ledger_stop_node(bv_ledger *l, int64_t node, double now);
 /* Ends charge `handle` at `seconds` after its start exactly (the run's own process: its
  * wall time as result.json reports it). */
 void bv_ledger_stop_after(bv_ledger *l, int handle, double seconds);
+/* Serverless invocations: `invocations` more requests and `gb_seconds` more billed
+ * GB-seconds, priced by the table's `lambda:` (none: not charged, and counted unpriced). */
+void bv_ledger_charge_functions(bv_ledger *l, double invocations, double gb_seconds);
 /* Instances being paid for at `now`, and how many were ever charged for cloud nodes. */
 int bv_ledger_running(bv_ledger *l, double now, int *nodes_ever);
 /* USD so far (running instances up to `now`; earlier sessions of a resumed run included). */

@@ -158,6 +158,10 @@ static void on_term(int sig) /* async-signal-safe calls only */
 void bv_node_group_term_cleanup_begin(const char *book)
 {
     ncleanup = 0;
+    if (!book) { /* only what _add names */
+        cleanup_dir[0] = '\0';
+        return;
+    }
     snprintf(cleanup_dir, sizeof cleanup_dir, "%s", book);
     char *slash = strrchr(cleanup_dir, '/');
     if (slash)

@@ -65,7 +65,8 @@ bv_status bv_node_group_transport(const bv_transport_ops *ops, const bv_opts *op
  * What a node removes when SIGTERM (the cloud's terminate) or the death of the
  * coordinator (the local cloud's PR_SET_PDEATHSIG) ends it: every socket file of the run,
  * the book and the run's directory, so a coordinator killed outright leaves nothing
- * behind. _begin forgets earlier ones and names the directory (the book's); _add takes an
+ * behind. _begin forgets earlier ones and names the directory (the book's; NULL: no
+ * directory, no book: a function worker removes only its own sockets); _add takes an
  * ipc:// address (its socket file) or a plain path, and ignores anything else; _arm
  * installs the handler. */
 void bv_node_group_term_cleanup_begin(const char *book);

@@ -118,12 +118,24 @@ static double *seconds_of(const bv_record_kind *kind, bv_record *rec)
 
 /* A policy's `set` actions: "<strategy>.<knob>" goes to that resilience strategy's
  * set_knob, on the loop's instance (which checks it) and on the engine's own (the graph
- * server's task gate). */
+ * server's task gate); "compute.<knob>" to the engine (compute.lambdas: the graph
+ * servers' function workers). */
 static bv_status apply_knobs(train_run *r, const bv_policy_actions *a, bv_error *err)
 {
     for (size_t k = 0; k < a->nsets; k++) {
         const char *name = a->sets[k].name, *dot = strchr(name, '.');
         size_t len = dot ? (size_t)(dot - name) : 0, i = 0;
+        if (dot && len == 7 && strncmp(name, "compute", 7) == 0) { /* the engine's own */
+            bv_status st = r->ops->set_knob
+                               ? r->ops->set_knob(r->engine, "compute", dot + 1,
+                                                  a->sets[k].value, err)
+                               : bv_error_set(err, BV_ERR_INVALID, "set: this engine has no "
+                                              "knob '%s'", name);
+            if (st != BV_OK)
+                return st;
+            bv_log(BV_LOG_INFO, "policy: %s = %g", name, a->sets[k].value);
+            continue;
+        }
         while (dot && i < r->x->nresilience &&
                (strncmp(r->x->resilience[i].plugin->name, name, len) != 0 ||
                 r->x->resilience[i].plugin->name[len] != '\0'))
@@ -131,7 +143,7 @@ static bv_status apply_knobs(train_run *r, const bv_policy_actions *a, bv_error 
         if (!dot || i == r->x->nresilience || !r->x->resilience_ops[i].set_knob)
             return bv_error_set(err, BV_ERR_INVALID, "set: no resilience strategy of this "
                                 "run has a knob '%s' (a knob is <strategy>.<name>, e.g. "
-                                "staleness.s)", name);
+                                "staleness.s, or compute.lambdas)", name);
         bv_status st = r->x->resilience_ops[i].set_knob(r->res[i], dot + 1, a->sets[k].value,
                                                         err);
         if (st == BV_OK && r->ops->set_knob)

@@ -12,8 +12,19 @@
  * when the trace removes one (time scaled by `speedup`) its process gets SIGKILL, with a
  * line in the log saying when and which.
  *
+ * Serverless functions (issue 13; docs/lambda.md): a node launched with node_type
+ * "lambda" is a function worker, started under the platform's limits: a memory cap (its
+ * resident memory, looked at on every poll: a worker over it is killed, as a platform
+ * kills a function out of memory; an address-space limit would stop OpenBLAS, which
+ * reserves buffers it never touches), a CPU share (a cgroup v2 child with
+ * cpu.max where this process's cgroup is writable; otherwise the worker holds itself to it,
+ * function_limits says which) and a bandwidth its transport keeps to. The caller times the
+ * invocations; `invoke` draws, from the run's seed, the faults the platform injects into
+ * each (a fraction fails, hangs or is killed), and a kill lands at a random moment in the
+ * next 0.2 s, when poll runs.
+ *
  * Threads: one reader per node, joined when the node is reaped; the ops themselves are
- * called from the coordinator's thread only. */
+ * called from one thread only (the coordinator's, or a graph server's for its functions). */
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -22,6 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -43,6 +55,9 @@ typedef struct node {
     pthread_t reader;
     char label[LABEL_MAX];
     char trace_name[TRACE_NAME]; /* the trace's node it stands for ("": none) */
+    bool function;      /* a serverless function's worker */
+    double kill_at;     /* a function worker the platform kills then (0: none) */
+    char cgroup[160];   /* its cgroup v2 directory, removed when it is reaped ("": none) */
 } node;
 
 typedef struct trace_event {
@@ -66,6 +81,11 @@ struct bv_cloud {
     char (*alive)[TRACE_NAME];
     size_t nalive, given;
     double speedup, trace_start;
+    /* serverless functions */
+    bv_function_limits fn;
+    double fault_fail, fault_hang, fault_kill;
+    uint64_t fault_rng;
+    char cgroup_base[128]; /* this process's cgroup v2 directory, if writable ("": not) */
 };
 
 static const bv_option local_options[] = {
@@ -76,6 +96,29 @@ static const bv_option local_options[] = {
                 "stand for its nodes, and each one it removes is killed (SIGKILL)"),
     BV_OPT_FLOAT_RANGE("speedup", "1", 1e-3, 1e9, "trace seconds that pass in one second"),
     BV_OPT_FLOAT_RANGE("trace_start", "0", 0, 1e9, "where in the trace the run starts (s)"),
+    BV_OPT_FLOAT_RANGE("lambda_memory_mb", "192", 0, 1e6,
+                       "memory cap of a function worker, MB (0: none; Dorylus: 192)"),
+    BV_OPT_FLOAT_RANGE("lambda_cpu", "0.25", 0, 64,
+                       "a function worker's share of one core (0: none; Dorylus's Lambdas: "
+                       "0.11 of a c5 core, here scaled to what 2 cores host)"),
+    BV_OPT_FLOAT_RANGE("lambda_time_limit", "30", 0.01, 900,
+                       "seconds an invocation may run before the platform kills it and the "
+                       "task is invoked again"),
+    BV_OPT_FLOAT_RANGE("lambda_keep_warm", "10", 0, 3600,
+                       "seconds an idle function worker stays alive for the next invocation "
+                       "(0: every invocation starts cold)"),
+    BV_OPT_FLOAT_RANGE("lambda_bandwidth_mbps", "0", 0, 1e6,
+                       "a function worker's network bandwidth each way, megabits/s (0: no "
+                       "limit)"),
+    BV_OPT_FLOAT_RANGE("lambda_fail", "0", 0, 1,
+                       "fraction of invocations that fail (the worker ends without a result)"),
+    BV_OPT_FLOAT_RANGE("lambda_hang", "0", 0, 1,
+                       "fraction of invocations that hang until the time limit"),
+    BV_OPT_FLOAT_RANGE("lambda_kill", "0", 0, 1,
+                       "fraction of invocations whose worker the platform kills while it runs"),
+    BV_OPT_INT_RANGE("lambda_fault_seed", "0", 0, 4294967295.0,
+                     "seed of the fault draws, mixed with the run's (the same seeds: the "
+                     "same faults, invocation by invocation)"),
     BV_OPT_END,
 };
 
@@ -189,9 +232,117 @@ static void *reader_main(void *arg)
     return NULL;
 }
 
+/* ---- serverless functions ---- */
+
+/* splitmix64: the fault draws, one per invocation. */
+static double next_uniform(bv_cloud *c)
+{
+    uint64_t z = (c->fault_rng += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    return (double)(z >> 11) * 0x1.0p-53;
+}
+
+/* This process's cgroup v2 directory, if it may make children there with a cpu.max of
+ * their own (a delegated subtree); else "" and the workers throttle themselves. */
+static void find_cgroup(bv_cloud *c)
+{
+    c->cgroup_base[0] = '\0';
+    FILE *f = fopen("/proc/self/cgroup", "r");
+    char line[256], path[200] = "";
+    while (f && fgets(line, sizeof line, f))
+        if (strncmp(line, "0::", 3) == 0) {
+            line[strcspn(line, "\n")] = '\0';
+            if (strlen(line + 3) < sizeof path)
+                memcpy(path, line + 3, strlen(line + 3) + 1);
+        }
+    if (f)
+        fclose(f);
+    char dir[128], probe[200];
+    if (!path[0] || access("/sys/fs/cgroup/cgroup.controllers", R_OK) != 0 ||
+        snprintf(dir, sizeof dir, "/sys/fs/cgroup%s", strcmp(path, "/") ? path : "") >=
+            (int)sizeof dir)
+        return;
+    snprintf(probe, sizeof probe, "%s/cgroup.subtree_control", dir);
+    f = fopen(probe, "r");
+    bool has_cpu = f && fgets(line, sizeof line, f) && strstr(line, "cpu");
+    if (f)
+        fclose(f);
+    if (has_cpu && access(dir, W_OK) == 0)
+        snprintf(c->cgroup_base, sizeof c->cgroup_base, "%s", dir);
+}
+
+/* Puts function worker n (just forked) in a cgroup of its own with cpu.max at the share;
+ * false when the platform cannot (the worker then throttles itself). */
+static bool cap_cpu(bv_cloud *c, node *n)
+{
+    if (!c->cgroup_base[0] || c->fn.cpu <= 0)
+        return false;
+    char file[200], text[64];
+    snprintf(n->cgroup, sizeof n->cgroup, "%s/bivouac-%d-%lld", c->cgroup_base, (int)getpid(),
+             (long long)n->id);
+    if (mkdir(n->cgroup, 0755) != 0) {
+        n->cgroup[0] = '\0';
+        return false;
+    }
+    const char *what[2] = {"cpu.max", "cgroup.procs"};
+    snprintf(text, sizeof text, "%lld 100000\n", (long long)(c->fn.cpu * 100000));
+    for (int k = 0; k < 2; k++) {
+        if (k == 1)
+            snprintf(text, sizeof text, "%d\n", (int)n->pid);
+        snprintf(file, sizeof file, "%s/%s", n->cgroup, what[k]);
+        FILE *f = fopen(file, "w");
+        bool ok = f && fputs(text, f) >= 0;
+        if (f && fclose(f) != 0)
+            ok = false;
+        if (!ok)
+            return false;
+    }
+    return true;
+}
+
+/* A process's resident memory in MB (0 when it cannot be read). */
+static double resident_mb(pid_t pid)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/statm", (int)pid);
+    FILE *f = fopen(path, "r");
+    unsigned long long size = 0, resident = 0;
+    bool ok = f && fscanf(f, "%llu %llu", &size, &resident) == 2;
+    if (f)
+        fclose(f);
+    return ok ? (double)resident * (double)sysconf(_SC_PAGESIZE) / (1024.0 * 1024.0) : 0;
+}
+
+static bv_status local_function_limits(bv_cloud *c, bv_function_limits *out, bv_error *err)
+{
+    (void)err;
+    size_t size = out->size < sizeof *out ? out->size : sizeof *out;
+    bv_function_limits fn = c->fn;
+    fn.size = size;
+    fn.cpu_enforced = c->cgroup_base[0] != '\0' && c->fn.cpu > 0;
+    memcpy(out, &fn, size);
+    return BV_OK;
+}
+
+static node *find(bv_cloud *c, int64_t id);
+
+static int local_invoke(bv_cloud *c, int64_t id)
+{
+    double u = next_uniform(c), when = next_uniform(c);
+    int fault = u < c->fault_fail                                   ? BV_INVOKE_FAIL
+                : u < c->fault_fail + c->fault_hang                 ? BV_INVOKE_HANG
+                : u < c->fault_fail + c->fault_hang + c->fault_kill ? BV_INVOKE_KILL
+                                                                    : BV_INVOKE_OK;
+    node *n = find(c, id);
+    if (fault == BV_INVOKE_KILL && n && n->alive)
+        n->kill_at = since_start(c) + 0.2 * when + 1e-6;
+    return fault;
+}
+
 static bv_cloud *local_create(const bv_opts *opts, const bv_run_info *info, bv_error *err)
 {
-    (void)info;
     bv_cloud *c = calloc(1, sizeof *c);
     if (!c) {
         bv_error_set(err, BV_ERR_NOMEM, "out of memory");
@@ -200,6 +351,20 @@ static bv_cloud *local_create(const bv_opts *opts, const bv_run_info *info, bv_e
     c->grace_seconds = bv_opts_float(opts, "grace_seconds");
     c->speedup = bv_opts_float(opts, "speedup");
     c->trace_start = bv_opts_float(opts, "trace_start");
+    c->fn = (bv_function_limits){
+        .size = sizeof c->fn,
+        .memory_mb = bv_opts_float(opts, "lambda_memory_mb"),
+        .cpu = bv_opts_float(opts, "lambda_cpu"),
+        .time_limit = bv_opts_float(opts, "lambda_time_limit"),
+        .keep_warm = bv_opts_float(opts, "lambda_keep_warm"),
+        .bandwidth_mbps = bv_opts_float(opts, "lambda_bandwidth_mbps"),
+    };
+    c->fault_fail = bv_opts_float(opts, "lambda_fail");
+    c->fault_hang = bv_opts_float(opts, "lambda_hang");
+    c->fault_kill = bv_opts_float(opts, "lambda_kill");
+    c->fault_rng = (info ? info->seed : 0) * 0x9E3779B97F4A7C15ull ^
+                   (uint64_t)bv_opts_int(opts, "lambda_fault_seed");
+    find_cgroup(c);
     clock_gettime(CLOCK_MONOTONIC, &c->t0);
     const char *trace = bv_opts_str(opts, "trace");
     if (trace[0] && read_trace(c, trace, err) != BV_OK) {
@@ -257,6 +422,7 @@ static int64_t local_launch(bv_cloud *c, const bv_node_request *req, char *addre
                             ? req->label
                             : req->role;
     const char *host = req->size > offsetof(bv_node_request, host) ? req->host : NULL;
+    bool function = req->node_type && strcmp(req->node_type, "lambda") == 0;
     bool in_ns = host && host[0] && strcmp(host, "localhost") != 0;
     if (in_ns && !find_ip(c)) {
         bv_error_set(err, BV_ERR_INVALID, "local cloud: host '%s' is a network namespace, "
@@ -322,7 +488,10 @@ static int64_t local_launch(bv_cloud *c, const bv_node_request *req, char *addre
     node *n = &c->nodes[c->count];
     *n = (node){.id = (int64_t)c->count, .pid = pid, .alive = true, .out_fd = fds[0]};
     snprintf(n->label, sizeof n->label, "%s", label ? label : "node");
-    if (c->given < c->nalive) /* it stands for the next of the trace's live nodes */
+    n->function = function;
+    if (function)
+        cap_cpu(c, n); /* a cgroup with cpu.max, where the platform can make one */
+    else if (c->given < c->nalive) /* it stands for the next of the trace's live nodes */
         snprintf(n->trace_name, sizeof n->trace_name, "%s", c->alive[c->given++]);
     c->count++;
     /* the table may move when it grows: the reader gets its own copy of fd and label */
@@ -348,6 +517,8 @@ static bool reap(node *n, double seconds, int *status)
         if (r == n->pid || (r < 0 && errno == ECHILD)) {
             n->alive = false;
             join_reader(n);
+            if (n->cgroup[0] && rmdir(n->cgroup) == 0)
+                n->cgroup[0] = '\0';
             return true;
         }
         if (waited >= seconds)
@@ -365,9 +536,7 @@ static void stop_node(bv_cloud *c, node *n)
     kill(n->pid, SIGTERM);
     if (!reap(n, c->grace_seconds, &status)) {
         kill(n->pid, SIGKILL);
-        waitpid(n->pid, &status, 0);
-        n->alive = false;
-        join_reader(n);
+        reap(n, 1e9, &status);
     }
 }
 
@@ -405,6 +574,20 @@ static int local_poll(bv_cloud *c, bv_cloud_event *events, int max, bv_error *er
     (void)err;
     if (c->trace)
         replay(c);
+    double now = since_start(c);
+    for (size_t i = 0; i < c->count; i++) { /* the platform's injected kills */
+        node *n = &c->nodes[i];
+        if (n->alive && n->kill_at > 0 && now >= n->kill_at) {
+            kill(n->pid, SIGKILL);
+            n->kill_at = 0;
+        }
+        double mb = n->alive && n->function && c->fn.memory_mb > 0 ? resident_mb(n->pid) : 0;
+        if (mb > c->fn.memory_mb) {
+            kill(n->pid, SIGKILL);
+            bv_log(BV_LOG_WARN, "local cloud: %s used %.0f MB of its %.0f MB: killed", n->label,
+                   mb, c->fn.memory_mb);
+        }
+    }
     for (size_t i = 0; i < c->count; i++) {
         int status = -1;
         if (c->nodes[i].alive && reap(&c->nodes[i], 0, &status))
@@ -442,6 +625,8 @@ static const bv_cloud_ops local_ops = {
     .launch = local_launch,
     .terminate = local_terminate,
     .poll = local_poll,
+    .function_limits = local_function_limits,
+    .invoke = local_invoke,
 };
 
 static const bv_plugin local_plugin = {

@@ -12,6 +12,8 @@
 #include "bivouac/series.h"
 #include "engine_graph_internal.h"
 #include "graph_partition.h"
+#include "lambda_pool.h"
+#include "ledger.h"
 #include "node_group.h"
 #include "role_loop.h"
 #include "plugin_arrays.h"
@@ -28,7 +30,9 @@ bv_status bv_engine_connect_workers(bv_graph_engine *e, char (*addrs)[BV_ADDR_LE
                                     bv_endpoint **out, bv_error *err)
 {
     for (int i = 0; i < e->cfg.tensor_workers; i++)
-        if (!(out[i] = bv_engine_connect(e, addrs[i], err)))
+        if (!(out[i] = e->fn_transport
+                           ? e->cfg.transport_ops->connect(e->fn_transport, addrs[i], err)
+                           : bv_engine_connect(e, addrs[i], err)))
             return err->status;
     return BV_OK;
 }
@@ -204,13 +208,13 @@ static bv_status engine_spawn(bv_graph_engine *e, bv_error *err)
     if (!e->ps_args)
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory");
     for (int i = 0; i < e->nps; i++) {
-        e->ps_args[i] = (bv_tw_arg){e, i};
+        e->ps_args[i] = (bv_tw_arg){e, i, false};
         if (pthread_create(&e->ps_thread[i], NULL, bv_param_server_main, &e->ps_args[i]) != 0)
             return bv_error_set(err, BV_ERR_INTERNAL, "cannot start parameter server %d", i);
         e->ps_started[i] = true;
     }
     for (int i = 0; i < e->cfg.tensor_workers; i++) {
-        e->tw_args[i] = (bv_tw_arg){e, i};
+        e->tw_args[i] = (bv_tw_arg){e, i, false};
         if (pthread_create(&e->tw_thread[i], NULL, bv_tensor_worker_main, &e->tw_args[i]) != 0)
             return bv_error_set(err, BV_ERR_INTERNAL, "cannot start tensor worker %d", i);
         e->tw_started[i] = true;
@@ -456,6 +460,16 @@ static bv_status engine_prepare(const bv_graph_engine_cfg *cfg, bool graph_array
         e->cfg.intervals = bv_graph_auto_intervals(smallest);
     if (e->cfg.intervals > smallest)
         e->cfg.intervals = (int)(smallest > 0 ? smallest : 1);
+    if (e->cfg.functions) { /* each graph server has the same share of the worker slots */
+        int slots = e->cfg.tensor_workers / e->ngs;
+        if (slots < 1) /* the caller stops e */
+            return bv_error_set(err, BV_ERR_INVALID, "compute.max_lambdas (%d) must be at "
+                                "least the graph servers (%d): each needs a worker",
+                                e->cfg.tensor_workers, e->ngs);
+        if (e->cfg.lambdas <= 0 || e->cfg.lambdas > slots)
+            e->cfg.lambdas = e->cfg.lambdas > slots || e->cfg.intervals > slots
+                                 ? slots : e->cfg.intervals;
+    }
     bv_status st = BV_OK;
     if (graph_arrays && e->ngs > 1) /* this graph server's part is its whole graph */
         st = make_part(e, part, err);
@@ -532,19 +546,38 @@ bv_status bv_graph_engine_serve(const bv_graph_engine_cfg *cfg, bv_graph_role_ki
     if (st == BV_OK) {
         /* The other roles are other processes: on this host (links over ipc) the graph
          * server's stage arrays are shared memory, otherwise they travel in messages. */
-        e->shm = e->cfg.share_arrays && !e->cfg.tcp && kind != BV_GRAPH_ROLE_PARAM;
+        e->shm = e->cfg.share_arrays && !e->cfg.tcp && kind != BV_GRAPH_ROLE_PARAM &&
+                 !e->cfg.functions; /* a function worker pulls its data, as a Lambda */
         e->cfg.share_arrays = e->shm;
         e->serving = true;
+        e->book = book;
         st = bv_engine_read_book(e, book, err);
     }
-    if (st == BV_OK)
+    if (st == BV_OK && e->cfg.functions &&
+        (kind == BV_GRAPH_ROLE_GRAPH || kind == BV_GRAPH_ROLE_PARAM)) {
+        st = bv_node_group_transport(e->cfg.transport_ops, e->cfg.transport_opts,
+                                     e->cfg.curve_secret, BV_FN_SEND_MS, &e->fn_transport, err);
+    }
+    if (st == BV_OK && kind == BV_GRAPH_ROLE_FUNCTION && !cfg->functions)
+        st = bv_error_set(err, BV_ERR_INVALID, "this run's tensor tasks do not run on "
+                          "functions (compute: lambda)");
+    if (st == BV_OK && kind == BV_GRAPH_ROLE_FUNCTION && index >= 0 &&
+        index < cfg->tensor_workers) { /* its own sockets only: the run goes on */
+        bv_node_group_term_cleanup_begin(NULL);
+        bv_node_group_term_cleanup_add(e->addr_tw[index]);
+        bv_node_group_term_cleanup_add(e->addr_tw_weights[index]);
+        bv_node_group_term_cleanup_arm();
+    } else if (st == BV_OK) {
         bv_engine_role_cleanup_on_term(e, book);
-    int roles = kind == BV_GRAPH_ROLE_TENSOR ? cfg->tensor_workers
+    }
+    int roles = kind == BV_GRAPH_ROLE_TENSOR || kind == BV_GRAPH_ROLE_FUNCTION
+                    ? cfg->tensor_workers
                 : kind == BV_GRAPH_ROLE_PARAM  ? (e ? e->nps : 1)
                                                : (e ? e->ngs : 1);
     if (st == BV_OK && (index < 0 || index >= roles))
         st = bv_error_set(err, BV_ERR_INVALID, "there is no %s %d in this run (it has %d)",
-                          kind == BV_GRAPH_ROLE_TENSOR ? "tensor worker"
+                          kind == BV_GRAPH_ROLE_TENSOR     ? "tensor worker"
+                          : kind == BV_GRAPH_ROLE_FUNCTION ? "function worker"
                           : kind == BV_GRAPH_ROLE_PARAM ? "parameter server"
                                                         : "graph server",
                           index, roles);
@@ -554,10 +587,10 @@ bv_status bv_graph_engine_serve(const bv_graph_engine_cfg *cfg, bv_graph_role_ki
         if (kind == BV_GRAPH_ROLE_GRAPH) {
             bv_graph_server_main(e);
         } else if (kind == BV_GRAPH_ROLE_PARAM) {
-            bv_tw_arg arg = {e, index};
+            bv_tw_arg arg = {e, index, false};
             bv_param_server_main(&arg);
         } else {
-            bv_tw_arg arg = {e, index};
+            bv_tw_arg arg = {e, index, kind == BV_GRAPH_ROLE_FUNCTION};
             bv_tensor_worker_main(&arg);
         }
         if (atomic_load(&e->role_failed))
@@ -621,6 +654,8 @@ void bv_graph_engine_stop(bv_graph_engine *e)
         t->close(e->coord_in);
     if (e->transport)
         t->destroy(e->transport);
+    if (e->fn_transport)
+        t->destroy(e->fn_transport);
     bv_csr_free(e->adj_norm);
     bv_csr_free(e->adj_norm_t);
     bv_csr_free(e->adj_loops);
@@ -862,9 +897,32 @@ static void add_figures(double *to, const double *from, bool first)
     }
 }
 
+/* A graph server's pass on functions: counts and bills add up over the servers and the
+ * epoch's passes, and go to the run's ledger; the queue, the workers and the task time
+ * are the training pass's, per graph server (the mean over them: what a policy turning
+ * compute.lambdas, which is per graph server, compares). */
+static void add_function_figures(bv_graph_engine *e, const double *f, bool training)
+{
+    for (int k = 0; k < BV_FN_FIGURES; k++) {
+        bool pass_only = k == BV_FN_QUEUE_MEAN || k == BV_FN_QUEUE_MAX ||
+                         k == BV_FN_IDLE_MEAN || k == BV_FN_WORKERS_MAX ||
+                         k == BV_FN_LAMBDAS || k == BV_FN_TASK_MS_MEAN;
+        if (pass_only && training)
+            e->fn_epoch[k] += f[k] / e->ngs;
+        else if (!pass_only)
+            e->fn_epoch[k] += f[k];
+        if (!pass_only)
+            e->fn_total[k] += f[k];
+    }
+    if (bv_ledger_current())
+        bv_ledger_charge_functions(bv_ledger_current(), f[BV_FN_INVOCATIONS], f[BV_FN_GB_S]);
+}
+
 static bv_status run_pass(bv_graph_engine *e, int64_t epoch, bool training, bv_task_hdr *done,
                           bv_error *err)
 {
+    if (training)
+        memset(e->fn_epoch, 0, sizeof e->fn_epoch);
     bv_task_hdr h = {.epoch = epoch, .training = training, .version = e->version};
     /* with several parameter servers: each one's seconds per interval in the last epoch,
      * by which the graph servers pick them (bv_engine_pick_servers) */
@@ -888,7 +946,10 @@ static bv_status run_pass(bv_graph_engine *e, int64_t epoch, bool training, bv_t
         bool fresh = g >= 0 && g < e->ngs && !have[g] &&
                      ((m.hdr.na == 0 && m.hdr.nb == 0) ||
                       (m.hdr.na == sizeof e->pipe_fig &&
-                       m.hdr.nb == e->nstages * sizeof(double)));
+                       m.hdr.nb == e->nstages * sizeof(double))) &&
+                     m.hdr.nc == (e->cfg.functions ? BV_FN_FIGURES * sizeof(double) : 0);
+        if (fresh && m.hdr.nc)
+            add_function_figures(e, (const double *)(const void *)m.c, training);
         if (fresh) {
             part[g] = m.hdr;
             have[g] = true;
@@ -973,12 +1034,26 @@ static void report_roles(const bv_graph_engine *e)
 bv_status bv_graph_engine_set_knob(bv_graph_engine *e, const char *plugin, const char *knob,
                                    double value, bv_error *err)
 {
-    if (!e->cfg.gate_ops || !e->cfg.gate_ops->set_knob || strcmp(plugin, e->cfg.gate_name) != 0)
+    char name[64];
+    if (strcmp(plugin, "compute") == 0 && strcmp(knob, "lambdas") == 0) {
+        if (!e->cfg.functions)
+            return bv_error_set(err, BV_ERR_INVALID, "compute.lambdas: this run's tensor "
+                                "tasks do not run on functions (compute: lambda)");
+        int slots = e->cfg.tensor_workers / e->ngs;
+        if (!(value >= 1 && value <= slots))
+            return bv_error_set(err, BV_ERR_INVALID, "compute.lambdas must be 1 .. %d (the "
+                                "worker slots of a graph server: compute.max_lambdas)", slots);
+        snprintf(name, sizeof name, "compute.lambdas");
+    } else if (!e->cfg.gate_ops || !e->cfg.gate_ops->set_knob ||
+               strcmp(plugin, e->cfg.gate_name) != 0) {
         return BV_OK;
+    } else {
+        snprintf(name, sizeof name, "%s", knob);
+    }
     bv_task_hdr h = {.stats = {value}};
     for (int g = 0; g < e->ngs; g++) {
-        bv_status st = bv_engine_coord_send(e, e->to_gs[g], BV_MSG_KNOB, &h, knob,
-                                            strlen(knob), NULL, 0, NULL, 0, err);
+        bv_status st = bv_engine_coord_send(e, e->to_gs[g], BV_MSG_KNOB, &h, name,
+                                            strlen(name), NULL, 0, NULL, 0, err);
         if (st != BV_OK)
             return st;
     }
@@ -1015,6 +1090,32 @@ bv_status bv_graph_engine_train_epoch(bv_graph_engine *e, int64_t epoch, float l
     return BV_OK;
 }
 
+/* The epoch's passes on functions, in metrics.jsonl (after the evaluation, which invokes
+ * them too): what they did, what they cost in billed time, how the queue went. */
+static void report_functions(const bv_graph_engine *e)
+{
+    static const char *const figure[BV_FN_FIGURES][2] = {
+        [BV_FN_INVOCATIONS] = {"lambda_invocations", "invocations"},
+        [BV_FN_COLD_STARTS] = {"lambda_cold_starts", "workers"},
+        [BV_FN_RELAUNCHES] = {"lambda_relaunches", "invocations"},
+        [BV_FN_TIMEOUTS] = {"lambda_timeouts", "invocations"},
+        [BV_FN_LOST] = {"lambda_lost", "invocations"},
+        [BV_FN_DUPLICATES] = {"lambda_duplicates", "results"},
+        [BV_FN_BILLED_S] = {"lambda_billed_seconds", "s"},
+        [BV_FN_GB_S] = {"lambda_gb_seconds", "GB s"},
+        [BV_FN_BYTES_TO] = {"lambda_bytes_to", "bytes"},
+        [BV_FN_BYTES_FROM] = {"lambda_bytes_from", "bytes"},
+        [BV_FN_QUEUE_MEAN] = {"lambda_queue_mean", "tasks"},
+        [BV_FN_QUEUE_MAX] = {"lambda_queue_max", "tasks"},
+        [BV_FN_IDLE_MEAN] = {"lambda_idle_mean", "workers"},
+        [BV_FN_WORKERS_MAX] = {"lambda_workers_max", "workers"},
+        [BV_FN_LAMBDAS] = {"lambdas", "workers"},
+        [BV_FN_TASK_MS_MEAN] = {"lambda_task_ms", "ms"},
+    };
+    for (int k = 0; k < BV_FN_FIGURES; k++)
+        bv_series_report(figure[k][0], figure[k][1], e->fn_epoch[k]);
+}
+
 bv_status bv_graph_engine_evaluate(bv_graph_engine *e, int64_t epoch, bv_epoch_stats *stats,
                                    bv_error *err)
 {
@@ -1023,5 +1124,14 @@ bv_status bv_graph_engine_evaluate(bv_graph_engine *e, int64_t epoch, bv_epoch_s
     if (st != BV_OK)
         return st;
     fill_stats(done.stats, e->decay_now, stats);
+    if (e->cfg.functions)
+        report_functions(e);
     return BV_OK;
+}
+
+bool bv_graph_engine_functions(const bv_graph_engine *e, double *total, size_t n)
+{
+    for (size_t k = 0; k < n && k < BV_FN_SLOTS; k++)
+        total[k] = e->fn_total[k];
+    return e->cfg.functions;
 }

@@ -64,6 +64,23 @@ typedef struct bv_graph_engine_cfg {
     const char *address;
     const char *hosts[3];
     char curve_secret[41];
+    /* Tensor tasks on serverless function workers (compute_ops->task_placement, the
+     * `lambda` plugin; docs/lambda.md): tensor_workers is then the number of worker slots
+     * (each an address in the book), none is launched with the other roles, and each graph
+     * server's controller (lambda_pool.c) invokes them through its own instance of the
+     * cloud. lambdas: the workers it keeps at most to begin with (0: min(intervals,
+     * slots)); a knob (compute.lambdas). worker_threads: kernel threads in each. */
+    bool functions;
+    int lambdas;
+    int worker_threads;
+    /* In the processes of such a run that need them (a graph server, a function worker):
+     * the limits the cloud imposes on each function worker, and (a graph server) the cloud
+     * whose instance of its own invokes them (cloud_ops is NULL in every role process). */
+    bv_function_limits fn_limits;
+    const bv_cloud_ops *fn_cloud_ops;
+    /* how the run's price table bills an invocation: rounded up to fn_billing_ms, for
+     * fn_bill_mb of memory (the workers' cap, or the table's size with none) */
+    double fn_billing_ms, fn_bill_mb;
 } bv_graph_engine_cfg;
 
 
@@ -97,7 +114,8 @@ void bv_graph_engine_stop(bv_graph_engine *e);
 typedef enum bv_graph_role_kind {
     BV_GRAPH_ROLE_GRAPH = 0,
     BV_GRAPH_ROLE_PARAM = 1,
-    BV_GRAPH_ROLE_TENSOR = 2
+    BV_GRAPH_ROLE_TENSOR = 2,
+    BV_GRAPH_ROLE_FUNCTION = 3 /* a tensor worker as a serverless function (lambda_pool.c) */
 } bv_graph_role_kind;
 
 /* The whole graph's sizes as the coordinator wrote them in the address book (`shape`
@@ -110,6 +128,10 @@ bv_status bv_graph_book_shape(const char *book, bv_graph_shape *shape, bv_error 
  * too, when it could be reached). */
 bv_status bv_graph_engine_serve(const bv_graph_engine_cfg *cfg, bv_graph_role_kind kind,
                                 int index, const char *book, bv_error *err);
+
+/* Whether the run's tensor tasks run on functions; then total[0, n) gets what the graph
+ * servers reported of them over the run (lambda_pool.h's BV_FN_* order). */
+bool bv_graph_engine_functions(const bv_graph_engine *e, double *total, size_t n);
 
 /* Initial weights (Glorot uniform from the seed), zero Adam moments, step 0. */
 bv_status bv_graph_engine_init_weights(bv_graph_engine *e, bv_error *err);

@@ -16,6 +16,8 @@
 #define BV_MAX_PARAM_SERVERS 16
 #define BV_MAX_GRAPH_SERVERS 16
 #define BV_ADDR_LEN 96
+#define BV_FN_SLOTS 16 /* room for lambda_pool.h's BV_FN_FIGURES */
+#define BV_FN_SEND_MS 1000
 /* The coordinator of role processes gives up a send after this long, looks at the
  * processes, and tries again until the transport's send bound (bv_engine_coord_send). */
 #define BV_SEND_SLICE_MS 100
@@ -28,6 +30,10 @@ typedef struct bv_shared_array {
 struct bv_graph_engine {
     bv_graph_engine_cfg cfg;
     bv_transport *transport;
+    /* A graph server's or parameter server's process of a run on functions: the outboxes
+     * to the function workers, whose sends give up after BV_FN_SEND_MS (a worker may be
+     * gone: its loss must not hold the sender for the transport's whole send bound). */
+    bv_transport *fn_transport;
     /* layout */
     size_t nparams;
     const bv_param_spec **params;
@@ -92,6 +98,8 @@ struct bv_graph_engine {
      * truncated, oversized, not of this protocol): never trusted, only counted. */
     _Atomic uint64_t frames_dropped;
     bool serving; /* this process serves one role of a cluster (bv_graph_engine_serve) */
+    const char *book; /* then: the run's address book (a graph server's function workers
+                         read it too) */
     bool rendezvous; /* links over tcp: the roles' ports are known once they have bound */
     /* where each role slot runs: a host (network namespace) name, "" for this host */
     char slot_host[BV_MAX_GRAPH_SERVERS + BV_MAX_PARAM_SERVERS + BV_MAX_TENSOR_WORKERS][32];
@@ -111,6 +119,9 @@ struct bv_graph_engine {
     double ps_cost[BV_MAX_PARAM_SERVERS];
     double pipe_fig[BV_PIPE_FIGURES]; /* the last training pass's (gated passes) */
     double *pipe_stage; /* per stage: the most intervals at it at once, that pass */
+    /* Tensor tasks on functions (cfg.functions): what the graph servers reported of them
+     * (lambda_pool.h, BV_FN_*), this epoch's passes and the whole run's. */
+    double fn_epoch[BV_FN_SLOTS], fn_total[BV_FN_SLOTS];
     int64_t version;    /* weights version the PS last reported */
     double decay_now;   /* sum of squares of the decayed weights, as of that version */
 };
@@ -156,7 +167,7 @@ void bv_engine_pick_servers(const double *cost, int nps, int intervals, int64_t 
                             int32_t *ps_of);
 
 /* Roles in a fixed order, for per-role tables: the graph servers, the parameter servers,
- * the tensor workers. */
+ * the tensor workers (none when tasks run on functions: the graph servers start those). */
 static inline int bv_slot_ps(const bv_graph_engine *e, int i)
 {
     return e->ngs + i;
@@ -167,7 +178,7 @@ static inline int bv_slot_tw(const bv_graph_engine *e, int i)
 }
 static inline int bv_role_slots(const bv_graph_engine *e)
 {
-    return bv_slot_tw(e, e->cfg.tensor_workers);
+    return bv_slot_tw(e, e->cfg.functions ? 0 : e->cfg.tensor_workers);
 }
 /* "graph server", "parameter server" ("graph server 1", "parameter server 1" when there
  * are several), "tensor worker 3". */
@@ -217,6 +228,7 @@ void *bv_tensor_worker_main(void *tw_arg); /* a bv_tw_arg */
 typedef struct bv_tw_arg {
     bv_graph_engine *engine;
     int index;
+    bool function; /* a serverless function worker (lambda_pool.h), not a tensor worker */
 } bv_tw_arg;
 
 /* Opens an outbox or fails the role with a message to the coordinator. */

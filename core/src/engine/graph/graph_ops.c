@@ -16,7 +16,9 @@
 #include "graph_view.h"
 #include "node_group.h"
 #include "plugin_arrays.h"
+#include "ledger.h"
 #include "registry.h"
+#include "role_msg.h"
 
 /* The fields of a unit record, in metrics.jsonl order (the indices below follow it). */
 static const char *const epoch_fields[] = {"epoch", "train_loss", "train_accuracy",
@@ -144,6 +146,12 @@ static bv_graph_engine_cfg engine_cfg(bv_engine *g, const bv_graph_dataset *d, u
         cfg.cloud_opts = &x->cloud.opts;
         cfg.run_info = (bv_run_info){out_dir, g->config_dir, seed};
         cfg.experiment_file = g->experiment_file;
+        if (x->compute_ops.task_placement == BV_TASKS_ON_FUNCTIONS) {
+            cfg.functions = true;
+            cfg.tensor_workers = (int)bv_opts_int(&x->compute.opts, "max_lambdas");
+            cfg.lambdas = (int)bv_opts_int(&x->compute.opts, "lambdas");
+            cfg.worker_threads = (int)bv_opts_int(&x->compute.opts, "worker_threads");
+        }
     }
     return cfg;
 }
@@ -175,17 +183,56 @@ static bv_status create(const bv_experiment *x, void *data, const bv_engine_run 
     return bv_graph_engine_start(&cfg, &g->engine, err);
 }
 
+/* The limits the run's cloud imposes on its function workers, as every process of the run
+ * reads them from the experiment: an instance of the cloud made for the asking. */
+static bv_status function_limits(const bv_experiment *x, uint64_t seed, bv_function_limits *out,
+                                 bv_error *err)
+{
+    bv_run_info info = {NULL, NULL, seed};
+    bv_cloud *c = x->cloud_ops.create(&x->cloud.opts, &info, err);
+    if (!c)
+        return err->status ? err->status : BV_ERR_PLUGIN;
+    *out = (bv_function_limits){.size = sizeof *out};
+    bv_status st = x->cloud_ops.function_limits(c, out, err);
+    x->cloud_ops.destroy(c);
+    return st;
+}
+
+/* How an invocation is billed, by the run's price table (cost.prices; ledger.h): its time
+ * rounded up to the table's unit, for the workers' memory cap (the table's size without
+ * one). A table without `lambda:` bills by the millisecond, and its price is 0. */
+static bv_status function_billing(const bv_experiment *x, bv_graph_engine_cfg *cfg,
+                                  bv_error *err)
+{
+    bv_price_table *t = malloc(sizeof *t);
+    if (!t)
+        return bv_error_set(err, BV_ERR_NOMEM, "out of memory");
+    bv_status st = BV_OK;
+    if (x->prices.ninstances)
+        *t = x->prices;
+    else
+        st = bv_prices_load(bv_opts_str(&x->cost, "prices"), NULL, t, err);
+    if (st == BV_OK) {
+        cfg->fn_billing_ms = t->has_lambda && t->lambda_billing_ms > 0 ? t->lambda_billing_ms : 1;
+        cfg->fn_bill_mb = cfg->fn_limits.memory_mb > 0 ? cfg->fn_limits.memory_mb
+                          : t->has_lambda             ? t->lambda_memory_mb
+                                                      : 0;
+    }
+    free(t);
+    return st;
+}
+
 bv_status bv_graph_serve_role(const bv_experiment *x, void *data, const char *role, int index,
                               uint64_t seed, const char *book, bv_error *err)
 {
-    static const char *const kinds[] = {"graph", "param", "tensor"};
+    static const char *const kinds[] = {"graph", "param", "tensor", "function"};
     int kind = -1;
-    for (int k = 0; k < 3; k++)
+    for (int k = 0; k < 4; k++)
         if (strcmp(role, kinds[k]) == 0)
             kind = k;
     if (kind < 0)
-        return bv_error_set(err, BV_ERR_INVALID, "unknown role '%s' (graph, param or tensor)",
-                            role);
+        return bv_error_set(err, BV_ERR_INVALID, "unknown role '%s' (graph, param, tensor or "
+                            "function)", role);
     if (!x->cloud.plugin)
         return bv_error_set(err, BV_ERR_INVALID, "%s has no cluster on a cloud to serve a "
                             "role of", x->path);
@@ -221,17 +268,37 @@ bv_status bv_graph_serve_role(const bv_experiment *x, void *data, const char *ro
         loaded = data;
     }
     bv_engine g = {0};
+    bv_opts worker_opts = {0};
     if (st == BV_OK)
         st = make_model(&g, x, data, err);
     if (st == BV_OK) {
         bv_graph_engine_cfg cfg = engine_cfg(&g, data, seed, NULL);
+        if (cfg.functions && (kind == BV_GRAPH_ROLE_GRAPH || kind == BV_GRAPH_ROLE_FUNCTION))
+            st = function_limits(x, seed, &cfg.fn_limits, err);
+        if (st == BV_OK && cfg.functions && kind == BV_GRAPH_ROLE_GRAPH) {
+            cfg.fn_cloud_ops = &x->cloud_ops; /* it invokes its function workers */
+            cfg.experiment_file = x->path;    /* which load what this process loaded */
+            st = function_billing(x, &cfg, err);
+        }
+        if (st == BV_OK && kind == BV_GRAPH_ROLE_FUNCTION) {
+            /* a fraction of a core: its own kernel threads, its link's bandwidth */
+            char threads[16];
+            snprintf(threads, sizeof threads, "%d", cfg.worker_threads);
+            st = bv_opts_copy(&x->compute.opts, &worker_opts, err);
+            if (st == BV_OK)
+                st = bv_opts_set(&worker_opts, "threads", threads, err);
+            cfg.compute_opts = &worker_opts;
+            bv_role_limit_bandwidth(cfg.fn_limits.bandwidth_mbps * 1e6 / 8);
+        }
         cfg.cloud_ops = NULL; /* a role starts no processes */
         if (part.local) {
             cfg.part = &part;
             cfg.part_fingerprint = info.fingerprint;
         }
-        st = bv_graph_engine_serve(&cfg, (bv_graph_role_kind)kind, index, book, err);
+        if (st == BV_OK)
+            st = bv_graph_engine_serve(&cfg, (bv_graph_role_kind)kind, index, book, err);
     }
+    bv_opts_free(&worker_opts);
     if (g.model)
         g.model_ops.destroy(g.model);
     bv_graph_view_free(&part); /* what the engine did not take over */
@@ -364,6 +431,14 @@ static void result(bv_engine *g, const bv_history *h, bv_run_result *res)
         bv_result_add(res, "predicted_boundary_bytes_per_epoch", (double)b.predicted_bytes,
                       true, 0);
     }
+    static const char *const fn_names[] = {
+        "lambda_invocations", "lambda_cold_starts", "lambda_relaunches", "lambda_timeouts",
+        "lambda_lost", "lambda_duplicates", "lambda_billed_seconds", "lambda_gb_seconds",
+        "lambda_bytes_to", "lambda_bytes_from"}; /* lambda_pool.h's BV_FN_* up to QUEUE */
+    double fn[sizeof fn_names / sizeof *fn_names];
+    if (bv_graph_engine_functions(g->engine, fn, sizeof fn / sizeof *fn))
+        for (size_t k = 0; k < sizeof fn / sizeof *fn; k++)
+            bv_result_add(res, fn_names[k], fn[k], k != 6 && k != 7, 0);
     int64_t fewest, most;
     if (bv_graph_engine_server_load(g->engine, &fewest, &most) > 1) {
         bv_result_add(res, "param_server_intervals_fewest", (double)fewest, true, 0);

@@ -10,6 +10,7 @@
 #include "bivouac/log.h"
 #include "graph_server.h"
 #include "grow.h"
+#include "lambda_pool.h"
 #include "role_loop.h"
 
 static int64_t stage_rows(const graph_server *gs, size_t s)
@@ -18,7 +19,10 @@ static int64_t stage_rows(const graph_server *gs, size_t s)
     return e->stages[s]->kind == BV_STAGE_EDGE ? e->adj_loops->nnz : e->cfg.data->num_nodes;
 }
 
-/* Input rows of stage s for interval h, or none if the worker already keeps them. */
+/* Input rows of stage s for interval h, or none if the worker already keeps them. A
+ * function worker keeps nothing between invocations: each of its tasks carries them, and
+ * is marked kept so that it takes sparse features as the sparse rows they are, as a
+ * tensor worker does. */
 static const float *task_input(graph_server *gs, size_t s, bv_task_hdr *h, size_t *bytes)
 {
     const bv_stage *st = gs->e->stages[s];
@@ -28,7 +32,7 @@ static const float *task_input(graph_server *gs, size_t s, bv_task_hdr *h, size_
     *bytes = (size_t)(h->rows * st->in_dim) * sizeof(float);
     if (v >= 0 || !gs->keep_features)
         return in;
-    if (gs->input_sent[h->interval]) {
+    if (gs->input_sent[h->interval] && !gs->pool) {
         h->flags |= BV_TASK_CACHED_INPUT;
         *bytes = 0;
         return NULL;
@@ -149,8 +153,9 @@ bv_status bv_gs_keep_early(graph_server *gs, bv_role_msg *m, bv_error *err)
 static bv_status gs_wait(graph_server *gs, uint16_t type, bv_role_msg *m, bv_error *err)
 {
     for (;;) {
-        bv_status st = bv_role_recv_valid(gs->t, gs->inbox, m, BV_TIMEOUT_FOREVER,
-                                          &gs->e->frames_dropped, err);
+        bv_status st = gs->pool ? bv_lambda_pool_recv(gs->pool, m, err)
+                                : bv_role_recv_valid(gs->t, gs->inbox, m, BV_TIMEOUT_FOREVER,
+                                                     &gs->e->frames_dropped, err);
         if (st != BV_OK || m->wire.type == type)
             return st;
         if (m->wire.type == BV_MSG_GHOSTS && gs->e->ngs > 1) {
@@ -171,11 +176,13 @@ static bv_status gs_wait(graph_server *gs, uint16_t type, bv_role_msg *m, bv_err
 
 /* Sends the intervals' tasks with at most two per tensor worker in flight, so queued
  * messages never hold more than a few intervals' data (a 1M-vertex graph's ApplyEdge
- * tasks each carry every vertex's attention inputs). */
+ * tasks each carry every vertex's attention inputs). On functions, every task goes to the
+ * controller at once: it invokes as many as it has workers for and queues the rest. */
 static bv_status gs_run_tasks(graph_server *gs, size_t s, const bv_task_hdr *epoch,
                               const task_kind *kind, void *ctx, bv_error *err)
 {
-    int n = gs->e->cfg.intervals, window = 2 * gs->e->cfg.tensor_workers, sent = 0;
+    int n = gs->e->cfg.intervals, sent = 0;
+    int window = gs->pool ? n : 2 * gs->e->cfg.tensor_workers;
     bv_status rc = BV_OK;
     while (rc == BV_OK && sent < n && sent < window)
         rc = kind->send(gs, s, epoch, sent++, ctx, err);
@@ -244,6 +251,8 @@ static bv_status gs_send_task(graph_server *gs, int i, uint16_t type, bv_task_hd
             h->flags |= flag[k];
         }
     }
+    if (gs->pool)
+        return bv_lambda_pool_submit(gs->pool, type, h, p[0], n[0], p[1], n[1], p[2], n[2], err);
     return bv_role_send(gs->t, bv_gs_worker_of(gs, i), type, BV_ROLE_GS, h, p[0], n[0], p[1],
                         n[1], p[2], n[2], err);
 }
@@ -429,9 +438,37 @@ static bv_status edge_task_send(graph_server *gs, size_t s, int i, uint16_t type
                                 size_t nc, bv_error *err)
 {
     int64_t in_dim = gs->e->stages[s]->in_dim, n = gs->e->cfg.data->num_nodes;
-    return bv_role_send(gs->t, bv_gs_worker_of(gs, i), type, BV_ROLE_GS, h, ec->src,
-                        (size_t)(n * in_dim) * sizeof(float), ec->src + h->row_begin * in_dim,
-                        (size_t)(h->rows * in_dim) * sizeof(float), c, nc, err);
+    size_t na = (size_t)(n * in_dim) * sizeof(float), nb = (size_t)(h->rows * in_dim) * sizeof(float);
+    const float *b = ec->src + h->row_begin * in_dim;
+    if (gs->pool)
+        return bv_lambda_pool_submit(gs->pool, type, h, ec->src, na, b, nb, c, nc, err);
+    return bv_role_send(gs->t, bv_gs_worker_of(gs, i), type, BV_ROLE_GS, h, ec->src, na, b, nb,
+                        c, nc, err);
+}
+
+/* The interval's edges for an edge task, at the front of its array c (extra bytes after
+ * them), unless its worker keeps them: a tensor worker keeps them from its first forward
+ * task on; a function worker keeps nothing between invocations. */
+static bv_status graph_slice_for(graph_server *gs, bv_task_hdr *h, int i, size_t extra,
+                                 uint8_t **c, size_t *nc, bv_error *err)
+{
+    *nc = 0;
+    *c = NULL;
+    if (gs->graph_sent[i] && !gs->pool) {
+        h->flags |= BV_TASK_CACHED_GRAPH;
+        if (!(*c = malloc(extra + 1)))
+            return bv_error_set(err, BV_ERR_NOMEM, "out of memory for an edge task");
+        *nc = extra;
+        return BV_OK;
+    }
+    size_t gbytes = graph_slice_bytes(gs, h->row_begin, h->rows);
+    if (!(*c = malloc(gbytes + extra + 1)))
+        return bv_error_set(err, BV_ERR_NOMEM, "out of memory for an edge slice");
+    pack_graph_slice(gs, h->row_begin, h->rows, *c);
+    h->flags |= BV_TASK_KEEP_GRAPH;
+    gs->graph_sent[i] = true;
+    *nc = gbytes + extra;
+    return BV_OK;
 }
 
 static bv_status ae_send(graph_server *gs, size_t s, const bv_task_hdr *epoch, int i,
@@ -439,19 +476,12 @@ static bv_status ae_send(graph_server *gs, size_t s, const bv_task_hdr *epoch, i
 {
     edge_ctx *ec = ctx;
     bv_task_hdr h = interval_hdr(gs, s, epoch, i);
-    size_t gbytes = 0;
-    uint8_t *slice = NULL;
-    if (gs->graph_sent[i]) {
-        h.flags |= BV_TASK_CACHED_GRAPH;
-    } else {
-        gbytes = graph_slice_bytes(gs, h.row_begin, h.rows);
-        if (!(slice = malloc(gbytes)))
-            return bv_error_set(err, BV_ERR_NOMEM, "out of memory for an edge slice");
-        pack_graph_slice(gs, h.row_begin, h.rows, slice);
-        h.flags |= BV_TASK_KEEP_GRAPH;
-        gs->graph_sent[i] = true;
-    }
-    bv_status rc = edge_task_send(gs, s, i, BV_MSG_EDGE_FWD_TASK, &h, ec, slice, gbytes, err);
+    size_t gbytes;
+    uint8_t *slice;
+    bv_status rc = graph_slice_for(gs, &h, i, 0, &slice, &gbytes, err);
+    if (rc == BV_OK)
+        rc = edge_task_send(gs, s, i, BV_MSG_EDGE_FWD_TASK, &h, ec, gbytes ? slice : NULL,
+                            gbytes, err);
     free(slice);
     return rc;
 }
@@ -485,15 +515,15 @@ static bv_status aeb_send(graph_server *gs, size_t s, const bv_task_hdr *epoch, 
     const bv_stage *st = gs->e->stages[s];
     const bv_csr *a = gs->e->adj_loops;
     bv_task_hdr h = interval_hdr(gs, s, epoch, i);
-    h.flags |= BV_TASK_CACHED_GRAPH; /* the forward pass sent it */
     int64_t e0 = a->rowptr[h.row_begin], ne = a->rowptr[h.row_begin + h.rows] - e0;
-    size_t half = (size_t)(ne * st->out_dim) * sizeof(float);
-    float *c = malloc(2 * half + 1);
-    if (!c)
-        return bv_error_set(err, BV_ERR_NOMEM, "out of memory in ∇%s", st->name);
-    memcpy(c, gs->act[s] + e0 * st->out_dim, half);
-    memcpy((char *)c + half, gs->dact[s] + e0 * st->out_dim, half);
-    bv_status rc = edge_task_send(gs, s, i, BV_MSG_EDGE_BWD_TASK, &h, ec, c, 2 * half, err);
+    size_t half = (size_t)(ne * st->out_dim) * sizeof(float), nc;
+    uint8_t *c; /* the edges, unless kept (the forward task sent them); then these values */
+    bv_status rc = graph_slice_for(gs, &h, i, 2 * half, &c, &nc, err);
+    if (rc != BV_OK)
+        return rc;
+    memcpy(c + nc - 2 * half, gs->act[s] + e0 * st->out_dim, half);
+    memcpy(c + nc - half, gs->dact[s] + e0 * st->out_dim, half);
+    rc = edge_task_send(gs, s, i, BV_MSG_EDGE_BWD_TASK, &h, ec, c, nc, err);
     free(c);
     return rc;
 }
@@ -895,6 +925,8 @@ static bv_status gs_setup(void *self, bv_error *err)
         if (!(gs->gate = e->cfg.gate_ops->create(e->cfg.gate_opts, &e->cfg.run_info, err)))
             return err->status ? err->status : BV_ERR_PLUGIN;
     }
+    if (e->cfg.functions)
+        return bv_lambda_pool_open(e, gs->inbox, gs->to_tw, &gs->pool, err);
     return BV_OK;
 }
 
@@ -902,6 +934,7 @@ static void gs_teardown(void *self)
 {
     graph_server *gs = self;
     bv_graph_engine *e = gs->e;
+    bv_lambda_pool_close(gs->pool); /* its workers end before their outboxes close */
     bv_engine_close_all(e, gs->to_peer, BV_MAX_GRAPH_SERVERS);
     if (gs->gate)
         e->cfg.gate_ops->destroy(gs->gate);
@@ -931,14 +964,20 @@ static bv_status gs_handle(void *self, bv_role_msg *m, bv_error *err)
         return bv_gs_keep_early(gs, m, err); /* the loop's message is ours now */
     if (bv_gs_pipeline_is_result(gs, m)) /* of an interval ahead, after its pass ended */
         return bv_gs_pipeline_absorb(gs, m, err);
+    if (gs->pool && bv_lambda_pool_take(gs->pool, m)) /* a late READY or duplicate */
+        return BV_OK;
     if (m->wire.type == BV_MSG_KNOB) { /* checked by the loop's own instance already */
         char name[64];
-        if (!gs->gate || m->hdr.na == 0 || m->hdr.na >= sizeof name)
-            return bv_error_set(err, BV_ERR_CORRUPT, "a knob for a graph server without a "
-                                "task gate, or with a name of %llu bytes",
+        if (m->hdr.na == 0 || m->hdr.na >= sizeof name)
+            return bv_error_set(err, BV_ERR_CORRUPT, "a knob with a name of %llu bytes",
                                 (unsigned long long)m->hdr.na);
         memcpy(name, m->a, m->hdr.na);
         name[m->hdr.na] = '\0';
+        if (gs->pool && strcmp(name, "compute.lambdas") == 0)
+            return bv_lambda_pool_set_lambdas(gs->pool, m->hdr.stats[0], err);
+        if (!gs->gate)
+            return bv_error_set(err, BV_ERR_CORRUPT, "a knob '%s' for a graph server without "
+                                "a task gate", name);
         return gs->e->cfg.gate_ops->set_knob(gs->gate, name, m->hdr.stats[0], err);
     }
     if (m->wire.type != BV_MSG_EPOCH)
@@ -958,6 +997,8 @@ static bv_status gs_handle(void *self, bv_role_msg *m, bv_error *err)
                            gs->ps_of);
     bv_task_hdr reply = m->hdr;
     bool gated = gs->gate && m->hdr.training;
+    if (gs->pool)
+        bv_lambda_pool_begin(gs->pool);
     bv_status rc = gated ? bv_gs_pipeline_epoch(gs, &m->hdr, &reply, err)
                          : bv_gs_pipeline_drain(gs, err);
     /* an evaluation while intervals are ahead: on arrays of its own */
@@ -975,10 +1016,14 @@ static bv_status gs_handle(void *self, bv_role_msg *m, bv_error *err)
     const double *figures = NULL, *counts = NULL; /* a gated pass's */
     if (rc == BV_OK && gated)
         bv_gs_pipeline_figures(gs, &figures, &counts);
+    double fn[BV_FN_FIGURES]; /* what the pass did with functions */
+    if (gs->pool)
+        bv_lambda_pool_figures(gs->pool, fn);
     if (rc == BV_OK)
         rc = bv_role_send(gs->t, gs->to_coord, BV_MSG_EPOCH_DONE, BV_ROLE_GS, &reply, figures,
                           gated ? BV_PIPE_FIGURES * sizeof *figures : 0, counts,
-                          gated ? e->nstages * sizeof *counts : 0, NULL, 0, err);
+                          gated ? e->nstages * sizeof *counts : 0, gs->pool ? fn : NULL,
+                          gs->pool ? sizeof fn : 0, err);
     return rc;
 }
 

@@ -32,6 +32,9 @@ typedef struct graph_server {
     bv_resilience *gate;
     struct bv_gs_pipeline *pipeline;
     bool private_arrays; /* gs->act are an evaluation's own: tasks copy them, no references */
+    /* Tensor tasks on serverless functions (cfg.functions): the controller that invokes
+     * them (lambda_pool.h); NULL: the run's tensor workers take them. */
+    struct bv_lambda_pool *pool;
 } graph_server;
 
 /* One kind of task over every interval of a stage: how to send interval i, and what to

@@ -16,6 +16,7 @@
 #include "role_loop.h"
 
 typedef struct pending_grad {
+    int64_t epoch;
     int32_t stage;
     int32_t part; /* the graph server whose interval it is */
     int32_t interval;
@@ -32,6 +33,7 @@ typedef struct param_server {
     bv_compute *compute;
     float *w, *m, *v, *g;
     int64_t step;
+    int64_t stepped_epoch; /* the epoch of the last STEP (-1: none) */
     int64_t version;
     /* Under a task gate (weight stashing, Dorylus §5.1): the weights as they were before
      * the last step, which an interval that ran ahead into the next epoch read in its
@@ -92,6 +94,16 @@ static bv_status ps_keep_grad(param_server *ps, bv_role_msg *m, bv_error *err)
     if (m->hdr.na != ps->e->param_floats * sizeof(float))
         return bv_error_set(err, BV_ERR_CORRUPT, "gradient message has %llu bytes, expected %zu",
                             (unsigned long long)m->hdr.na, ps->e->param_floats * sizeof(float));
+    /* A task invoked again on a function worker after its first worker was lost
+     * (lambda_pool.h) may send its interval's gradients twice: the same bits, kept once. */
+    if (ps->e->cfg.functions && m->hdr.epoch <= ps->stepped_epoch)
+        return BV_OK; /* after its epoch's step: the step had the first */
+    for (size_t i = 0; ps->e->cfg.functions && i < ps->npending; i++) {
+        const pending_grad *p = &ps->pending[i];
+        if (p->epoch == m->hdr.epoch && p->stage == m->hdr.stage &&
+            p->part == m->hdr.reply_to && p->interval == m->hdr.interval)
+            return BV_OK; /* the loop releases m */
+    }
     if (!(m->hdr.flags & BV_TASK_FORWARDED)) { /* from a tensor worker: the others need it */
         double t0 = bv_engine_now();
         bv_task_hdr h = m->hdr;
@@ -109,6 +121,7 @@ static bv_status ps_keep_grad(param_server *ps, bv_role_msg *m, bv_error *err)
     if (!bv_grow((void **)&ps->pending, &ps->cap, ps->npending, sizeof *ps->pending, 16))
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory for gradients");
     pending_grad *p = &ps->pending[ps->npending++];
+    p->epoch = m->hdr.epoch;
     p->stage = m->hdr.stage;
     p->part = m->hdr.reply_to;
     p->interval = m->hdr.interval;
@@ -133,8 +146,11 @@ static bv_status ps_serve_pull(param_server *ps, const bv_role_msg *m, bv_error 
                             tw, (long long)want, ps->index, (long long)ps->version,
                             ps->stash_version >= 0 ? " and a stashed one before it" : "");
     bv_task_hdr h = {.version = want};
-    return bv_role_send(ps->t, ps->to_tw[tw], BV_MSG_WEIGHTS, BV_ROLE_PS, &h, w,
-                        ps->e->param_floats * sizeof(float), NULL, 0, NULL, 0, err);
+    bv_status st = bv_role_send(ps->t, ps->to_tw[tw], BV_MSG_WEIGHTS, BV_ROLE_PS, &h, w,
+                                  ps->e->param_floats * sizeof(float), NULL, 0, NULL, 0, err);
+    /* a function worker may be gone (lost, or retired) before the answer: not an error
+     * of this server's, and its graph server invokes the task again */
+    return ps->e->cfg.functions ? BV_OK : st;
 }
 
 /* WeightUpdate: waits for `expected` gradient messages, reduces, applies Adam. */
@@ -158,6 +174,7 @@ static bv_status ps_step(param_server *ps, const bv_task_hdr *cmd, bv_error *err
         if (st != BV_OK)
             return st;
     }
+    ps->stepped_epoch = cmd->epoch;
     qsort(ps->pending, ps->npending, sizeof *ps->pending, compare_pending);
     memset(ps->g, 0, e->param_floats * sizeof(float));
     for (size_t i = 0; i < ps->npending; i++) {
@@ -234,6 +251,7 @@ static bv_status ps_setup(void *self, bv_error *err)
     ps->v = calloc(n, sizeof(float));
     ps->g = calloc(n, sizeof(float));
     ps->stash_version = -1;
+    ps->stepped_epoch = -1;
     if (e->cfg.gate_ops && !(ps->stash = calloc(n, sizeof(float))))
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory for the weight stash");
     if (!ps->w || !ps->m || !ps->v || !ps->g)

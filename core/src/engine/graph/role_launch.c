@@ -444,7 +444,8 @@ bv_status bv_engine_launch(bv_graph_engine *e, bv_error *err)
     if (c->tcp) {
         st = tcp_rendezvous(e, deadline, err);
     } else if ((st = bv_engine_connect_graph_servers(e, e->to_gs, err)) == BV_OK &&
-               (st = bv_engine_connect_servers(e, e->to_ps, err)) == BV_OK) {
+               (st = bv_engine_connect_servers(e, e->to_ps, err)) == BV_OK &&
+               !c->functions) { /* function workers: the graph servers talk to them */
         st = bv_engine_connect_workers(e, e->addr_tw, e->to_tw, err);
     }
     for (int sl = 0; sl < bv_role_slots(e) && st == BV_OK; sl++) { /* who runs where */

@@ -147,12 +147,20 @@ void bv_role_run(const bv_role *r)
     } else if (!atomic_compare_exchange_strong(r->life, &starting, BV_ROLE_LISTENING)) {
         /* the engine is stopping already: nobody will send this role anything */
     } else {
-        bv_role_send(t, *r->to_coord, BV_MSG_READY, r->id, r->ready, NULL, 0, NULL, 0, NULL,
-                     0, &err);
+        bv_role_send(t, r->ready_to ? *r->ready_to : *r->to_coord, BV_MSG_READY, r->id,
+                     r->ready, NULL, 0, NULL, 0, NULL, 0, &err);
+        int timeout = r->idle_exit_ms > 0 ? r->idle_exit_ms : BV_TIMEOUT_FOREVER;
         for (;;) {
             bv_role_msg m;
-            if (bv_role_recv_valid(t, *r->inbox, &m, BV_TIMEOUT_FOREVER, &r->e->frames_dropped,
-                                   &err) != BV_OK) {
+            bv_status got = bv_role_recv_valid(t, *r->inbox, &m, timeout,
+                                               &r->e->frames_dropped, &err);
+            if (got != BV_OK && r->idle_exit_ms > 0) { /* a timeout (transport.h) */
+                bv_log(BV_LOG_WARN, "%s: %s after %.1f s idle: ending", r->name,
+                       strstr(err.msg, "timeout") ? "nothing from its graph server"
+                                                  : err.msg, 1e-3 * r->idle_exit_ms);
+                break;
+            }
+            if (got != BV_OK) {
                 bv_role_send_error(t, *r->report_to, r->id, &err);
                 continue;
             }

@@ -44,6 +44,10 @@ typedef struct bv_role {
     bv_endpoint **report_to;  /* whoever waits on this role's results: gets ERROR */
     _Atomic int *life;        /* enum bv_role_life, shared with the coordinator */
     const bv_task_hdr *ready; /* NULL, or the header READY carries */
+    bv_endpoint **ready_to;   /* NULL: READY goes to the coordinator; else here (a function
+                                 worker's graph server, which invoked it) */
+    int idle_exit_ms;         /* > 0: the role ends when no message came for this long (a
+                                 function worker whose graph server is gone) */
 } bv_role;
 
 /* Runs the role until SHUTDOWN, then tears it down. Returns when the thread may end. */

@@ -1,6 +1,7 @@
 /* Building, sending and validating role messages (role_msg.h). */
 #include "role_msg.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -23,11 +24,39 @@ static double role_now_ms(void)
     return 1e3 * (double)ts.tv_sec + 1e-6 * (double)ts.tv_nsec;
 }
 
+/* A function worker's bandwidth (bv_role_limit_bandwidth): bytes per millisecond each way
+ * (0: no limit), and when each way's link is next free. Set once, before the role's
+ * thread runs, in a process of one role. */
+static double link_rate;
+static double link_free_at[2];
+
+void bv_role_limit_bandwidth(double bytes_per_second)
+{
+    link_rate = bytes_per_second > 0 ? 1e-3 * bytes_per_second : 0;
+}
+
+/* A message of `bytes` went out (way 0) or came in (way 1): it holds the link for
+ * bytes / rate after the messages before it, and the role waits until it is through. */
+static void link_take(int way, size_t bytes)
+{
+    if (link_rate <= 0)
+        return;
+    double now = role_now_ms();
+    double start = link_free_at[way] > now ? link_free_at[way] : now;
+    link_free_at[way] = start + (double)bytes / link_rate;
+    double wait = link_free_at[way] - now;
+    struct timespec ts = {(time_t)(wait / 1e3), (long)(fmod(wait, 1e3) * 1e6)};
+    while (wait > 0 && nanosleep(&ts, &ts) != 0) {
+        /* interrupted: sleep the rest */
+    }
+}
+
 bv_status bv_role_send(const bv_transport_ops *t, bv_endpoint *ep, uint16_t type,
                        uint32_t sender, const bv_task_hdr *hdr, const void *a, size_t na,
                        const void *b, size_t nb, const void *c, size_t nc, bv_error *err)
 {
     size_t len = BV_TASK_HDR_WIRE_SIZE + na + nb + nc;
+    link_take(0, len);
     uint8_t *payload = malloc(len);
     if (!payload)
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory for a %zu-byte message", len);
@@ -77,6 +106,7 @@ bv_status bv_role_recv(const bv_transport_ops *t, bv_endpoint *ep, bv_role_msg *
     m->a = p;
     m->b = p + m->hdr.na;
     m->c = p + m->hdr.na + m->hdr.nb;
+    link_take(1, m->raw.payload_len);
     return BV_OK;
 }
 

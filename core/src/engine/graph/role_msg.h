@@ -109,6 +109,9 @@ enum { BV_TASK_REF_A = 16, BV_TASK_REF_B = 32, BV_TASK_REF_C = 64, BV_TASK_REPLY
 enum { BV_TASK_FORWARDED = 256 };
 /* GHOSTS that carry gradients (the backward exchange), not activations. */
 enum { BV_TASK_GRADS = 512 };
+/* Faults a serverless platform injects into an invocation (lambda_pool.c, the cloud's
+ * invoke): the function worker fails (ends without a result) or hangs until it is killed. */
+enum { BV_TASK_FAULT_FAIL = 1024, BV_TASK_FAULT_HANG = 2048 };
 
 /* Role ids (the wire header's sender). Tensor workers are BV_ROLE_TW + i. */
 enum { BV_ROLE_COORD = 1, BV_ROLE_GS = 2, BV_ROLE_PS = 3, BV_ROLE_TW = 16 };
@@ -136,6 +139,10 @@ void bv_role_release(const bv_transport_ops *t, bv_role_msg *m);
  * failure. */
 bv_status bv_role_recv_valid(const bv_transport_ops *t, bv_endpoint *ep, bv_role_msg *m,
                              int timeout_ms, _Atomic uint64_t *dropped, bv_error *err);
+/* A function worker's network bandwidth, each way (bytes per second; 0: no limit): every
+ * message this process sends or receives then takes its bytes' time on the link, after
+ * those before it (lambda_pool.h). Call before any role of the process runs. */
+void bv_role_limit_bandwidth(double bytes_per_second);
 /* Frames bv_role_recv has refused in this process so far (every role of the process
  * together: one role per process when roles run as processes). */
 uint64_t bv_role_frames_dropped(void);

@@ -1,10 +1,18 @@
 /* Tensor worker role: stateless executor of a model's tensor tasks (ApplyVertex forward
  * and backward, the loss) on one vertex interval at a time, like a Dorylus Lambda. It
  * pulls the weights from the parameter server when a task names another version, and
- * pushes weight gradients to it. */
+ * pushes weight gradients to it.
+ *
+ * The same code serves as a serverless function worker (compute: lambda; lambda_pool.h):
+ * started by its graph server's controller, it says READY to that server, keeps nothing
+ * between tasks it is not sent again, acts out the faults the platform injects, holds
+ * itself to its share of a core when the platform cannot, and ends when told to or when
+ * its graph server has been silent for long. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "engine_graph_internal.h"
 #include "role_loop.h"
@@ -32,6 +40,8 @@ typedef struct tensor_worker {
     size_t *kept_bytes;
     bv_csr **slices;    /* per interval: its in-edges (BV_TASK_KEEP_GRAPH) */
     bv_csr **kept_csr;  /* per interval: the kept input as CSR when it is sparse */
+    bool function;      /* a serverless function worker */
+    double cpu_share;   /* it holds itself to this share of a core (0: no need) */
 } tensor_worker;
 
 /* The kept input rows as a CSR, if at most a quarter of them is nonzero (bag-of-words
@@ -98,11 +108,14 @@ static int64_t tw_src_rows(const tensor_worker *w, const bv_task_hdr *h, const b
     return (int64_t)(h->na / row);
 }
 
-/* The interval's edges over n source vertices: unpacked from the message the first time,
- * then kept. */
-static const bv_csr *tw_graph(tensor_worker *w, const bv_role_msg *m, int64_t n, bv_error *err)
+/* The interval's edges over n source vertices: unpacked from the front of array c the
+ * first time (*used: its bytes there), then kept. A backward task carries them only when
+ * the worker cannot have kept them (a function worker's), before its other bytes. */
+static const bv_csr *tw_graph(tensor_worker *w, const bv_role_msg *m, int64_t n, size_t *used,
+                              bv_error *err)
 {
     const bv_task_hdr *h = &m->hdr;
+    *used = 0;
     if (h->flags & BV_TASK_CACHED_GRAPH) {
         if (!w->slices[tw_slot(w, h)] || w->slices[tw_slot(w, h)]->nrows != h->rows ||
             w->slices[tw_slot(w, h)]->ncols != n) {
@@ -119,7 +132,7 @@ static const bv_csr *tw_graph(tensor_worker *w, const bv_role_msg *m, int64_t n,
     }
     const int64_t *rp = (const int64_t *)(const void *)m->c;
     int64_t nnz = rp[h->rows];
-    if (rp[0] != 0 || nnz < 0 || h->nc != head + (size_t)nnz * sizeof(int32_t)) {
+    if (rp[0] != 0 || nnz < 0 || (uint64_t)nnz > (h->nc - head) / sizeof(int32_t)) {
         bv_error_set(err, BV_ERR_CORRUPT, "edge task with a malformed edge slice");
         return NULL;
     }
@@ -145,6 +158,7 @@ static const bv_csr *tw_graph(tensor_worker *w, const bv_role_msg *m, int64_t n,
     }
     bv_csr_free(w->slices[tw_slot(w, h)]);
     w->slices[tw_slot(w, h)] = g;
+    *used = head + (size_t)nnz * sizeof(int32_t);
     return g;
 }
 
@@ -264,10 +278,17 @@ static bv_status tw_ensure_weights(tensor_worker *w, const bv_task_hdr *task, bv
     if (st != BV_OK)
         return st;
     bv_role_msg m;
-    st = bv_role_recv_valid(w->t, w->weights_in, &m, BV_TIMEOUT_FOREVER, &w->e->frames_dropped,
-                           err);
-    if (st != BV_OK)
-        return st;
+    for (;;) {
+        st = bv_role_recv_valid(w->t, w->weights_in, &m, BV_TIMEOUT_FOREVER,
+                                &w->e->frames_dropped, err);
+        if (st != BV_OK)
+            return st;
+        /* a function worker's inbox may hold the answer to the pull of a worker killed
+         * before it came, at this address (lambda_pool.h): not this pull's */
+        if (!w->function || m.wire.type != BV_MSG_WEIGHTS || m.hdr.version == version)
+            break;
+        bv_role_release(w->t, &m);
+    }
     if (m.wire.type != BV_MSG_WEIGHTS || m.hdr.na != w->e->param_floats * sizeof(float)) {
         st = bv_error_set(err, BV_ERR_CORRUPT, "tensor worker %d: bad weights message",
                           w->index);
@@ -443,9 +464,12 @@ static bv_status tw_edge_forward(tensor_worker *w, const bv_role_msg *m, bv_erro
     int64_t n = tw_src_rows(w, h, s);
     if (n < 0 || h->nb != (uint64_t)(h->rows * s->in_dim) * sizeof(float))
         return bv_error_set(err, BV_ERR_CORRUPT, "edge task for %s has wrong sizes", s->name);
-    const bv_csr *g = tw_graph(w, m, n, err);
+    size_t used;
+    const bv_csr *g = tw_graph(w, m, n, &used, err);
     if (!g)
         return err->status;
+    if (used != h->nc)
+        return bv_error_set(err, BV_ERR_CORRUPT, "edge task for %s has wrong sizes", s->name);
     bv_status st = tw_ensure_weights(w, h, err);
     if (st != BV_OK)
         return st;
@@ -474,13 +498,14 @@ static bv_status tw_edge_backward(tensor_worker *w, const bv_role_msg *m, bv_err
     if (n < 0)
         return bv_error_set(err, BV_ERR_CORRUPT, "edge backward task for %s has wrong sizes",
                             s->name);
-    const bv_csr *g = tw_graph(w, m, n, err);
+    size_t used;
+    const bv_csr *g = tw_graph(w, m, n, &used, err);
     if (!g)
         return err->status;
     size_t src_bytes = (size_t)(n * s->in_dim) * sizeof(float);
     size_t dst_bytes = (size_t)(h->rows * s->in_dim) * sizeof(float);
     size_t half = (size_t)(g->nnz * s->out_dim) * sizeof(float);
-    if (h->na != src_bytes || h->nb != dst_bytes || h->nc != 2 * half)
+    if (h->na != src_bytes || h->nb != dst_bytes || h->nc != used + 2 * half)
         return bv_error_set(err, BV_ERR_CORRUPT, "edge backward task for %s has wrong sizes",
                             s->name);
     bv_status st = tw_ensure_weights(w, h, err);
@@ -496,8 +521,8 @@ static bv_status tw_edge_backward(tensor_worker *w, const bv_role_msg *m, bv_err
     memset(w->grads, 0, w->e->param_floats * sizeof(float));
     bv_task_ctx ctx = tw_ctx(w, h);
     ctx.edge_begin = h->edge_begin;
-    const float *out = (const float *)m->c;
-    const float *dout = (const float *)(const void *)(m->c + half);
+    const float *out = (const float *)(const void *)(m->c + used);
+    const float *dout = (const float *)(const void *)(m->c + used + half);
     st = w->e->cfg.model_ops->edge_backward(w->e->cfg.model, (size_t)h->stage, &ctx, g,
                                             (const float *)m->a, (const float *)m->b, out, dout,
                                             dsrc, ddst, w->grad_ptrs, err);
@@ -578,22 +603,80 @@ static bv_status tw_handle(void *self, bv_role_msg *m, bv_error *err)
     }
 }
 
+/* A function worker ends an invocation holding nothing of it: what a task marked kept
+ * (its input rows, their sparse form, its edges) is dropped. */
+static void tw_forget(tensor_worker *w)
+{
+    for (size_t i = 0; i < tw_slots(w); i++) {
+        free(w->kept[i]);
+        w->kept[i] = NULL;
+        w->kept_bytes[i] = 0;
+        bv_csr_free(w->kept_csr[i]);
+        w->kept_csr[i] = NULL;
+        bv_csr_free(w->slices[i]);
+        w->slices[i] = NULL;
+    }
+}
+
+static double cpu_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* A function worker's invocation: the platform's injected fault first (a failure ends the
+ * worker without a result, a hang lasts until the platform kills it at the time limit),
+ * then the task; and with a share of a core the platform does not enforce, the worker
+ * sleeps until the task has taken cpu / share seconds. */
+static bv_status fn_handle(void *self, bv_role_msg *m, bv_error *err)
+{
+    tensor_worker *w = self;
+    if (m->hdr.flags & BV_TASK_FAULT_FAIL)
+        _exit(1);
+    while (m->hdr.flags & BV_TASK_FAULT_HANG)
+        pause();
+    double c0 = cpu_seconds(), t0 = bv_engine_now();
+    bv_status st = tw_handle(self, m, err);
+    if (w->kept)
+        tw_forget(w);
+    if (w->cpu_share > 0) {
+        double wait = (cpu_seconds() - c0) / w->cpu_share - (bv_engine_now() - t0);
+        struct timespec ts = {(time_t)wait, (long)((wait - (double)(time_t)wait) * 1e9)};
+        while (wait > 0 && nanosleep(&ts, &ts) != 0) {
+            /* interrupted: sleep the rest */
+        }
+    }
+    return st;
+}
+
 void *bv_tensor_worker_main(void *arg)
 {
     bv_tw_arg *a = arg;
-    tensor_worker w = {.e = a->engine, .index = a->index};
+    tensor_worker w = {.e = a->engine, .index = a->index, .function = a->function};
+    const bv_function_limits *fn = &w.e->cfg.fn_limits;
+    if (w.function && !fn->cpu_enforced)
+        w.cpu_share = fn->cpu;
+    /* a function worker's graph server: the one whose share of the slots it is in */
+    int gs = w.function ? w.index / (w.e->cfg.tensor_workers / w.e->ngs) : 0;
     char name[32];
-    snprintf(name, sizeof name, "tensor worker %d", w.index);
+    snprintf(name, sizeof name, "%s %d", w.function ? "function worker" : "tensor worker",
+             w.index);
     bv_role role = {
         .name = name, .id = BV_ROLE_TW + (uint32_t)w.index, .e = w.e, .self = &w,
         .setup = tw_setup, .handle = tw_handle, .teardown = tw_teardown,
         .life = &w.e->tw_life[w.index], .inbox_addr = w.e->addr_tw[w.index], .inbox = &w.inbox, .compute = &w.compute,
         .to_coord = &w.to_coord,
-        .report_to = &w.to_gs[0], /* the graph server waits on its tasks (the first, of
-                                     several: any failure ends the run) */
+        .report_to = &w.to_gs[gs], /* the graph server waits on its tasks (the first, of
+                                      several: any failure ends the run) */
         .inbox2_addr = w.e->addr_tw_weights[w.index], .inbox2 = &w.weights_in,
         .book_key = "tw", .index = w.index,
     };
+    if (w.function) {
+        role.handle = fn_handle;
+        role.ready_to = &w.to_gs[gs];
+        role.idle_exit_ms = (int)(1e3 * (fn->keep_warm + fn->time_limit) + 60000);
+    }
     bv_role_run(&role);
     return NULL;
 }
