@@ -28,6 +28,9 @@ static const bv_option lambda_options[] = {
                      "compute.lambdas); 0 = min(intervals, max_lambdas)"),
     BV_OPT_INT_RANGE("max_lambdas", "32", 1, LAMBDA_MAX,
                      "the most workers the `lambdas` knob may ask for (each has an address)"),
+    BV_OPT_BOOLEAN("remat", "false",
+                   "tensor rematerialisation (Dorylus §6): a backward task carries no forward "
+                   "output; the worker computes it again from the input"),
     BV_OPT_END,
 };
 

@@ -151,6 +151,7 @@ static bv_graph_engine_cfg engine_cfg(bv_engine *g, const bv_graph_dataset *d, u
             cfg.tensor_workers = (int)bv_opts_int(&x->compute.opts, "max_lambdas");
             cfg.lambdas = (int)bv_opts_int(&x->compute.opts, "lambdas");
             cfg.worker_threads = (int)bv_opts_int(&x->compute.opts, "worker_threads");
+            cfg.fn_remat = bv_opts_bool(&x->compute.opts, "remat");
         }
     }
     return cfg;

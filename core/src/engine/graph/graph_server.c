@@ -393,10 +393,14 @@ static bv_status avb_send(graph_server *gs, size_t s, const bv_task_hdr *epoch, 
         reply_in_place(gs, &h, bv_shared_dact((size_t)gs->e->vin[s]),
                        din + h.row_begin * st->in_dim,
                        (size_t)(h.rows * st->in_dim) * sizeof(float));
+    bool remat = gs->pool && gs->e->cfg.fn_remat; /* the worker computes the output again */
+    if (remat)
+        h.flags |= BV_TASK_REMAT;
     return gs_send_task(gs, i, BV_MSG_BWD_TASK, &h,
                         (task_array){in, in_bytes, stage_input_array(gs, s)},
-                        (task_array){gs->act[s] + h.row_begin * st->out_dim, out_bytes,
-                                     bv_shared_act(s)},
+                        remat ? no_array
+                              : (task_array){gs->act[s] + h.row_begin * st->out_dim, out_bytes,
+                                             bv_shared_act(s)},
                         (task_array){gs->dact[s] + h.row_begin * st->out_dim, out_bytes,
                                      bv_shared_dact(s)},
                         err);

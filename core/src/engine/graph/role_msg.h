@@ -112,6 +112,9 @@ enum { BV_TASK_GRADS = 512 };
 /* Faults a serverless platform injects into an invocation (lambda_pool.c, the cloud's
  * invoke): the function worker fails (ends without a result) or hangs until it is killed. */
 enum { BV_TASK_FAULT_FAIL = 1024, BV_TASK_FAULT_HANG = 2048 };
+/* A backward task without its forward's output rows: the worker computes them again from
+ * the input (tensor rematerialisation, Dorylus §6; compute: {plugin: lambda, remat: true}). */
+enum { BV_TASK_REMAT = 4096 };
 
 /* Role ids (the wire header's sender). Tensor workers are BV_ROLE_TW + i. */
 enum { BV_ROLE_COORD = 1, BV_ROLE_GS = 2, BV_ROLE_PS = 3, BV_ROLE_TW = 16 };

@@ -377,9 +377,13 @@ static bv_status tw_backward(tensor_worker *w, const bv_role_msg *m, bv_error *e
     const bv_stage *s = w->e->stages[h->stage];
     size_t in_bytes = (size_t)(h->rows * s->in_dim) * sizeof(float);
     size_t out_bytes = (size_t)(h->rows * s->out_dim) * sizeof(float);
+    /* rematerialised (Dorylus §6): the forward's output is not sent, the worker computes it
+     * again from the input, with the same weights and dropout draws: the same bits */
+    bool remat = (h->flags & BV_TASK_REMAT) != 0;
     const float *in = tw_input(w, m, in_bytes, err);
-    const float *out = in ? bv_engine_task_array(w->e, m, 1, out_bytes, err) : NULL;
-    const float *dout = out ? bv_engine_task_array(w->e, m, 2, out_bytes, err) : NULL;
+    const float *out = in && !remat ? bv_engine_task_array(w->e, m, 1, out_bytes, err) : NULL;
+    const float *dout = in && (remat || out) ? bv_engine_task_array(w->e, m, 2, out_bytes, err)
+                                             : NULL;
     if (!dout)
         return err->status;
     float *din_to = NULL; /* the graph server's rows to add d(input) into */
@@ -390,13 +394,22 @@ static bv_status tw_backward(tensor_worker *w, const bv_role_msg *m, bv_error *e
     if (st != BV_OK)
         return st;
     float *din = s->needs_input_grad ? malloc(in_bytes + sizeof(float)) : NULL;
-    if (s->needs_input_grad && !din)
+    float *redone = remat ? malloc(out_bytes + sizeof(float)) : NULL;
+    if ((s->needs_input_grad && !din) || (remat && !redone)) {
+        free(din);
+        free(redone);
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory in backward of %s", s->name);
+    }
     memset(w->grads, 0, w->e->param_floats * sizeof(float));
     bv_task_ctx ctx = tw_ctx(w, h);
     ctx.sparse_in = tw_sparse_input(w, h);
-    st = w->e->cfg.model_ops->tensor_backward(w->e->cfg.model, (size_t)h->stage, &ctx, in, out,
-                                              dout, din, w->grad_ptrs, err);
+    if (remat)
+        st = w->e->cfg.model_ops->tensor_forward(w->e->cfg.model, (size_t)h->stage, &ctx, in,
+                                                 redone, err);
+    if (st == BV_OK)
+        st = w->e->cfg.model_ops->tensor_backward(w->e->cfg.model, (size_t)h->stage, &ctx, in,
+                                                  remat ? redone : out, dout, din, w->grad_ptrs,
+                                                  err);
     bv_task_hdr reply = reply_hdr(w, h);
     if (st == BV_OK)
         st = tw_send_grads(w, &reply, err);
@@ -406,6 +419,7 @@ static bv_status tw_backward(tensor_worker *w, const bv_role_msg *m, bv_error *e
         st = bv_role_send(w->t, w->to_gs[h->reply_to], BV_MSG_BWD_RESULT, w->id, &reply, din,
                           din && !din_to ? in_bytes : 0, NULL, 0, NULL, 0, err);
     free(din);
+    free(redone);
     return st;
 }
 
