@@ -179,6 +179,8 @@ static void invoke(bv_lambda_pool *p, int k, fn_task *task, double now)
     fn_slot *sl = &p->slots[k];
     bv_task_hdr h = task->hdr;
     h.step = (int64_t)task->id;
+    if (p->lim.cpu > 0 && !p->lim.cpu_enforced)
+        h.flags |= BV_TASK_THROTTLE;
     switch (p->ops->invoke(p->cloud, sl->node)) {
     case BV_INVOKE_FAIL: h.flags |= BV_TASK_FAULT_FAIL; break;
     case BV_INVOKE_HANG: h.flags |= BV_TASK_FAULT_HANG; break;

@@ -24,6 +24,25 @@ static double role_now_ms(void)
     return 1e3 * (double)ts.tv_sec + 1e-6 * (double)ts.tv_nsec;
 }
 
+/* A function worker held to a share of a core (bv_role_throttle): the share (0: none), and
+ * the process's CPU time and the wall time (ms) when it last waited. */
+static double throttle_share, throttle_cpu, throttle_wall;
+
+static double process_cpu_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return 1e3 * (double)ts.tv_sec + 1e-6 * (double)ts.tv_nsec;
+}
+
+static void sleep_ms(double ms)
+{
+    struct timespec ts = {(time_t)(ms / 1e3), (long)(fmod(ms, 1e3) * 1e6)};
+    while (ms > 0 && nanosleep(&ts, &ts) != 0) {
+        /* interrupted: sleep the rest */
+    }
+}
+
 /* A function worker's bandwidth (bv_role_limit_bandwidth): bytes per millisecond each way
  * (0: no limit), and when each way's link is next free. Set once, before the role's
  * thread runs, in a process of one role. */
@@ -44,11 +63,26 @@ static void link_take(int way, size_t bytes)
     double now = role_now_ms();
     double start = link_free_at[way] > now ? link_free_at[way] : now;
     link_free_at[way] = start + (double)bytes / link_rate;
-    double wait = link_free_at[way] - now;
-    struct timespec ts = {(time_t)(wait / 1e3), (long)(fmod(wait, 1e3) * 1e6)};
-    while (wait > 0 && nanosleep(&ts, &ts) != 0) {
-        /* interrupted: sleep the rest */
-    }
+    sleep_ms(link_free_at[way] - now);
+}
+
+void bv_role_throttle(double share)
+{
+    throttle_share = share > 0 ? share : 0;
+    throttle_cpu = process_cpu_ms();
+    throttle_wall = role_now_ms();
+}
+
+/* Before a message goes out: the CPU work since the last wait takes cpu / share of wall
+ * time, as on a core of that share. */
+static void throttle_wait(void)
+{
+    if (throttle_share <= 0)
+        return;
+    double cpu = process_cpu_ms(), now = role_now_ms();
+    sleep_ms((cpu - throttle_cpu) / throttle_share - (now - throttle_wall));
+    throttle_cpu = cpu;
+    throttle_wall = role_now_ms();
 }
 
 bv_status bv_role_send(const bv_transport_ops *t, bv_endpoint *ep, uint16_t type,
@@ -56,6 +90,7 @@ bv_status bv_role_send(const bv_transport_ops *t, bv_endpoint *ep, uint16_t type
                        const void *b, size_t nb, const void *c, size_t nc, bv_error *err)
 {
     size_t len = BV_TASK_HDR_WIRE_SIZE + na + nb + nc;
+    throttle_wait();
     link_take(0, len);
     uint8_t *payload = malloc(len);
     if (!payload)

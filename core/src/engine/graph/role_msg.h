@@ -112,6 +112,9 @@ enum { BV_TASK_GRADS = 512 };
 /* Faults a serverless platform injects into an invocation (lambda_pool.c, the cloud's
  * invoke): the function worker fails (ends without a result) or hangs until it is killed. */
 enum { BV_TASK_FAULT_FAIL = 1024, BV_TASK_FAULT_HANG = 2048 };
+/* The platform does not cap the function worker's CPU share (no cgroup v2 it may use): the
+ * worker holds itself to it (the cloud's function_limits, as the graph server read them). */
+enum { BV_TASK_THROTTLE = 8192 };
 /* A backward task without its forward's output rows: the worker computes them again from
  * the input (tensor rematerialisation, Dorylus §6; compute: {plugin: lambda, remat: true}). */
 enum { BV_TASK_REMAT = 4096 };
@@ -146,6 +149,10 @@ bv_status bv_role_recv_valid(const bv_transport_ops *t, bv_endpoint *ep, bv_role
  * message this process sends or receives then takes its bytes' time on the link, after
  * those before it (lambda_pool.h). Call before any role of the process runs. */
 void bv_role_limit_bandwidth(double bytes_per_second);
+/* A function worker held to `share` of a core (0: not): from now on, every message this
+ * process sends first waits until the CPU work since the last one has taken cpu / share
+ * of wall time. */
+void bv_role_throttle(double share);
 /* Frames bv_role_recv has refused in this process so far (every role of the process
  * together: one role per process when roles run as processes). */
 uint64_t bv_role_frames_dropped(void);

@@ -41,7 +41,7 @@ typedef struct tensor_worker {
     bv_csr **slices;    /* per interval: its in-edges (BV_TASK_KEEP_GRAPH) */
     bv_csr **kept_csr;  /* per interval: the kept input as CSR when it is sparse */
     bool function;      /* a serverless function worker */
-    double cpu_share;   /* it holds itself to this share of a core (0: no need) */
+    double cpu_share;   /* its share of a core, which a task marked BV_TASK_THROTTLE keeps to */
 } tensor_worker;
 
 /* The kept input rows as a CSR, if at most a quarter of them is nonzero (bag-of-words
@@ -632,17 +632,11 @@ static void tw_forget(tensor_worker *w)
     }
 }
 
-static double cpu_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* A function worker's invocation: the platform's injected fault first (a failure ends the
  * worker without a result, a hang lasts until the platform kills it at the time limit),
- * then the task; and with a share of a core the platform does not enforce, the worker
- * sleeps until the task has taken cpu / share seconds. */
+ * then the task; with a share of a core the platform does not enforce (its graph server
+ * marks the task), every message the task sends waits until the work before it has taken
+ * cpu / share seconds (bv_role_throttle). */
 static bv_status fn_handle(void *self, bv_role_msg *m, bv_error *err)
 {
     tensor_worker *w = self;
@@ -650,17 +644,11 @@ static bv_status fn_handle(void *self, bv_role_msg *m, bv_error *err)
         _exit(1);
     while (m->hdr.flags & BV_TASK_FAULT_HANG)
         pause();
-    double c0 = cpu_seconds(), t0 = bv_engine_now();
+    bv_role_throttle(m->hdr.flags & BV_TASK_THROTTLE ? w->cpu_share : 0);
     bv_status st = tw_handle(self, m, err);
+    bv_role_throttle(0);
     if (w->kept)
         tw_forget(w);
-    if (w->cpu_share > 0) {
-        double wait = (cpu_seconds() - c0) / w->cpu_share - (bv_engine_now() - t0);
-        struct timespec ts = {(time_t)wait, (long)((wait - (double)(time_t)wait) * 1e9)};
-        while (wait > 0 && nanosleep(&ts, &ts) != 0) {
-            /* interrupted: sleep the rest */
-        }
-    }
     return st;
 }
 
@@ -669,8 +657,7 @@ void *bv_tensor_worker_main(void *arg)
     bv_tw_arg *a = arg;
     tensor_worker w = {.e = a->engine, .index = a->index, .function = a->function};
     const bv_function_limits *fn = &w.e->cfg.fn_limits;
-    if (w.function && !fn->cpu_enforced)
-        w.cpu_share = fn->cpu;
+    w.cpu_share = w.function ? fn->cpu : 0;
     /* a function worker's graph server: the one whose share of the slots it is in */
     int gs = w.function ? w.index / (w.e->cfg.tensor_workers / w.e->ngs) : 0;
     char name[32];
