@@ -6,6 +6,7 @@
 #    a tenth of the invocations failing, hanging or killed (seeded faults): every lost task
 #    invoked again (relaunches = lost + timed out), a late duplicate never applied twice;
 #  - tensor rematerialisation (remat: true): the same weights, fewer bytes sent;
+#  - a bandwidth limit: an invocation takes at least its bytes' time on the link;
 #  - the counts: one invocation per task (GCN: 64 an epoch over 8 intervals), cold starts
 #    at most the workers kept when they stay warm, every invocation cold when keep_warm is
 #    0; billed time in 100 ms steps, GB-seconds at the memory cap, the ledger's charge
@@ -118,13 +119,27 @@ check "remat: the cpu run's weights, fewer bytes to the workers" \
     "$(crc remat) $(python3 -c "print($(num remat lambda_bytes_to) < $(num gcn-fn lambda_bytes_to))")" \
     "$(crc gcn) True"
 
-# 4. keep_warm 0: every invocation starts a worker
+# 4. the bandwidth: every invocation takes at least its bytes' time on a 32 Mbit/s link
+exp slow "$gcn" 1 "$fn" "cloud: {plugin: local, lambda_memory_mb: 1024, lambda_bandwidth_mbps: 32}"
+train slow
+check "32 Mbit/s: the mean invocation takes at least its mean task's bytes / 4 MB/s" \
+    "$(python3 - "$tmp/slow" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1] + "/result.json"))
+ms = [json.loads(l) for l in open(sys.argv[1] + "/metrics.jsonl")]
+task_ms = [m["value"] for m in ms if m.get("series") == "lambda_task_ms"][0]
+bound = 1e3 * r["lambda_bytes_to"] / r["lambda_invocations"] / 4e6
+print(task_ms >= bound, bound > 100)
+PY
+)" "True True"
+
+# 5. keep_warm 0: every invocation starts a worker
 exp cold "$gcn" 1 "$fn" "cloud: {plugin: local, lambda_memory_mb: 1024, lambda_keep_warm: 0}"
 train cold
 check "keep_warm 0: as many cold starts as invocations" \
     "$(num cold lambda_cold_starts)" "$(num cold lambda_invocations)"
 
-# 5. the knob: a policy turns it; out of range is a policy error; the autotuner
+# 6. the knob: a policy turns it; out of range is a policy error; the autotuner
 cat >"$tmp/turn.lua" <<'LUA'
 function on_tick(m)
   if m.epoch == 2 then
@@ -154,7 +169,7 @@ train tune-cpu
 check "the autotuner on a run without functions: its words" \
     "$(grep -c "its tensor tasks do not run on functions" "$tmp/tune-cpu.err")" 1
 
-# 6. a worker over its memory cap: killed, and the run says why, without hanging
+# 7. a worker over its memory cap: killed, and the run says why, without hanging
 exp small "$gcn" 2 "$fn" "cloud: {plugin: local, lambda_memory_mb: 8}"
 train small
 check "memory cap 8 MB: the run fails (exit 1)" "$rc" 1
@@ -164,7 +179,7 @@ check "... and that the task lost every invocation" \
     "$(grep -c "lost 8 invocations in a row" "$tmp/small.err")" 1
 check "memory cap: nothing left" "$(leftovers "$pgid")" "processes 0, socket dirs 0"
 
-# 7. refusals: file:line:column, exit 2
+# 8. refusals: file:line:column, exit 2
 exp nocloud "$gcn" 2 "$fn"
 train nocloud
 check "lambda without a cloud: exit 2" "$rc" 2
