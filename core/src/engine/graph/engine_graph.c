@@ -1090,30 +1090,33 @@ bv_status bv_graph_engine_train_epoch(bv_graph_engine *e, int64_t epoch, float l
     return BV_OK;
 }
 
+/* What the graph servers report of their functions (lambda_pool.h), as metrics.jsonl and
+ * result.json name it, and its unit. */
+static const char *const fn_figure[BV_FN_FIGURES][2] = {
+    [BV_FN_INVOCATIONS] = {"lambda_invocations", "invocations"},
+    [BV_FN_COLD_STARTS] = {"lambda_cold_starts", "workers"},
+    [BV_FN_RELAUNCHES] = {"lambda_relaunches", "invocations"},
+    [BV_FN_TIMEOUTS] = {"lambda_timeouts", "invocations"},
+    [BV_FN_LOST] = {"lambda_lost", "invocations"},
+    [BV_FN_DUPLICATES] = {"lambda_duplicates", "results"},
+    [BV_FN_BILLED_S] = {"lambda_billed_seconds", "s"},
+    [BV_FN_GB_S] = {"lambda_gb_seconds", "GB s"},
+    [BV_FN_BYTES_TO] = {"lambda_bytes_to", "bytes"},
+    [BV_FN_BYTES_FROM] = {"lambda_bytes_from", "bytes"},
+    [BV_FN_QUEUE_MEAN] = {"lambda_queue_mean", "tasks"},
+    [BV_FN_QUEUE_MAX] = {"lambda_queue_max", "tasks"},
+    [BV_FN_IDLE_MEAN] = {"lambda_idle_mean", "workers"},
+    [BV_FN_WORKERS_MAX] = {"lambda_workers_max", "workers"},
+    [BV_FN_LAMBDAS] = {"lambdas", "workers"},
+    [BV_FN_TASK_MS_MEAN] = {"lambda_task_ms", "ms"},
+};
+
 /* The epoch's passes on functions, in metrics.jsonl (after the evaluation, which invokes
  * them too): what they did, what they cost in billed time, how the queue went. */
 static void report_functions(const bv_graph_engine *e)
 {
-    static const char *const figure[BV_FN_FIGURES][2] = {
-        [BV_FN_INVOCATIONS] = {"lambda_invocations", "invocations"},
-        [BV_FN_COLD_STARTS] = {"lambda_cold_starts", "workers"},
-        [BV_FN_RELAUNCHES] = {"lambda_relaunches", "invocations"},
-        [BV_FN_TIMEOUTS] = {"lambda_timeouts", "invocations"},
-        [BV_FN_LOST] = {"lambda_lost", "invocations"},
-        [BV_FN_DUPLICATES] = {"lambda_duplicates", "results"},
-        [BV_FN_BILLED_S] = {"lambda_billed_seconds", "s"},
-        [BV_FN_GB_S] = {"lambda_gb_seconds", "GB s"},
-        [BV_FN_BYTES_TO] = {"lambda_bytes_to", "bytes"},
-        [BV_FN_BYTES_FROM] = {"lambda_bytes_from", "bytes"},
-        [BV_FN_QUEUE_MEAN] = {"lambda_queue_mean", "tasks"},
-        [BV_FN_QUEUE_MAX] = {"lambda_queue_max", "tasks"},
-        [BV_FN_IDLE_MEAN] = {"lambda_idle_mean", "workers"},
-        [BV_FN_WORKERS_MAX] = {"lambda_workers_max", "workers"},
-        [BV_FN_LAMBDAS] = {"lambdas", "workers"},
-        [BV_FN_TASK_MS_MEAN] = {"lambda_task_ms", "ms"},
-    };
     for (int k = 0; k < BV_FN_FIGURES; k++)
-        bv_series_report(figure[k][0], figure[k][1], e->fn_epoch[k]);
+        bv_series_report(fn_figure[k][0], fn_figure[k][1], e->fn_epoch[k]);
 }
 
 bv_status bv_graph_engine_evaluate(bv_graph_engine *e, int64_t epoch, bv_epoch_stats *stats,
@@ -1129,9 +1132,11 @@ bv_status bv_graph_engine_evaluate(bv_graph_engine *e, int64_t epoch, bv_epoch_s
     return BV_OK;
 }
 
-bool bv_graph_engine_functions(const bv_graph_engine *e, double *total, size_t n)
+size_t bv_graph_engine_functions(const bv_graph_engine *e, const char **names,
+                                 const double **totals)
 {
-    for (size_t k = 0; k < n && k < BV_FN_SLOTS; k++)
-        total[k] = e->fn_total[k];
-    return e->cfg.functions;
+    for (int k = 0; k < BV_FN_QUEUE_MEAN; k++) /* the figures that add up over a run */
+        names[k] = fn_figure[k][0];
+    *totals = e->fn_total;
+    return e->cfg.functions ? BV_FN_QUEUE_MEAN : 0;
 }

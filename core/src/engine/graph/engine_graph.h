@@ -130,9 +130,11 @@ bv_status bv_graph_book_shape(const char *book, bv_graph_shape *shape, bv_error 
 bv_status bv_graph_engine_serve(const bv_graph_engine_cfg *cfg, bv_graph_role_kind kind,
                                 int index, const char *book, bv_error *err);
 
-/* Whether the run's tensor tasks run on functions; then total[0, n) gets what the graph
- * servers reported of them over the run (lambda_pool.h's BV_FN_* order). */
-bool bv_graph_engine_functions(const bv_graph_engine *e, double *total, size_t n);
+/* A run whose tensor tasks run on functions: how many figures of them add up over the
+ * run (invocations, relaunches, billed seconds...), their names in names[] (room for 16)
+ * and their totals so far in *totals; 0 for any other run. */
+size_t bv_graph_engine_functions(const bv_graph_engine *e, const char **names,
+                                 const double **totals);
 
 /* Initial weights (Glorot uniform from the seed), zero Adam moments, step 0. */
 bv_status bv_graph_engine_init_weights(bv_graph_engine *e, bv_error *err);

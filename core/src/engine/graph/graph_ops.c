@@ -432,14 +432,11 @@ static void result(bv_engine *g, const bv_history *h, bv_run_result *res)
         bv_result_add(res, "predicted_boundary_bytes_per_epoch", (double)b.predicted_bytes,
                       true, 0);
     }
-    static const char *const fn_names[] = {
-        "lambda_invocations", "lambda_cold_starts", "lambda_relaunches", "lambda_timeouts",
-        "lambda_lost", "lambda_duplicates", "lambda_billed_seconds", "lambda_gb_seconds",
-        "lambda_bytes_to", "lambda_bytes_from"}; /* lambda_pool.h's BV_FN_* up to QUEUE */
-    double fn[sizeof fn_names / sizeof *fn_names];
-    if (bv_graph_engine_functions(g->engine, fn, sizeof fn / sizeof *fn))
-        for (size_t k = 0; k < sizeof fn / sizeof *fn; k++)
-            bv_result_add(res, fn_names[k], fn[k], k != 6 && k != 7, 0);
+    const char *fn_names[16]; /* on functions: the run's invocations, bills, bytes */
+    const double *fn;
+    size_t nfn = bv_graph_engine_functions(g->engine, fn_names, &fn);
+    for (size_t k = 0; k < nfn; k++) /* counts, but seconds and GB-seconds */
+        bv_result_add(res, fn_names[k], fn[k], !strstr(fn_names[k], "seconds"), 0);
     int64_t fewest, most;
     if (bv_graph_engine_server_load(g->engine, &fewest, &most) > 1) {
         bv_result_add(res, "param_server_intervals_fewest", (double)fewest, true, 0);
