@@ -6,7 +6,8 @@
 #    a tenth of the invocations failing, hanging or killed (seeded faults): every lost task
 #    invoked again (relaunches = lost + timed out), a late duplicate never applied twice;
 #  - tensor rematerialisation (remat: true): the same weights, fewer bytes sent;
-#  - a bandwidth limit: an invocation takes at least its bytes' time on the link;
+#  - a bandwidth limit: an invocation takes at least its bytes' time on the link; with
+#    worker-internal streaming (stream: true) the weights are the same;
 #  - the counts: one invocation per task (GCN: 64 an epoch over 8 intervals), cold starts
 #    at most the workers kept when they stay warm, every invocation cold when keep_warm is
 #    0; billed time in 100 ms steps, GB-seconds at the memory cap, the ledger's charge
@@ -132,6 +133,14 @@ bound = 1e3 * r["lambda_bytes_to"] / r["lambda_invocations"] / 4e6
 print(task_ms >= bound, bound > 100)
 PY
 )" "True True"
+
+exp stream "$gcn" 2 "{plugin: lambda, threads: 1, lambdas: 4, stream: true}" \
+    "cloud: {plugin: local, lambda_memory_mb: 1024, lambda_bandwidth_mbps: 200}"
+train stream
+exp gcn2 "$gcn" 2 "$cpu"
+train gcn2
+check "streaming (forward tasks in halves, under a bandwidth limit): the cpu run's weights" \
+    "$(crc stream)" "$(crc gcn2)"
 
 # 5. keep_warm 0: every invocation starts a worker
 exp cold "$gcn" 1 "$fn" "cloud: {plugin: local, lambda_memory_mb: 1024, lambda_keep_warm: 0}"

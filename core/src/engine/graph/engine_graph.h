@@ -73,7 +73,8 @@ typedef struct bv_graph_engine_cfg {
     bool functions;
     int lambdas;
     int worker_threads;
-    bool fn_remat; /* backward tasks rematerialise their forward's output (lambda: remat) */
+    bool fn_remat;  /* backward tasks rematerialise their forward's output (lambda: remat) */
+    bool fn_stream; /* forward tasks are computed in halves as they arrive (lambda: stream) */
     /* In the processes of such a run that need them (a graph server, a function worker):
      * the limits the cloud imposes on each function worker, and (a graph server) the cloud
      * whose instance of its own invokes them (cloud_ops is NULL in every role process). */

@@ -152,6 +152,7 @@ static bv_graph_engine_cfg engine_cfg(bv_engine *g, const bv_graph_dataset *d, u
             cfg.lambdas = (int)bv_opts_int(&x->compute.opts, "lambdas");
             cfg.worker_threads = (int)bv_opts_int(&x->compute.opts, "worker_threads");
             cfg.fn_remat = bv_opts_bool(&x->compute.opts, "remat");
+            cfg.fn_stream = bv_opts_bool(&x->compute.opts, "stream");
         }
     }
     return cfg;

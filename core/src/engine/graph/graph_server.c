@@ -284,6 +284,8 @@ static bv_status av_send(graph_server *gs, size_t s, const bv_task_hdr *epoch, i
     if (!gs->gate)
         reply_in_place(gs, &h, bv_shared_act(s), gs->act[s] + h.row_begin * st->out_dim,
                        (size_t)(h.rows * st->out_dim) * sizeof(float));
+    if (gs->pool && gs->e->cfg.fn_stream) /* the worker starts on the first half */
+        h.flags |= BV_TASK_STREAM;
     return gs_send_task(gs, i, BV_MSG_FWD_TASK, &h,
                         (task_array){in, in_bytes, stage_input_array(gs, s)}, no_array,
                         no_array, err);

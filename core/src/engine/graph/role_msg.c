@@ -48,6 +48,7 @@ static void sleep_ms(double ms)
  * thread runs, in a process of one role. */
 static double link_rate;
 static double link_free_at[2];
+static double link_rest_at; /* a streamed task's second half is in by then (ms) */
 
 void bv_role_limit_bandwidth(double bytes_per_second)
 {
@@ -64,6 +65,12 @@ static void link_take(int way, size_t bytes)
     double start = link_free_at[way] > now ? link_free_at[way] : now;
     link_free_at[way] = start + (double)bytes / link_rate;
     sleep_ms(link_free_at[way] - now);
+}
+
+void bv_role_link_rest(void)
+{
+    if (link_rate > 0)
+        sleep_ms(link_rest_at - role_now_ms());
 }
 
 void bv_role_throttle(double share)
@@ -141,7 +148,16 @@ bv_status bv_role_recv(const bv_transport_ops *t, bv_endpoint *ep, bv_role_msg *
     m->a = p;
     m->b = p + m->hdr.na;
     m->c = p + m->hdr.na + m->hdr.nb;
-    link_take(1, m->raw.payload_len);
+    if ((m->hdr.flags & BV_TASK_STREAM) && link_rate > 0) {
+        /* streamed (lambda: stream): the role goes on once all but the second half of
+         * array a is in; that half keeps the link until link_rest_at (bv_role_link_rest) */
+        size_t rest = (size_t)m->hdr.na / 2;
+        link_take(1, m->raw.payload_len - rest);
+        link_free_at[1] += (double)rest / link_rate;
+        link_rest_at = link_free_at[1];
+    } else {
+        link_take(1, m->raw.payload_len);
+    }
     return BV_OK;
 }
 

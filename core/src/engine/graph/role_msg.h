@@ -115,6 +115,10 @@ enum { BV_TASK_FAULT_FAIL = 1024, BV_TASK_FAULT_HANG = 2048 };
 /* The platform does not cap the function worker's CPU share (no cgroup v2 it may use): the
  * worker holds itself to it (the cloud's function_limits, as the graph server read them). */
 enum { BV_TASK_THROTTLE = 8192 };
+/* A forward task a function worker computes in two halves, the first while the second
+ * half of its input still arrives (worker-internal streaming, Dorylus §6; compute:
+ * {plugin: lambda, stream: true}). */
+enum { BV_TASK_STREAM = 16384 };
 /* A backward task without its forward's output rows: the worker computes them again from
  * the input (tensor rematerialisation, Dorylus §6; compute: {plugin: lambda, remat: true}). */
 enum { BV_TASK_REMAT = 4096 };
@@ -149,6 +153,9 @@ bv_status bv_role_recv_valid(const bv_transport_ops *t, bv_endpoint *ep, bv_role
  * message this process sends or receives then takes its bytes' time on the link, after
  * those before it (lambda_pool.h). Call before any role of the process runs. */
 void bv_role_limit_bandwidth(double bytes_per_second);
+/* Under that limit, a message marked BV_TASK_STREAM is taken as in once all but the second
+ * half of its array a is: this waits until that half is in too. */
+void bv_role_link_rest(void);
 /* A function worker held to `share` of a core (0: not): from now on, every message this
  * process sends first waits until the CPU work since the last one has taken cpu / share
  * of wall time. */

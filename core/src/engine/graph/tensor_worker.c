@@ -339,6 +339,57 @@ static bv_status tw_send_grads(tensor_worker *w, const bv_task_hdr *h, bv_error 
                         w->e->param_floats * sizeof(float), NULL, 0, NULL, 0, err);
 }
 
+/* Rows [r0, r1) of a as a CSR of their own, or NULL (out of memory). */
+static bv_csr *csr_rows(const bv_csr *a, int64_t r0, int64_t r1)
+{
+    int64_t base = a->rowptr[r0], nnz = a->rowptr[r1] - base;
+    bv_csr *c = bv_csr_new(r1 - r0, a->ncols, nnz);
+    if (!c)
+        return NULL;
+    for (int64_t i = 0; i <= r1 - r0; i++)
+        c->rowptr[i] = a->rowptr[r0 + i] - base;
+    memcpy(c->colidx, a->colidx + base, (size_t)nnz * sizeof *c->colidx);
+    if (a->values)
+        memcpy(c->values, a->values + base, (size_t)nnz * sizeof *c->values);
+    else {
+        bv_free_aligned(c->values);
+        c->values = NULL;
+    }
+    return c;
+}
+
+/* Worker-internal streaming (Dorylus §6): the forward of the first half of the rows while
+ * the second half of the input still arrives (bv_role_link_rest), then of the second. Each
+ * row's output is its own: the same bits as one call over all of them. */
+static bv_status tw_forward_streamed(tensor_worker *w, const bv_task_hdr *h, const bv_task_ctx *ctx,
+                                     const float *in, float *out, bv_error *err)
+{
+    const bv_stage *s = w->e->stages[h->stage];
+    int64_t half = h->rows / 2;
+    bv_csr *part[2] = {NULL, NULL};
+    if (ctx->sparse_in && (!(part[0] = csr_rows(ctx->sparse_in, 0, half)) ||
+                           !(part[1] = csr_rows(ctx->sparse_in, half, h->rows)))) {
+        bv_csr_free(part[0]);
+        return bv_error_set(err, BV_ERR_NOMEM, "out of memory streaming %s", s->name);
+    }
+    bv_status st = BV_OK;
+    for (int k = 0; k < 2 && st == BV_OK; k++) {
+        int64_t r0 = k ? half : 0;
+        bv_task_ctx c = *ctx;
+        c.row_begin += r0;
+        c.rows = k ? h->rows - half : half;
+        c.sparse_in = part[k];
+        if (k == 1)
+            bv_role_link_rest();
+        st = w->e->cfg.model_ops->tensor_forward(w->e->cfg.model, (size_t)h->stage, &c,
+                                                 in + r0 * s->in_dim, out + r0 * s->out_dim,
+                                                 err);
+    }
+    bv_csr_free(part[0]);
+    bv_csr_free(part[1]);
+    return st;
+}
+
 static bv_status tw_forward(tensor_worker *w, const bv_role_msg *m, bv_error *err)
 {
     const bv_task_hdr *h = &m->hdr;
@@ -358,8 +409,11 @@ static bv_status tw_forward(tensor_worker *w, const bv_role_msg *m, bv_error *er
         return err->status;
     bv_task_ctx ctx = tw_ctx(w, h);
     ctx.sparse_in = tw_sparse_input(w, h);
-    st = w->e->cfg.model_ops->tensor_forward(w->e->cfg.model, (size_t)h->stage, &ctx, in, out,
-                                             err);
+    if ((h->flags & BV_TASK_STREAM) && h->rows >= 2)
+        st = tw_forward_streamed(w, h, &ctx, in, out, err);
+    else
+        st = w->e->cfg.model_ops->tensor_forward(w->e->cfg.model, (size_t)h->stage, &ctx, in,
+                                                 out, err);
     bv_task_hdr reply = reply_hdr(w, h);
     if (st == BV_OK)
         st = bv_role_send(w->t, w->to_gs[h->reply_to], BV_MSG_FWD_RESULT, w->id, &reply, out,
