@@ -455,10 +455,18 @@ static int64_t local_launch(bv_cloud *c, const bv_node_request *req, char *addre
     }
     for (size_t i = 0; i < argc; i++)
         argv[k++] = req->argv[i];
-    int fds[2];
-    if (pipe2(fds, O_CLOEXEC) != 0) {
-        free(argv);
+    /* fds: the node's output; execd: closed by the child's exec, so that launch returns
+     * once the node runs its own program (until then the child is a copy of this process,
+     * whose resident memory the functions' cap must not take for the worker's) */
+    int fds[2], execd[2];
+    bool piped = pipe2(fds, O_CLOEXEC) == 0;
+    if (!piped || pipe2(execd, O_CLOEXEC) != 0) {
         bv_error_set(err, BV_ERR_IO, "local cloud: pipe: %s", strerror(errno));
+        if (piped) {
+            close(fds[0]);
+            close(fds[1]);
+        }
+        free(argv);
         return -1;
     }
     pid_t parent = getpid();
@@ -470,7 +478,9 @@ static int64_t local_launch(bv_cloud *c, const bv_node_request *req, char *addre
             _exit(127); /* the coordinator is gone already */
         dup2(fds[1], STDOUT_FILENO);
         dup2(fds[1], STDERR_FILENO);
-        close_range(3, ~0u, 0);
+        if (execd[1] != 3)
+            dup3(execd[1], 3, O_CLOEXEC);
+        close_range(4, ~0u, 0);
         execv(argv[0], (char *const *)argv);
         static const char msg[] = "cannot start the node's command\n";
         if (write(STDERR_FILENO, msg, sizeof msg - 1) < 0) {
@@ -480,6 +490,12 @@ static int64_t local_launch(bv_cloud *c, const bv_node_request *req, char *addre
     }
     free(argv);
     close(fds[1]);
+    close(execd[1]);
+    char byte;
+    while (pid > 0 && read(execd[0], &byte, 1) < 0 && errno == EINTR) {
+        /* EOF: the child ran exec (or ended) */
+    }
+    close(execd[0]);
     if (pid < 0) {
         close(fds[0]);
         bv_error_set(err, BV_ERR_IO, "local cloud: fork: %s", strerror(errno));
