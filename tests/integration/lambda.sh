@@ -52,7 +52,7 @@ fn="{plugin: lambda, threads: 1, lambdas: 4}"
 # faulty runs' workers use whole cores (lambda_cpu: 0), so that a task never takes near
 # the short time limit that keeps the hung invocations brief, even under the sanitizers.
 cloudline="cloud: {plugin: local, lambda_memory_mb: 1024}"
-faults="cloud: {plugin: local, lambda_memory_mb: 1024, lambda_cpu: 0, lambda_fail: 0.04, lambda_hang: 0.03, lambda_kill: 0.03, lambda_time_limit: 0.25}"
+faults="cloud: {plugin: local, lambda_memory_mb: 1024, lambda_cpu: 0, lambda_fail: 0.04, lambda_hang: 0.03, lambda_kill: 0.03, lambda_time_limit: 0.5}"
 train() { run "$tmp/$1" run "$tmp/$1.yaml" --out "$tmp/$1" --quiet --no-plot "${@:2}"; }
 crc() { field "$tmp/$1" params_crc32c; }
 num() { python3 -c 'import json, sys; print(json.load(open(sys.argv[1] + "/result.json"))[sys.argv[2]])' "$tmp/$1" "$2"; }
