@@ -8,6 +8,7 @@
 #  - tensor rematerialisation (remat: true): the same weights, fewer bytes sent;
 #  - a bandwidth limit: an invocation takes at least its bytes' time on the link; with
 #    worker-internal streaming (stream: true) the weights are the same;
+#  - two graph servers, each with its controller: the cpu cluster's weights, faults and all;
 #  - the counts: one invocation per task (GCN: 64 an epoch over 8 intervals), cold starts
 #    at most the workers kept when they stay warm, every invocation cold when keep_warm is
 #    0; billed time in 100 ms steps, GB-seconds at the memory cap, the ledger's charge
@@ -103,6 +104,17 @@ check "every lost invocation made again (relaunches = lost + timed out > 0)" \
     "$(python3 -c "r, l, t = $(num gcn-faults lambda_relaunches), $(num gcn-faults lambda_lost), $(num gcn-faults lambda_timeouts); print(r == l + t, r > 0, t > 0)")" \
     "True True True"
 check "GCN with faults: nothing left" "$(leftovers "$pgid")" "processes 0, socket dirs 0"
+
+# two graph servers, each with its own controller and its share of the worker slots: the
+# weights of the cpu cluster with two graph servers, faults and all; 2 x 8 intervals x 8
+# tasks x 3 epochs invoked once each, besides the relaunches
+exp g2 "$gcn" 3 "$cpu" "cluster: {graph_servers: 2, tensor_workers: 2}" "cloud: {plugin: local}"
+train g2
+exp g2-fn "$gcn" 3 "$fn" "cluster: {graph_servers: 2}" "$faults"
+train g2-fn
+check "two graph servers on functions, with faults: the cpu cluster's weights" \
+    "$(crc g2-fn) $(python3 -c "print($(num g2-fn lambda_invocations) - $(num g2-fn lambda_relaunches))")" \
+    "$(crc g2) 384"
 
 # 2. GAT (edge tasks carry their edges to every invocation)
 exp gat "$gat" 2 "$cpu"
