@@ -200,13 +200,15 @@ static void invoke(bv_lambda_pool *p, int k, fn_task *task, double now)
     }
 }
 
-/* Tells slot k's worker to end; its exit frees the slot. */
-static void retire(bv_lambda_pool *p, int k)
+/* Tells slot k's worker to end; its exit frees the slot (watch: or the cloud ends it, if
+ * it has not exited within engine.peer_timeout). */
+static void retire(bv_lambda_pool *p, int k, double now)
 {
     bv_error ignored;
     bv_role_send(p->t, p->to[p->first + k], BV_MSG_SHUTDOWN, BV_ROLE_GS, NULL, NULL, 0, NULL, 0,
                  NULL, 0, &ignored);
     p->slots[k].state = SLOT_RETIRING;
+    p->slots[k].since = now;
 }
 
 /* The oldest waiting task, or NULL. */
@@ -226,7 +228,7 @@ static bv_status dispatch(bv_lambda_pool *p, double now, bv_error *err)
 {
     for (int k = 0; k < p->nslots; k++) /* past the keep-warm period */
         if (p->slots[k].state == SLOT_IDLE && now - p->slots[k].since >= p->lim.keep_warm)
-            retire(p, k);
+            retire(p, k, now);
     for (fn_task *task; (task = next_queued(p));) {
         int warm = -1, free_slot = -1;
         for (int k = 0; k < p->nslots; k++) {
@@ -250,7 +252,7 @@ static bv_status dispatch(bv_lambda_pool *p, double now, bv_error *err)
     }
     for (int k = 0; k < p->nslots && alive(p) > p->lambdas; k++)
         if (p->slots[k].state == SLOT_IDLE)
-            retire(p, k);
+            retire(p, k, now);
     int n = alive(p);
     if (n > p->fig[BV_FN_WORKERS_MAX])
         p->fig[BV_FN_WORKERS_MAX] = n;
@@ -293,6 +295,10 @@ static bv_status watch(bv_lambda_pool *p, double now, bv_error *err)
             bv_error ignored;
             p->ops->terminate(p->cloud, sl->node, &ignored);
             sl->state = SLOT_FREE;
+        } else if (sl->state == SLOT_RETIRING && now - sl->since > p->e->cfg.peer_timeout) {
+            bv_error ignored; /* told to end and still there (its SHUTDOWN was lost) */
+            p->ops->terminate(p->cloud, sl->node, &ignored);
+            sl->state = SLOT_FREE;
         }
     }
     for (size_t i = 0; i < p->ntasks; i++)
@@ -325,7 +331,7 @@ static bool take(bv_lambda_pool *p, bv_role_msg *m, double now)
             snprintf(why, sizeof why, "failed: %.*s", (int)(m->hdr.na < 160 ? m->hdr.na : 160),
                      (const char *)m->a);
             lose(p, k, BV_FN_LOST, why, now);
-            retire(p, k);
+            retire(p, k, now);
         }
     } else if (is_result(type)) {
         fn_task *task = find_task(p, (uint64_t)m->hdr.step);
