@@ -461,7 +461,7 @@ static bv_status engine_prepare(const bv_graph_engine_cfg *cfg, bool graph_array
     if (e->cfg.intervals > smallest)
         e->cfg.intervals = (int)(smallest > 0 ? smallest : 1);
     if (e->cfg.functions) { /* each graph server has the same share of the worker slots */
-        int slots = e->cfg.tensor_workers / e->ngs;
+        int slots = bv_fn_slots(e);
         if (slots < 1) /* the caller stops e */
             return bv_error_set(err, BV_ERR_INVALID, "compute.max_lambdas (%d) must be at "
                                 "least the graph servers (%d): each needs a worker",
@@ -1039,10 +1039,9 @@ bv_status bv_graph_engine_set_knob(bv_graph_engine *e, const char *plugin, const
         if (!e->cfg.functions)
             return bv_error_set(err, BV_ERR_INVALID, "compute.lambdas: this run's tensor "
                                 "tasks do not run on functions (compute: lambda)");
-        int slots = e->cfg.tensor_workers / e->ngs;
-        if (!(value >= 1 && value <= slots))
-            return bv_error_set(err, BV_ERR_INVALID, "compute.lambdas must be 1 .. %d (the "
-                                "worker slots of a graph server: compute.max_lambdas)", slots);
+        bv_status st = bv_lambda_count_ok(e, value, err);
+        if (st != BV_OK)
+            return st;
         snprintf(name, sizeof name, "compute.lambdas");
     } else if (!e->cfg.gate_ops || !e->cfg.gate_ops->set_knob ||
                strcmp(plugin, e->cfg.gate_name) != 0) {

@@ -180,6 +180,12 @@ static inline int bv_role_slots(const bv_graph_engine *e)
 {
     return bv_slot_tw(e, e->cfg.functions ? 0 : e->cfg.tensor_workers);
 }
+/* Tasks on functions: the worker slots each graph server has (graph server g's are
+ * [g * n, (g + 1) * n)). */
+static inline int bv_fn_slots(const bv_graph_engine *e)
+{
+    return e->cfg.tensor_workers / e->ngs;
+}
 /* "graph server", "parameter server" ("graph server 1", "parameter server 1" when there
  * are several), "tensor worker 3". */
 void bv_role_slot_name(const bv_graph_engine *e, int slot, char *buf, size_t len);

@@ -365,7 +365,7 @@ bv_status bv_lambda_pool_open(bv_graph_engine *e, bv_endpoint *inbox, bv_endpoin
     p->to = to_workers;
     p->ops = e->cfg.fn_cloud_ops;
     p->lim = e->cfg.fn_limits;
-    p->nslots = e->cfg.tensor_workers / e->ngs;
+    p->nslots = bv_fn_slots(e);
     p->first = e->gs_index * p->nslots;
     p->lambdas = e->cfg.lambdas;
     p->billing_s = 1e-3 * e->cfg.fn_billing_ms;
@@ -460,13 +460,21 @@ bool bv_lambda_pool_take(bv_lambda_pool *p, bv_role_msg *m)
     return take(p, m, bv_engine_now());
 }
 
+bv_status bv_lambda_count_ok(const bv_graph_engine *e, double value, bv_error *err)
+{
+    if (!(value >= 1 && value <= bv_fn_slots(e)))
+        return bv_error_set(err, BV_ERR_INVALID, "compute.lambdas must be 1 .. %d (the "
+                            "worker slots of a graph server: compute.max_lambdas)",
+                            bv_fn_slots(e));
+    return BV_OK;
+}
+
 bv_status bv_lambda_pool_set_lambdas(bv_lambda_pool *p, double value, bv_error *err)
 {
-    if (!(value >= 1 && value <= p->nslots))
-        return bv_error_set(err, BV_ERR_INVALID, "compute.lambdas must be 1 .. %d (the "
-                            "worker slots of a graph server: compute.max_lambdas)", p->nslots);
-    p->lambdas = (int)value;
-    return BV_OK;
+    bv_status st = bv_lambda_count_ok(p->e, value, err);
+    if (st == BV_OK)
+        p->lambdas = (int)value;
+    return st;
 }
 
 void bv_lambda_pool_begin(bv_lambda_pool *p)

@@ -56,6 +56,9 @@ bv_status bv_lambda_pool_recv(bv_lambda_pool *p, bv_role_msg *m, bv_error *err);
 /* Between passes: m (a worker's READY or a late result) is the controller's; it takes it
  * (and releases it) and returns true. */
 bool bv_lambda_pool_take(bv_lambda_pool *p, bv_role_msg *m);
+/* Whether value is a count the knob compute.lambdas may take (1 .. bv_fn_slots), checked
+ * by the coordinator before it sends the knob and by each graph server when it comes. */
+bv_status bv_lambda_count_ok(const bv_graph_engine *e, double value, bv_error *err);
 /* The knob compute.lambdas (1 .. the slots). */
 bv_status bv_lambda_pool_set_lambdas(bv_lambda_pool *p, double value, bv_error *err);
 /* A pass begins (the figures restart) and ends (they are read). */

@@ -713,7 +713,7 @@ void *bv_tensor_worker_main(void *arg)
     const bv_function_limits *fn = &w.e->cfg.fn_limits;
     w.cpu_share = w.function ? fn->cpu : 0;
     /* a function worker's graph server: the one whose share of the slots it is in */
-    int gs = w.function ? w.index / (w.e->cfg.tensor_workers / w.e->ngs) : 0;
+    int gs = w.function ? w.index / bv_fn_slots(w.e) : 0;
     char name[32];
     snprintf(name, sizeof name, "%s %d", w.function ? "function worker" : "tensor worker",
              w.index);
