@@ -206,21 +206,22 @@ static bv_status function_limits(const bv_experiment *x, uint64_t seed, bv_funct
 static bv_status function_billing(const bv_experiment *x, bv_graph_engine_cfg *cfg,
                                   bv_error *err)
 {
-    bv_price_table *t = malloc(sizeof *t);
-    if (!t)
-        return bv_error_set(err, BV_ERR_NOMEM, "out of memory");
+    bv_price_table *loaded = NULL; /* the shipped default, when cost: names none */
+    const bv_price_table *t = &x->prices;
     bv_status st = BV_OK;
-    if (x->prices.ninstances)
-        *t = x->prices;
-    else
-        st = bv_prices_load(bv_opts_str(&x->cost, "prices"), NULL, t, err);
+    if (!x->prices.ninstances) {
+        if (!(loaded = malloc(sizeof *loaded)))
+            return bv_error_set(err, BV_ERR_NOMEM, "out of memory");
+        st = bv_prices_load(bv_opts_str(&x->cost, "prices"), NULL, loaded, err);
+        t = loaded;
+    }
     if (st == BV_OK) {
         cfg->fn_billing_ms = t->has_lambda && t->lambda_billing_ms > 0 ? t->lambda_billing_ms : 1;
         cfg->fn_bill_mb = cfg->fn_limits.memory_mb > 0 ? cfg->fn_limits.memory_mb
                           : t->has_lambda             ? t->lambda_memory_mb
                                                       : 0;
     }
-    free(t);
+    free(loaded);
     return st;
 }
 
