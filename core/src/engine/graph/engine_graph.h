@@ -75,13 +75,13 @@ typedef struct bv_graph_engine_cfg {
     int worker_threads;
     bool fn_remat;  /* backward tasks rematerialise their forward's output (lambda: remat) */
     bool fn_stream; /* forward tasks are computed in halves as they arrive (lambda: stream) */
-    /* In the processes of such a run that need them (a graph server, a function worker):
-     * the limits the cloud imposes on each function worker, and (a graph server) the cloud
-     * whose instance of its own invokes them (cloud_ops is NULL in every role process). */
+    /* In a function worker's process: the limits the cloud imposes on it. In a graph
+     * server's: the cloud whose instance of its own invokes the workers (and reports
+     * their limits; cloud_ops is NULL in every role process). */
     bv_function_limits fn_limits;
     const bv_cloud_ops *fn_cloud_ops;
-    /* how the run's price table bills an invocation: rounded up to fn_billing_ms, for
-     * fn_bill_mb of memory (the workers' cap, or the table's size with none) */
+    /* how the run's price table bills an invocation: rounded up to fn_billing_ms, for the
+     * workers' memory cap, or fn_bill_mb (the table's size) when they have none */
     double fn_billing_ms, fn_bill_mb;
 } bv_graph_engine_cfg;
 

@@ -217,9 +217,7 @@ static bv_status function_billing(const bv_experiment *x, bv_graph_engine_cfg *c
     }
     if (st == BV_OK) {
         cfg->fn_billing_ms = t->has_lambda && t->lambda_billing_ms > 0 ? t->lambda_billing_ms : 1;
-        cfg->fn_bill_mb = cfg->fn_limits.memory_mb > 0 ? cfg->fn_limits.memory_mb
-                          : t->has_lambda             ? t->lambda_memory_mb
-                                                      : 0;
+        cfg->fn_bill_mb = t->has_lambda ? t->lambda_memory_mb : 0;
     }
     free(loaded);
     return st;
@@ -276,7 +274,8 @@ bv_status bv_graph_serve_role(const bv_experiment *x, void *data, const char *ro
         st = make_model(&g, x, data, err);
     if (st == BV_OK) {
         bv_graph_engine_cfg cfg = engine_cfg(&g, data, seed, NULL);
-        if (cfg.functions && (kind == BV_GRAPH_ROLE_GRAPH || kind == BV_GRAPH_ROLE_FUNCTION))
+        if (cfg.functions && kind == BV_GRAPH_ROLE_FUNCTION) /* a graph server's controller
+                                                                asks its own cloud */
             st = function_limits(x, seed, &cfg.fn_limits, err);
         if (st == BV_OK && cfg.functions && kind == BV_GRAPH_ROLE_GRAPH) {
             cfg.fn_cloud_ops = &x->cloud_ops; /* it invokes its function workers */

@@ -364,12 +364,10 @@ bv_status bv_lambda_pool_open(bv_graph_engine *e, bv_endpoint *inbox, bv_endpoin
     p->inbox = inbox;
     p->to = to_workers;
     p->ops = e->cfg.fn_cloud_ops;
-    p->lim = e->cfg.fn_limits;
     p->nslots = bv_fn_slots(e);
     p->first = e->gs_index * p->nslots;
     p->lambdas = e->cfg.lambdas;
     p->billing_s = 1e-3 * e->cfg.fn_billing_ms;
-    p->gb = e->cfg.fn_bill_mb / 1024.0;
     p->next_id = 1;
     p->mark = bv_engine_now();
     if (!(p->slots = calloc((size_t)p->nslots, sizeof *p->slots)))
@@ -380,6 +378,10 @@ bv_status bv_lambda_pool_open(bv_graph_engine *e, bv_endpoint *inbox, bv_endpoin
     p->cloud = p->ops->create(e->cfg.cloud_opts, &e->cfg.run_info, err);
     if (!p->cloud)
         return err->status ? err->status : BV_ERR_PLUGIN;
+    p->lim = (bv_function_limits){.size = sizeof p->lim};
+    if ((st = p->ops->function_limits(p->cloud, &p->lim, err)) != BV_OK)
+        return st;
+    p->gb = (p->lim.memory_mb > 0 ? p->lim.memory_mb : e->cfg.fn_bill_mb) / 1024.0;
     return BV_OK;
 }
 
