@@ -179,6 +179,10 @@ sed -i 's/= 2}/= 99}/' "$tmp/turn.lua"
 train turn --force
 check "compute.lambdas = 99: the policy's error stops the run" \
     "$(grep -c "compute.lambdas must be 1 .. 32" "$tmp/turn.err")" 1
+sed -i 's/compute.lambdas"\] = 99/compute.workers"] = 2/' "$tmp/turn.lua"
+train turn --force
+check "compute.workers: no such knob, a policy error" \
+    "$(grep -c "compute.workers: the graph engine's compute knob is compute.lambdas" "$tmp/turn.err")" 1
 exp tune "$gcn" 4 "{plugin: lambda, threads: 1}" "$cloudline" \
     "policy: {file: $BIVOUAC_SOURCE_DIR/scripts/lua/autotune_lambdas.lua, params: {max: 8}}"
 train tune

@@ -1035,7 +1035,10 @@ bv_status bv_graph_engine_set_knob(bv_graph_engine *e, const char *plugin, const
                                    double value, bv_error *err)
 {
     char name[64];
-    if (strcmp(plugin, "compute") == 0 && strcmp(knob, "lambdas") == 0) {
+    if (strcmp(plugin, "compute") == 0) {
+        if (strcmp(knob, "lambdas") != 0)
+            return bv_error_set(err, BV_ERR_INVALID, "compute.%s: the graph engine's compute "
+                                "knob is compute.lambdas", knob);
         if (!e->cfg.functions)
             return bv_error_set(err, BV_ERR_INVALID, "compute.lambdas: this run's tensor "
                                 "tasks do not run on functions (compute: lambda)");
