@@ -53,6 +53,10 @@ void bv_node_group_await_exits(const bv_cloud_ops *ops, bv_cloud *cloud, int64_t
 bv_status bv_node_group_run_key(const bv_plugin *transport, const char *what, char *secret,
                                 bv_error *err);
 
+/* A coordinator of node processes gives up a send after this long, looks at its nodes,
+ * and tries again until the transport's own send bound. */
+#define BV_SEND_SLICE_MS 100
+
 /* This process's transport: the experiment's options, and with a run key (secret not
  * empty) every link CURVE-authenticated and encrypted with it; send_slice_ms > 0 bounds
  * each send to that many milliseconds (a coordinator that looks at its nodes between

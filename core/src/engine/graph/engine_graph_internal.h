@@ -18,9 +18,6 @@
 #define BV_ADDR_LEN 96
 #define BV_FN_SLOTS 16 /* room for lambda_pool.h's BV_FN_FIGURES */
 #define BV_FN_SEND_MS 1000
-/* The coordinator of role processes gives up a send after this long, looks at the
- * processes, and tries again until the transport's send bound (bv_engine_coord_send). */
-#define BV_SEND_SLICE_MS 100
 
 typedef struct bv_shared_array {
     void *base;

@@ -42,6 +42,7 @@ struct bv_seq_pipe {
     char dir[64];
     bool signals;
     bool failed; /* a stage failed or ended: stop ends the rest without waiting */
+    int send_bound_ms; /* the transport's send bound (< 0: none) */
     double next_watch;
     double started_at;
 };
@@ -59,16 +60,31 @@ static void stage_name(const bv_seq_pipe *p, int node, char *buf, size_t len)
 
 static bv_status watch(bv_seq_pipe *p, bv_error *err);
 
-/* Sends cmd to a stage node. A send that fails is explained by a stage process that
- * ended, if one did within a moment (the transport's own words would not name it). */
-static bv_status send_cmd(bv_seq_pipe *p, int node, uint32_t cmd, int64_t step,
-                          const void *data, size_t bytes, bv_error *err)
+/* Sends a message to a stage node. With stage processes each try gives up after
+ * BV_SEND_SLICE_MS and the stages are looked at between tries, until the transport's
+ * send bound: a stage that ended fails the send within a slice of its end, named (the
+ * transport's own words would not name it), not after the whole bound. */
+static bv_status send_to(bv_seq_pipe *p, int node, uint16_t type, uint32_t tag, int64_t step,
+                         const void *data, size_t bytes, bv_error *err)
 {
     if (p->node && p->node[node] < 0) /* a process that ended: nobody would take it */
         return bv_error_set(err, BV_ERR_IO, "stage node %d has ended", node);
-    bv_status rc = bv_stage_link_send(p->link, node, BV_PIPE_CMD, cmd, step, data, bytes, err);
-    double end = bv_now_seconds() + 1.0;
-    while (rc != BV_OK && p->cloud && bv_now_seconds() < end) {
+    double until = bv_now_seconds() + p->send_bound_ms * 1e-3;
+    bv_status rc;
+    for (;;) {
+        rc = bv_stage_link_send(p->link, node, type, tag, step, data, bytes, err);
+        if (rc != BV_ERR_IO || !p->cloud ||
+            (p->send_bound_ms >= 0 && bv_now_seconds() >= until))
+            break;
+        bv_error why = {0};
+        if (watch(p, &why) != BV_OK) {
+            *err = why;
+            p->failed = true;
+            return why.status;
+        }
+    }
+    /* explained by a stage process that ended, if one does within a moment */
+    for (double end = bv_now_seconds() + 1.0; rc != BV_OK && p->cloud && bv_now_seconds() < end;) {
         bv_error why = {0};
         if (watch(p, &why) != BV_OK) {
             *err = why;
@@ -78,6 +94,12 @@ static bv_status send_cmd(bv_seq_pipe *p, int node, uint32_t cmd, int64_t step,
         nanosleep(&(struct timespec){0, WATCH_MS * 1000000L}, NULL);
     }
     return rc;
+}
+
+static bv_status send_cmd(bv_seq_pipe *p, int node, uint32_t cmd, int64_t step,
+                          const void *data, size_t bytes, bv_error *err)
+{
+    return send_to(p, node, BV_PIPE_CMD, cmd, step, data, bytes, err);
 }
 
 static void node_name(void *p, int node, char *buf, size_t len)
@@ -437,7 +459,7 @@ static bv_status rendezvous(bv_seq_pipe *p, bv_error *err)
     for (int n = 0; rc == BV_OK && n <= p->nodes; n++)
         len += (size_t)snprintf(book + len, ADDR_LEN, "%s\n", p->addr[n]);
     for (int n = 0; rc == BV_OK && n < p->nodes; n++)
-        rc = bv_stage_link_send(p->link, n, BV_PIPE_BOOK, 0, 0, book, len, err);
+        rc = send_to(p, n, BV_PIPE_BOOK, 0, 0, book, len, err);
     free(book);
     if (rc == BV_OK)
         for (int n = 0; n < p->nodes; n++) {
@@ -519,9 +541,11 @@ bv_status bv_seq_pipe_start(const bv_seq_pipe_cfg *cfg, bv_seq_pipe **out, bv_er
         p->addrs[n] = p->addr[n];
     }
     const bv_transport_ops *t = &cfg->x->transport_ops;
-    if (rc == BV_OK)
-        rc = bv_node_group_transport(t, &cfg->x->transport.opts, cfg->curve_secret, 0, &p->tr,
-                                     err);
+    const bv_opt_value *bound = bv_opts_find(&cfg->x->transport.opts, "send_timeout_ms");
+    p->send_bound_ms = bound ? (int)bound->v.i : -1;
+    if (rc == BV_OK) /* a stage thread shares the transport: its sends are not sliced */
+        rc = bv_node_group_transport(t, &cfg->x->transport.opts, cfg->curve_secret,
+                                     cfg->cloud_ops ? BV_SEND_SLICE_MS : 0, &p->tr, err);
     if (rc == BV_OK)
         rc = bv_stage_link_open(t, p->tr, p->addrs, p->nodes + 1, p->nodes, &p->link, err);
     if (rc == BV_OK && cfg->tcp)
