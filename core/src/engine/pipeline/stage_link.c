@@ -28,6 +28,8 @@ struct bv_stage_link {
     size_t nstash, cap;
     uint64_t dropped;
     bool timed_out; /* the last wait ended by its timeout */
+    bool sliced;    /* bv_stage_link_slice_sends */
+    int send_bound_ms;
 };
 
 bv_status bv_stage_link_open(const bv_transport_ops *t, bv_transport *tr,
@@ -40,7 +42,8 @@ bv_status bv_stage_link_open(const bv_transport_ops *t, bv_transport *tr,
         free(l);
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory");
     }
-    *l = (bv_stage_link){t, tr, addrs, nodes, self, NULL, l->out, NULL, 0, 0, 0, false};
+    *l = (bv_stage_link){.t = t, .tr = tr, .addrs = addrs, .nodes = nodes, .self = self,
+                         .out = l->out};
     if (!(l->inbox = t->bind(tr, addrs[self], err))) {
         free(l->out);
         free(l);
@@ -55,6 +58,22 @@ void bv_stage_link_clear(bv_stage_link *l)
     for (size_t i = 0; i < l->nstash; i++)
         l->t->release(&l->stash[i].raw);
     l->nstash = 0;
+}
+
+void bv_stage_link_drop_steps(bv_stage_link *l, int64_t step, bool other)
+{
+    size_t kept = 0;
+    for (size_t i = 0; i < l->nstash; i++) {
+        const bv_pipe_msg_in *m = &l->stash[i].m;
+        bool control = m->type == BV_PIPE_CMD || m->type == BV_PIPE_DONE ||
+                       m->type == BV_PIPE_ERROR || m->type == BV_PIPE_STATE ||
+                       m->type == BV_PIPE_HELLO || m->type == BV_PIPE_BOOK;
+        if (control || (m->step == step) == other)
+            l->stash[kept++] = l->stash[i];
+        else
+            l->t->release(&l->stash[i].raw);
+    }
+    l->nstash = kept;
 }
 
 void bv_stage_link_close(bv_stage_link *l)
@@ -101,6 +120,62 @@ static uint64_t get_le64(const uint8_t *p)
     return v;
 }
 
+static bv_status take(bv_stage_link *l, int timeout_ms, stashed *s, bv_error *err);
+static bv_status stash_push(bv_stage_link *l, const stashed *s, bv_error *err);
+
+void bv_stage_link_slice_sends(bv_stage_link *l, int bound_ms)
+{
+    l->sliced = true;
+    l->send_bound_ms = bound_ms;
+}
+
+/* Between two tries of a send: the messages that came meanwhile are stashed, and an
+ * ABORT among them ends the send (BV_ERR_STOPPED). */
+static bv_status abort_came(bv_stage_link *l, bv_error *err)
+{
+    for (;;) {
+        stashed s;
+        bv_error e = {0};
+        bv_status st = take(l, 0, &s, &e);
+        if (st == BV_ERR_CORRUPT) {
+            l->dropped++;
+            continue;
+        }
+        if (st != BV_OK) /* nothing more */
+            return BV_OK;
+        bool abort = s.m.type == BV_PIPE_CMD && s.m.tag == BV_PIPE_ABORT;
+        if (abort || (st = stash_push(l, &s, err)) != BV_OK) {
+            l->t->release(&s.raw);
+            return abort ? bv_error_set(err, BV_ERR_STOPPED, "stopped while sending to node "
+                                        "%d", l->self)
+                         : st;
+        }
+    }
+}
+
+/* The payload of a message: the step, then the data. */
+static uint8_t *payload_make(int64_t step, const void *data, size_t bytes)
+{
+    uint8_t *payload = malloc(STEP_BYTES + bytes);
+    if (payload) {
+        put_le64(payload, (uint64_t)step);
+        if (bytes)
+            memcpy(payload + STEP_BYTES, data, bytes);
+    }
+    return payload;
+}
+
+/* One try; the payload is consumed (the transport keeps the buffer where it can). */
+static bv_status send_once(bv_stage_link *l, int to, const bv_wire_header *wh,
+                           uint8_t *payload, size_t len, bv_error *err)
+{
+    if (l->t->send_owned) /* it frees the buffer on failure too */
+        return l->t->send_owned(l->out[to], wh, sizeof *wh, payload, len, err);
+    bv_status st = l->t->send(l->out[to], wh, sizeof *wh, payload, len, err);
+    free(payload);
+    return st;
+}
+
 bv_status bv_stage_link_send(bv_stage_link *l, int to, uint16_t type, uint32_t tag,
                              int64_t step, const void *data, size_t bytes, bv_error *err)
 {
@@ -109,19 +184,25 @@ bv_status bv_stage_link_send(bv_stage_link *l, int to, uint16_t type, uint32_t t
     if (!l->out[to] && !(l->out[to] = l->t->connect(l->tr, l->addrs[to], err)))
         return err->status ? err->status : BV_ERR_IO;
     size_t len = STEP_BYTES + bytes;
-    uint8_t *payload = malloc(len);
+    uint8_t *payload = payload_make(step, data, bytes);
     if (!payload)
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory for a %zu-byte message", len);
-    put_le64(payload, (uint64_t)step);
-    if (bytes)
-        memcpy(payload + STEP_BYTES, data, bytes);
     bv_wire_header wh;
     bv_wire_header_make(&wh, type, (uint32_t)l->self, tag, payload, len);
-    if (l->t->send_owned) /* the transport keeps the buffer */
-        return l->t->send_owned(l->out[to], &wh, sizeof wh, payload, len, err);
-    bv_status st = l->t->send(l->out[to], &wh, sizeof wh, payload, len, err);
-    free(payload);
-    return st;
+    /* sliced: each try gives up after a slice; an ABORT that came meanwhile ends the
+     * send, else it is tried again until the bound */
+    double until = 1e3 * bv_now_seconds() + l->send_bound_ms;
+    for (;;) {
+        bv_status st = send_once(l, to, &wh, payload, len, err);
+        if (st != BV_ERR_IO || !l->sliced ||
+            (l->send_bound_ms >= 0 && 1e3 * bv_now_seconds() >= until))
+            return st;
+        if ((st = abort_came(l, err)) != BV_OK)
+            return st;
+        if (!(payload = payload_make(step, data, bytes)))
+            return bv_error_set(err, BV_ERR_NOMEM, "out of memory for a %zu-byte message",
+                                len);
+    }
 }
 
 static bool matches(const bv_pipe_msg_in *m, uint16_t type, int from, uint32_t tag,

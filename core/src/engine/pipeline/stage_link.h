@@ -47,6 +47,9 @@ enum bv_pipe_cmd {
     BV_PIPE_ABORT,
     BV_PIPE_REPLICA_CRC, /* answer: the replica's stage (int32, -1 none), the checksums of
                             the stage's own parameters and of its replica's (uint32 each) */
+    BV_PIPE_COMMIT,      /* a prepared step applied (two-phase steps: docs/redundancy.md) */
+    BV_PIPE_ADOPT,       /* to a shadow: run the lost next stage (int32 node, then the packed
+                            state of the stage after it); the adopted node answers */
 };
 
 typedef struct bv_stage_link bv_stage_link;
@@ -70,6 +73,11 @@ void bv_stage_link_close(bv_stage_link *l);
 
 bv_status bv_stage_link_send(bv_stage_link *l, int to, uint16_t type, uint32_t tag,
                              int64_t step, const void *data, size_t bytes, bv_error *err);
+/* The transport gives up a send after a slice of bound_ms (node_group.h's
+ * BV_SEND_SLICE_MS): a send is tried again until bound_ms (< 0: forever), and an ABORT
+ * that comes meanwhile ends it with BV_ERR_STOPPED, so a node whose peer is gone is free
+ * for the coordinator's next command at once. */
+void bv_stage_link_slice_sends(bv_stage_link *l, int bound_ms);
 
 #define BV_PIPE_ANY_TAG UINT32_MAX
 #define BV_PIPE_ANY_STEP INT64_MIN
@@ -90,6 +98,11 @@ bv_status bv_stage_link_recv_into(bv_stage_link *l, uint16_t type, int from, uin
 void bv_stage_link_release(bv_stage_link *l, bv_pipe_msg_in *m);
 /* Drops every stashed message (after an aborted step, whose messages are stale). */
 void bv_stage_link_clear(bv_stage_link *l);
+/* Drops the stashed messages between stages of step `step` (other: of every step but
+ * `step`); commands and answers stay. A failed step's messages (other = false), and at the
+ * start of a step those of an aborted attempt that came after the abort (other = true),
+ * while messages of the next attempt that came before the abort stay. */
+void bv_stage_link_drop_steps(bv_stage_link *l, int64_t step, bool other);
 uint64_t bv_stage_link_dropped(const bv_stage_link *l);
 bool bv_stage_link_timed_out(const bv_stage_link *l);
 /* The address the inbox listens on (a wildcard port resolved, when the transport can

@@ -38,7 +38,12 @@ struct bv_seq_pipe {
     bv_stage_link *link;
     /* stages as processes */
     bv_cloud *cloud;
-    int64_t *node; /* per stage node: the cloud's id, -1 gone */
+    int64_t *node; /* per process (launched for stage node n): the cloud's id, -1 gone */
+    int *host;     /* per stage node: the process that runs it (its own, or a shadow's) */
+    int lost;      /* the process whose end failed the last command, -1 none */
+    bool two_phase; /* bv_seq_pipe_two_phase: steps prepared, then committed */
+    int failovers;
+    double failover_s; /* from each loss seen to the end of the step run again */
     char dir[64];
     bool signals;
     bool failed; /* a stage failed or ended: stop ends the rest without waiting */
@@ -67,7 +72,7 @@ static bv_status watch(bv_seq_pipe *p, bv_error *err);
 static bv_status send_to(bv_seq_pipe *p, int node, uint16_t type, uint32_t tag, int64_t step,
                          const void *data, size_t bytes, bv_error *err)
 {
-    if (p->node && p->node[node] < 0) /* a process that ended: nobody would take it */
+    if (p->node && p->node[p->host[node]] < 0) /* its process ended: nobody would take it */
         return bv_error_set(err, BV_ERR_IO, "stage node %d has ended", node);
     double until = bv_now_seconds() + p->send_bound_ms * 1e-3;
     bv_status rc;
@@ -128,6 +133,7 @@ static bv_status watch(bv_seq_pipe *p, bv_error *err)
         return err->status ? err->status : BV_ERR_PLUGIN;
     if (got == 1) {
         char who[64], how[96];
+        p->lost = n;
         stage_name(p, n, who, sizeof who);
         bv_node_group_exit_text(status, how, sizeof how);
         bv_peer_event ev = {sizeof ev, "stage", id, p->addr[n],
@@ -252,6 +258,7 @@ void bv_seq_pipe_stop(bv_seq_pipe *p)
     if (p->signals)
         bv_node_group_signals_off();
     free(p->node);
+    free(p->host);
     free(p->addr);
     free(p->addrs);
     free(p->args);
@@ -525,10 +532,15 @@ bv_status bv_seq_pipe_start(const bv_seq_pipe_cfg *cfg, bv_seq_pipe **out, bv_er
     bv_status rc = BV_OK;
     p->started_at = bv_now_seconds();
     int id = atomic_fetch_add(&pipe_counter, 1);
-    if (cfg->cloud_ops && !(p->node = malloc((size_t)p->nodes * sizeof *p->node)))
+    if (cfg->cloud_ops && (!(p->node = malloc((size_t)p->nodes * sizeof *p->node)) ||
+                           !(p->host = malloc((size_t)p->nodes * sizeof *p->host))))
         rc = bv_error_set(err, BV_ERR_NOMEM, "out of memory");
     for (int n = 0; p->node && n < p->nodes; n++)
         p->node[n] = -1;
+    for (int n = 0; p->host && n < p->nodes; n++)
+        p->host[n] = n;
+    p->lost = -1;
+    p->two_phase = bv_seq_pipe_two_phase(cfg);
     if (rc == BV_OK && cfg->cloud_ops)
         rc = bv_node_group_make_dir(p->dir, sizeof p->dir, err);
     for (int n = 0; n <= p->nodes; n++) {
@@ -564,6 +576,7 @@ bv_status bv_seq_pipe_start(const bv_seq_pipe_cfg *cfg, bv_seq_pipe **out, bv_er
         a->stage = n % cfg->stages;
         a->pipeline = n / cfg->stages;
         atomic_init(&a->gone, false);
+        atomic_init(&a->bound, 0);
         if (pthread_create(&p->threads[n], NULL, bv_seq_stage_main, &p->args[n]) != 0)
             rc = bv_error_set(err, BV_ERR_IO, "cannot start a thread for stage %d",
                               n % cfg->stages);
@@ -604,12 +617,150 @@ static bv_status take_step(bv_seq_pipe *p, int node, const bv_pipe_msg_in *m, vo
     return BV_OK;
 }
 
+static bv_status take_state(bv_seq_pipe *p, int node, const bv_pipe_msg_in *m, void *ctx,
+                            bv_error *err);
+
+/* One command to one node and its one answer (DONE, or done_type), into each(). */
+static bv_status ask(bv_seq_pipe *p, int node, uint32_t cmd, int64_t step, const void *data,
+                     size_t bytes, uint16_t done_type,
+                     bv_status (*each)(bv_seq_pipe *, int, const bv_pipe_msg_in *, void *,
+                                       bv_error *),
+                     void *ctx, bv_error *err)
+{
+    bv_status rc = send_cmd(p, node, cmd, step, data, bytes, err);
+    if (rc != BV_OK)
+        return rc;
+    int nodes = p->nodes;
+    p->nodes = 1; /* one answer */
+    rc = collect(p, cmd, step, done_type, each, ctx, err);
+    p->nodes = nodes;
+    return rc;
+}
+
+/* A prepared step applied by every stage (two-phase steps): COMMIT goes to every node
+ * whose process is there before any answer is awaited, so a loss now leaves every other
+ * stage, and the lost one's replica, with the step applied. */
+static bv_status commit(bv_seq_pipe *p, int64_t ws, bv_error *err)
+{
+    bv_status first = BV_OK;
+    for (int n = 0; n < p->nodes; n++) {
+        bv_error e = {0};
+        bv_status rc = send_cmd(p, n, BV_PIPE_COMMIT, ws, NULL, 0, &e);
+        if (rc != BV_OK && first == BV_OK)
+            first = rc, *err = e;
+    }
+    return first != BV_OK ? first : collect(p, BV_PIPE_COMMIT, ws, BV_PIPE_DONE, NULL, NULL, err);
+}
+
+/* Bamboo's failover (docs/redundancy.md#the-failover): the lost process ran one stage node
+ * v, whose shadow (the stage before it in its pipeline, or the last for the first) keeps a
+ * replica of it; the shadow's process adopts v with the replica's weights and moments and
+ * the state of the stage after v for v's own replica, at the step boundary every stage is
+ * at. Refused, with why, where that cannot be: threads, tcp links, no replicas, a process
+ * that ran two nodes, a shadow that is gone (two consecutive stages). */
+static bv_status failover(bv_seq_pipe *p, const bv_error *loss, bv_error *err)
+{
+    const bv_seq_pipe_cfg *c = &p->cfg;
+    int v = -1, count = 0;
+    for (int n = 0; p->lost >= 0 && n < p->nodes; n++)
+        if (p->host[n] == p->lost)
+            v = n, count++;
+    if (!p->two_phase || c->tcp || count != 1) {
+        if (p->two_phase && !c->tcp && count > 1)
+            return bv_error_set(err, loss->status, "%s; the process ran %d stage nodes (a "
+                                "shadow and the stage it had taken over): no replica of "
+                                "them all is left", loss->msg, count);
+        *err = *loss;
+        return err->status;
+    }
+    int P = c->stages, d = v / P, s = v % P;
+    int shadow = d * P + (s + P - 1) % P;
+    char who[64], by[64];
+    stage_name(p, v, who, sizeof who);
+    stage_name(p, shadow, by, sizeof by);
+    if (p->node[p->host[shadow]] < 0)
+        return bv_error_set(err, loss->status, "%s; its shadow, %s, is gone too: nothing "
+                            "keeps %s's layers", loss->msg, by, who);
+    bv_log(BV_LOG_WARN, "%s", loss->msg);
+    bv_log(BV_LOG_INFO, "failover: %s's process (node %d) adopts %s from its replica", by,
+           p->host[shadow], who);
+    p->lost = -1;
+    /* every other stage's layers of v's pipeline: the stage after v's for v's replica of
+     * it, and the owners of the tensors v's layers or that replica tie to */
+    bv_state others = {0};
+    bv_status rc = BV_OK;
+    for (int k = 0; rc == BV_OK && k < P; k++)
+        if (k != s)
+            rc = ask(p, d * P + k, BV_PIPE_GET_STATE, 0, NULL, 0, BV_PIPE_STATE, take_state,
+                     &others, err);
+    uint8_t *buf = NULL;
+    size_t bytes = 0;
+    if (rc == BV_OK)
+        rc = bv_stage_state_pack(&others, &buf, &bytes, err);
+    bv_state_free(&others);
+    uint8_t *msg = rc == BV_OK ? malloc(sizeof(int32_t) + bytes) : NULL;
+    if (rc == BV_OK && !msg)
+        rc = bv_error_set(err, BV_ERR_NOMEM, "out of memory");
+    if (rc == BV_OK) {
+        int32_t node = v;
+        memcpy(msg, &node, sizeof node);
+        memcpy(msg + sizeof node, buf, bytes);
+        p->host[v] = p->host[shadow]; /* v's inbox is bound again, in the shadow's process */
+        rc = ask(p, shadow, BV_PIPE_ADOPT, p->failovers, msg, sizeof node + bytes,
+                 BV_PIPE_DONE, NULL, NULL, err);
+    }
+    free(msg);
+    free(buf);
+    if (rc != BV_OK) {
+        bv_error why = *err;
+        return bv_error_set(err, rc, "the failover of %s: %s", who, why.msg);
+    }
+    p->failovers++;
+    return BV_OK;
+}
+
+/* After a command failed: a stage process lost in a run with two-phase steps is failed
+ * over (true: the command may run again); else err stays the failure. */
+static bool recovered(bv_seq_pipe *p, double *lost_at, bv_error *err)
+{
+    if (!p->two_phase || p->lost < 0)
+        return false;
+    if (*lost_at == 0)
+        *lost_at = bv_now_seconds();
+    bv_error loss = *err;
+    p->failed = false;
+    if (failover(p, &loss, err) == BV_OK)
+        return true;
+    p->failed = true;
+    return false;
+}
+
 bv_status bv_seq_pipe_train(bv_seq_pipe *p, int64_t it, double lr, bv_seq_pipe_step *out,
                             bv_error *err)
 {
-    step_acc a = {0};
-    double *acc = a.sum;
-    bv_status rc = broadcast(p, BV_PIPE_TRAIN, it, &lr, sizeof lr, take_step, &a, err);
+    step_acc a;
+    double lost_at = 0;
+    bv_status rc;
+    for (int attempt = 0;; attempt++) {
+        int64_t ws = BV_SEQ_WIRE_STEP(it, attempt);
+        a = (step_acc){0};
+        rc = broadcast(p, BV_PIPE_TRAIN, ws, &lr, sizeof lr, take_step, &a, err);
+        bool prepared = rc == BV_OK;
+        if (rc == BV_OK && p->two_phase)
+            rc = commit(p, ws, err);
+        /* a stage process lost: before every stage had prepared the step nobody applied
+         * it, and it runs again; after, every stage that is left applied it */
+        if (rc == BV_OK || !recovered(p, &lost_at, err))
+            break;
+        if (prepared) { /* applied: its results are whole */
+            rc = BV_OK;
+            break;
+        }
+        bv_log(BV_LOG_INFO, "step %lld runs again (attempt %d)", (long long)it + 1,
+               attempt + 2);
+    }
+    if (lost_at > 0)
+        p->failover_s += bv_now_seconds() - lost_at;
     if (rc != BV_OK)
         return rc;
     /* each stage's seconds computing and waiting (mean over the pipelines), as series */
@@ -620,9 +771,25 @@ bv_status bv_seq_pipe_train(bv_seq_pipe *p, int64_t it, double lr, bv_seq_pipe_s
         snprintf(name, sizeof name, "stage%d_wait", s);
         bv_series_report(name, "s", a.wait[s] / p->cfg.pipelines);
     }
+    double *acc = a.sum;
     *out = (bv_seq_pipe_step){acc[1] > 0 ? acc[0] / acc[1] : 0, acc[2], acc[3], acc[4],
                               acc[5]};
     return BV_OK;
+}
+
+void bv_seq_pipe_failovers(const bv_seq_pipe *p, int *count, double *seconds)
+{
+    *count = p->failovers;
+    *seconds = p->failover_s;
+}
+
+bool bv_seq_pipe_two_phase(const bv_seq_pipe_cfg *cfg)
+{
+    for (int s = 0; cfg->sched && s < cfg->stages; s++)
+        for (size_t i = 0; i < cfg->sched[s].count; i++)
+            if (bv_schedule_at(&cfg->sched[s], i)->op == BV_INSTR_REPLICA_UPDATE)
+                return true;
+    return false;
 }
 
 typedef struct eval_acc {
@@ -654,7 +821,15 @@ bv_status bv_seq_pipe_eval(bv_seq_pipe *p, int64_t done, int split, int64_t iter
     if (!a.sums)
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory");
     int64_t args[2] = {split, iters};
-    bv_status rc = broadcast(p, BV_PIPE_EVAL, done, args, sizeof args, take_eval, &a, err);
+    bv_status rc;
+    double lost_at = 0;
+    for (int attempt = 0;; attempt++) { /* again after a failover */
+        memset(a.sums, 0, (size_t)(2 * iters) * sizeof *a.sums);
+        rc = broadcast(p, BV_PIPE_EVAL, BV_SEQ_WIRE_STEP(done, attempt), args, sizeof args,
+                       take_eval, &a, err);
+        if (rc == BV_OK || !recovered(p, &lost_at, err))
+            break;
+    }
     double sum = 0;
     for (int64_t i = 0; i < iters; i++)
         sum += a.sums[2 * i + 1] > 0 ? a.sums[2 * i] / a.sums[2 * i + 1] : 0;
@@ -676,14 +851,12 @@ static bv_status take_state(bv_seq_pipe *p, int node, const bv_pipe_msg_in *m, v
 bv_status bv_seq_pipe_get_state(bv_seq_pipe *p, bv_state *s, bv_error *err)
 {
     /* the first pipeline's stages: the replicas hold the same bits */
+    double lost_at = 0;
     for (int n = 0; n < p->cfg.stages; n++) {
-        bv_status rc = send_cmd(p, n, BV_PIPE_GET_STATE, 0, NULL, 0, err);
-        if (rc != BV_OK)
-            return rc;
-        int nodes = p->nodes;
-        p->nodes = 1; /* one answer */
-        rc = collect(p, BV_PIPE_GET_STATE, 0, BV_PIPE_STATE, take_state, s, err);
-        p->nodes = nodes;
+        bv_status rc = ask(p, n, BV_PIPE_GET_STATE, 0, NULL, 0, BV_PIPE_STATE, take_state, s,
+                           err);
+        if (rc != BV_OK && recovered(p, &lost_at, err))
+            rc = ask(p, n, BV_PIPE_GET_STATE, 0, NULL, 0, BV_PIPE_STATE, take_state, s, err);
         if (rc != BV_OK)
             return rc;
     }
@@ -717,13 +890,8 @@ bv_status bv_seq_pipe_crc32c(bv_seq_pipe *p, uint32_t *crc, bv_error *err)
 {
     *crc = 0;
     for (int n = 0; n < p->cfg.stages; n++) { /* in layer order: stage by stage */
-        bv_status rc = send_cmd(p, n, BV_PIPE_CRC, 0, crc, sizeof *crc, err);
-        if (rc != BV_OK)
-            return rc;
-        int nodes = p->nodes;
-        p->nodes = 1;
-        rc = collect(p, BV_PIPE_CRC, 0, BV_PIPE_DONE, take_crc, crc, err);
-        p->nodes = nodes;
+        bv_status rc = ask(p, n, BV_PIPE_CRC, 0, crc, sizeof *crc, BV_PIPE_DONE, take_crc, crc,
+                           err);
         if (rc != BV_OK)
             return rc;
     }

@@ -24,6 +24,12 @@
 #define BV_SEQ_STREAM_EVAL(done, split, i) \
     ((uint64_t)1 << 62 | (uint64_t)(done) << 24 | (uint64_t)(split) << 23 | (uint64_t)(i))
 
+/* A training step's messages carry its attempt (a step run again after a failover is a
+ * new attempt, whose messages a late one of the abandoned attempt never matches). */
+#define BV_SEQ_ATTEMPT_SHIFT 40
+#define BV_SEQ_WIRE_STEP(it, attempt) ((int64_t)(it) | (int64_t)(attempt) << BV_SEQ_ATTEMPT_SHIFT)
+#define BV_SEQ_STEP_OF(wire) ((wire) & (((int64_t)1 << BV_SEQ_ATTEMPT_SHIFT) - 1))
+
 typedef struct bv_seq_pipe_cfg {
     const bv_experiment *x;
     const bv_text_corpus *corpus;
@@ -76,6 +82,11 @@ typedef struct bv_seq_pipe bv_seq_pipe;
 bv_status bv_seq_pipe_schedules(bv_seq_pipe_cfg *cfg,
                                 bv_status (*hook)(void *loop, bv_schedule *s, bv_error *err),
                                 void *loop, bv_error *err);
+/* Whether every stage keeps a replica of another (the redundancy strategy's
+ * instructions): then a training step is two-phase, prepared by every stage and applied
+ * only when the coordinator commits it, so that a stage lost during a step leaves no
+ * stage a step ahead of the others, and its shadow can take over (docs/redundancy.md). */
+bool bv_seq_pipe_two_phase(const bv_seq_pipe_cfg *cfg);
 /* Frees what the cfg functions allocated (the schedules). */
 void bv_seq_pipe_cfg_free(bv_seq_pipe_cfg *cfg);
 
@@ -85,8 +96,13 @@ bv_status bv_seq_pipe_start(const bv_seq_pipe_cfg *cfg, bv_seq_pipe **out, bv_er
 /* Stops every stage and frees everything (NULL: nothing). */
 void bv_seq_pipe_stop(bv_seq_pipe *p);
 
+/* Step `it` on every stage. With two-phase steps, a stage process lost during it is
+ * failed over (its shadow adopts it) and the step runs again if it was not prepared by
+ * every stage; the run goes on. */
 bv_status bv_seq_pipe_train(bv_seq_pipe *p, int64_t it, double lr, bv_seq_pipe_step *out,
                             bv_error *err);
+/* The failovers so far, and the seconds from each loss seen to the end of its step. */
+void bv_seq_pipe_failovers(const bv_seq_pipe *p, int *count, double *seconds);
 /* Mean loss over `iters` batches of a split (split 1: validation) after `done` steps,
  * batch i drawn from BV_SEQ_STREAM_EVAL(done, split, i). */
 bv_status bv_seq_pipe_eval(bv_seq_pipe *p, int64_t done, int split, int64_t iters,
@@ -127,6 +143,16 @@ typedef struct bv_seq_stage_arg {
     /* a process over tcp: where the book's addresses are kept, so the stage can fill in
      * its peers' from the coordinator's BOOK after its HELLO; NULL otherwise */
     char (*addr_store)[96];
+    /* a process's sends are sliced (bv_stage_link_slice_sends) up to this bound */
+    bool sliced;
+    int send_bound_ms;
+    /* a stage adopted by its shadow's process after a failover: its layers and its own
+     * replica's (the thread frees it), and the ADOPT command's step, which it answers
+     * when its inbox is bound and the state set; NULL otherwise */
+    bv_state *adopt;
+    int64_t adopt_step;
+    bool adopted;
+    atomic_int bound; /* adopted: 1 once the inbox is bound, -1 if it could not be */
 } bv_seq_stage_arg;
 
 void *bv_seq_stage_main(void *arg);

@@ -2,7 +2,9 @@
  * links, a loop that takes the coordinator's commands, and the interpreter of its
  * schedule (docs/pipeline.md#the-runtime). */
 #include <math.h>
+#include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,7 +48,58 @@ typedef struct stage {
     int64_t rep_out_w;
     int64_t in_w, out_w;
     double compute_s, wait_s;
+    /* two-phase steps (bv_seq_pipe_two_phase): a prepared step waits for COMMIT */
+    bool two_phase, pending;
+    int64_t pending_ws;
+    double pending_lr, pending_norm;
+    /* the thread's argument; the stage this one adopted after a failover (its replica's),
+     * run as a thread of this process */
+    bv_seq_stage_arg *arg;
+    bv_seq_stage_arg *adopted;
+    pthread_t adopted_thread;
 } stage;
+
+/* Faults for the failover tests (docs/redundancy.md#testing-a-failover): the stage
+ * process of node `node` kills itself (SIGKILL) where its first attempt at step `step`
+ * reaches `what` (the last microbatch's forward, the first's backward, the all-reduce, or
+ * the commit of the prepared step); from BIVOUAC_STAGE_FAULT (NODE:STEP:WHAT, commas
+ * between faults), read by a stage process only. */
+#define MAX_FAULTS 8
+static struct {
+    int node;
+    int64_t step;
+    char what[16];
+} faults[MAX_FAULTS];
+static int nfaults;
+
+static void maybe_die(const stage *st, int64_t ws, const char *what)
+{
+    for (int i = 0; i < nfaults && !st->arg->adopted; i++)
+        if (faults[i].node == st->node && ws == faults[i].step &&
+            strcmp(what, faults[i].what) == 0) {
+            bv_log(BV_LOG_WARN, "stage node %d: BIVOUAC_STAGE_FAULT: killed at the %s of "
+                   "step %lld", st->node, what, (long long)ws);
+            raise(SIGKILL);
+        }
+}
+
+static bv_status read_faults(const char *text, bv_error *err)
+{
+    for (const char *f = text; f && *f && nfaults < MAX_FAULTS; nfaults++) {
+        long long step = -1;
+        int used = 0;
+        if (sscanf(f, "%d:%lld:%15[a-z]%n", &faults[nfaults].node, &step,
+                   faults[nfaults].what, &used) != 3 ||
+            (f[used] != ',' && f[used] != '\0') ||
+            (strcmp(faults[nfaults].what, "forward") && strcmp(faults[nfaults].what, "backward") &&
+             strcmp(faults[nfaults].what, "allreduce") && strcmp(faults[nfaults].what, "prepared")))
+            return bv_error_set(err, BV_ERR_INVALID, "BIVOUAC_STAGE_FAULT=%s is not "
+                                "NODE:STEP:forward|backward|allreduce|prepared[,...]", text);
+        faults[nfaults].step = step;
+        f = f[used] == ',' ? f + used + 1 : NULL;
+    }
+    return BV_OK;
+}
 
 static int node_of(const stage *st, int pipeline, int s)
 {
@@ -186,6 +239,7 @@ static bv_status stage_setup(stage *st, bv_error *err)
             st->nsq += bv_layer_engine_tensor(st->le, l, i, &t) && !t.replica;
     if ((rc = replica_setup(st, err)) != BV_OK)
         return rc;
+    st->two_phase = bv_seq_pipe_two_phase(cfg);
     size_t flat = st->nflat > st->rep_nflat ? st->nflat : st->rep_nflat;
     st->flat = malloc((flat + 1) * sizeof *st->flat);
     st->sq = malloc((st->nsq + 1) * sizeof *st->sq);
@@ -235,13 +289,13 @@ static bv_status recv_into(stage *st, uint16_t type, int from, uint32_t tag, int
 /* ---- the update: gradients summed over the pipelines, tied ones over their stages, the
  * global norm over every stage, then AdamW ---- */
 
-static bv_status allreduce(stage *st, int64_t it, bv_error *err)
+static bv_status allreduce(stage *st, int64_t ws, bv_error *err)
 {
     flat_grads(st->le, st->flat, true);
     int ring[64];
     for (int d = 0; d < st->D; d++)
         ring[d] = node_of(st, d, st->s);
-    bv_status rc = bv_stage_link_allreduce(st->link, ring, st->D, st->d, it, st->flat,
+    bv_status rc = bv_stage_link_allreduce(st->link, ring, st->D, st->d, ws, st->flat,
                                            st->nflat, st->cfg->peer_timeout_ms, err);
     if (rc == BV_OK)
         flat_grads(st->le, st->flat, false);
@@ -250,7 +304,7 @@ static bv_status allreduce(stage *st, int64_t it, bv_error *err)
 
 /* owner += tied, for every tied tensor: here when both layers are on this stage, else
  * through the owner's stage, which sends the sum back to the replica. */
-static bv_status sum_tied(stage *st, int64_t it, bv_error *err)
+static bv_status sum_tied(stage *st, int64_t ws, bv_error *err)
 {
     const bv_compute_ops *k = &st->x->compute_ops;
     bv_layer_tensor t, ot;
@@ -270,19 +324,19 @@ static bv_status sum_tied(stage *st, int64_t it, bv_error *err)
                 k->axpy(st->c, t.n, 1.0f, t.grad, ot.grad);
             } else if (here) { /* a replica: its gradient out, the owner's sum back */
                 int to = node_of(st, st->d, stage_of_layer(st, o));
-                rc = bv_stage_link_send(st->link, to, BV_PIPE_TIED, tag, it, t.grad,
+                rc = bv_stage_link_send(st->link, to, BV_PIPE_TIED, tag, ws, t.grad,
                                         (size_t)t.n * sizeof(float), err);
                 if (rc == BV_OK)
-                    rc = recv_into(st, BV_PIPE_TIED, to, tag, it, "a tied tensor's gradient",
+                    rc = recv_into(st, BV_PIPE_TIED, to, tag, ws, "a tied tensor's gradient",
                                    t.grad, (size_t)t.n * sizeof(float), err);
             } else { /* the owner: the replica's gradient in (st->flat, as large as every
                         * gradient of the stage, is free after the all-reduce), the sum out */
                 int from = node_of(st, st->d, stage_of_layer(st, l));
-                rc = recv_into(st, BV_PIPE_TIED, from, tag, it, "a tied tensor's gradient",
+                rc = recv_into(st, BV_PIPE_TIED, from, tag, ws, "a tied tensor's gradient",
                                st->flat, (size_t)ot.n * sizeof(float), err);
                 if (rc == BV_OK) {
                     k->axpy(st->c, ot.n, 1.0f, st->flat, ot.grad);
-                    rc = bv_stage_link_send(st->link, from, BV_PIPE_TIED, tag, it, ot.grad,
+                    rc = bv_stage_link_send(st->link, from, BV_PIPE_TIED, tag, ws, ot.grad,
                                             (size_t)ot.n * sizeof(float), err);
                 }
             }
@@ -294,7 +348,7 @@ static bv_status sum_tied(stage *st, int64_t it, bv_error *err)
 
 /* The global norm: each owned tensor's squares, summed in layer order by stage 0 as one
  * process sums them (adamw.c), and sent back. */
-static bv_status global_norm(stage *st, int64_t it, double *norm, bv_error *err)
+static bv_status global_norm(stage *st, int64_t ws, double *norm, bv_error *err)
 {
     const bv_compute_ops *k = &st->x->compute_ops;
     bv_layer_tensor t;
@@ -305,10 +359,10 @@ static bv_status global_norm(stage *st, int64_t it, double *norm, bv_error *err)
                 st->sq[n++] = k->sum_squares(st->c, t.n, t.grad);
     int root = node_of(st, st->d, 0);
     if (st->s > 0) {
-        bv_status rc = bv_stage_link_send(st->link, root, BV_PIPE_NORM, (uint32_t)st->s, it,
+        bv_status rc = bv_stage_link_send(st->link, root, BV_PIPE_NORM, (uint32_t)st->s, ws,
                                           st->sq, n * sizeof *st->sq, err);
         return rc != BV_OK ? rc
-                           : recv_into(st, BV_PIPE_NORM, root, 0, it, "the gradient norm",
+                           : recv_into(st, BV_PIPE_NORM, root, 0, ws, "the gradient norm",
                                        norm, sizeof *norm, err);
     }
     double sq = 0;
@@ -317,7 +371,7 @@ static bv_status global_norm(stage *st, int64_t it, double *norm, bv_error *err)
     for (int s = 1; s < st->P; s++) {
         bv_pipe_msg_in m;
         bv_status rc = bv_stage_link_recv(st->link, BV_PIPE_NORM, node_of(st, st->d, s),
-                                          (uint32_t)s, it, st->cfg->peer_timeout_ms,
+                                          (uint32_t)s, ws, st->cfg->peer_timeout_ms,
                                           "a stage's gradient norms", &m, err);
         if (rc != BV_OK)
             return rc;
@@ -335,7 +389,7 @@ static bv_status global_norm(stage *st, int64_t it, double *norm, bv_error *err)
     }
     *norm = sqrt(sq);
     for (int s = 1; s < st->P; s++) {
-        bv_status rc = bv_stage_link_send(st->link, node_of(st, st->d, s), BV_PIPE_NORM, 0, it,
+        bv_status rc = bv_stage_link_send(st->link, node_of(st, st->d, s), BV_PIPE_NORM, 0, ws,
                                           norm, sizeof *norm, err);
         if (rc != BV_OK)
             return rc;
@@ -343,18 +397,34 @@ static bv_status global_norm(stage *st, int64_t it, double *norm, bv_error *err)
     return BV_OK;
 }
 
-static bv_status update(stage *st, int64_t it, double lr, double *norm, bv_error *err)
+/* The optimizer step of step `it` on this stage's layers, and on its replica's (whose
+ * gradients REPLICA_UPDATE received: the original's, before clipping, clipped here with
+ * the same norm). A step whose gradients are not finite (the loss was not) changes no
+ * weight: every stage has the same norm, so every stage skips it, and the loop stops the
+ * run. */
+static void apply_step(stage *st, int64_t it, double lr, double norm)
+{
+    if (!isfinite(norm))
+        return;
+    bv_adamw_apply(st->le, &st->x->compute_ops, st->c, &st->cfg->adamw, it + 1, lr, norm);
+    if (st->rep)
+        bv_adamw_apply(st->rep, &st->x->compute_ops, st->c, &st->cfg->adamw, it + 1, lr, norm);
+}
+
+/* The gradients summed (over the pipelines, tied ones over their stages), the global norm;
+ * then the step, unless steps are two-phase (the coordinator's COMMIT applies it). ws is
+ * the step's wire step (its attempt). */
+static bv_status update(stage *st, int64_t ws, double lr, double *norm, bv_error *err)
 {
     double t0 = bv_now_seconds(), w0 = st->wait_s;
-    bv_status rc = st->D > 1 ? allreduce(st, it, err) : BV_OK;
+    maybe_die(st, ws, "allreduce");
+    bv_status rc = st->D > 1 ? allreduce(st, ws, err) : BV_OK;
     if (rc == BV_OK)
-        rc = sum_tied(st, it, err);
+        rc = sum_tied(st, ws, err);
     if (rc == BV_OK)
-        rc = global_norm(st, it, norm, err);
-    /* a step whose gradients are not finite (the loss was not) changes no weight: every
-     * stage has the same norm, so every stage skips it, and the loop stops the run */
-    if (rc == BV_OK && isfinite(*norm))
-        bv_adamw_apply(st->le, &st->x->compute_ops, st->c, &st->cfg->adamw, it + 1, lr, *norm);
+        rc = global_norm(st, ws, norm, err);
+    if (rc == BV_OK && !st->two_phase)
+        apply_step(st, BV_SEQ_STEP_OF(ws), lr, *norm);
     st->compute_s += bv_now_seconds() - t0 - (st->wait_s - w0);
     return rc;
 }
@@ -417,28 +487,30 @@ static bv_status redundant_backward(stage *st, int mb, const bv_seq_ctx *ctx,
     return bv_layer_engine_span_backward(st->rep, rs, ctx, dout, &rdin, err);
 }
 
-/* The original's step on the replica: the gradients its optimizer used (clipped
- * already), the same AdamW, so weights and moments stay equal to the bit. */
-static bv_status replica_update(stage *st, int peer, int64_t it, double lr, double norm,
-                                bv_error *err)
+/* The original's gradients of the step, summed as its optimizer takes them, into the
+ * replica's: apply_step gives the replica the original's step, so weights and moments
+ * stay equal to the bit. */
+static bv_status replica_update(stage *st, int peer, int64_t ws, bv_error *err)
 {
     if (!st->rep)
         return bv_error_set(err, BV_ERR_INTERNAL, "stage %d has no replica", st->s);
-    bv_status rc = recv_into(st, BV_PIPE_REPLICA, peer, 0, it, "the replica's gradients",
+    bv_status rc = recv_into(st, BV_PIPE_REPLICA, peer, 0, ws, "the replica's gradients",
                              st->flat, st->rep_nflat * sizeof *st->flat, err);
-    if (rc != BV_OK)
-        return rc;
-    flat_grads(st->rep, st->flat, false);
-    if (isfinite(norm)) /* as the original (update) */
-        bv_adamw_apply(st->rep, &st->x->compute_ops, st->c, &st->cfg->adamw, it + 1, lr, 0.0);
-    return BV_OK;
+    if (rc == BV_OK)
+        flat_grads(st->rep, st->flat, false);
+    return rc;
 }
 
 /* ---- one step of the schedule ---- */
 
-static bv_status train_step(stage *st, int64_t it, double lr, double res[6], bv_error *err)
+/* Step `it` of the schedule, its messages tagged ws (the attempt's wire step); with
+ * two-phase steps prepared only (COMMIT applies it). */
+static bv_status train_step(stage *st, int64_t ws, double lr, double res[6], bv_error *err)
 {
     const bv_seq_pipe_cfg *cfg = st->cfg;
+    int64_t it = BV_SEQ_STEP_OF(ws);
+    st->pending = false; /* an aborted attempt's, if any */
+    bv_stage_link_drop_steps(st->link, ws, true);
     double t_step = bv_now_seconds();
     st->compute_s = st->wait_s = 0;
     bv_text_corpus_batch(cfg->corpus, cfg->seed, BV_SEQ_STREAM_TRAIN(it), false, cfg->batch,
@@ -461,27 +533,31 @@ static bv_status train_step(stage *st, int64_t it, double lr, double res[6], bv_
         double t0 = bv_now_seconds();
         switch (ins->op) {
         case BV_INSTR_RECV_ACT:
-            rc = recv_into(st, BV_PIPE_ACT, peer, (uint32_t)mb, it, "activations",
+            rc = recv_into(st, BV_PIPE_ACT, peer, (uint32_t)mb, ws, "activations",
                            bv_layer_engine_input(st->le, slot), in_bytes, err);
             break;
         case BV_INSTR_FORWARD:
+            if (mb == st->M - 1)
+                maybe_die(st, ws, "forward");
             rc = bv_layer_engine_span_forward(st->le, slot, &ctx, &st->out[slot], err);
             st->compute_s += bv_now_seconds() - t0;
             break;
         case BV_INSTR_SEND_ACT:
-            rc = bv_stage_link_send(st->link, peer, BV_PIPE_ACT, (uint32_t)mb, it,
+            rc = bv_stage_link_send(st->link, peer, BV_PIPE_ACT, (uint32_t)mb, ws,
                                     st->out[slot], out_bytes, err);
             break;
         case BV_INSTR_RECV_GRAD:
             if (st->rep && ins->stage == st->rep_stage) /* for the replica's backward */
-                rc = recv_into(st, BV_PIPE_GRAD, peer, (uint32_t)mb, it, "gradients",
+                rc = recv_into(st, BV_PIPE_GRAD, peer, (uint32_t)mb, ws, "gradients",
                                st->rep_dout,
                                (size_t)(T * st->rep_out_w) * sizeof(float), err);
             else
-                rc = recv_into(st, BV_PIPE_GRAD, peer, (uint32_t)mb, it, "gradients",
+                rc = recv_into(st, BV_PIPE_GRAD, peer, (uint32_t)mb, ws, "gradients",
                                st->dout, out_bytes, err);
             break;
         case BV_INSTR_BACKWARD:
+            if (mb == 0)
+                maybe_die(st, ws, "backward");
             if (st->has_head) {
                 bv_xent_result xr;
                 rc = train_loss(st, st->le, slot, &ctx, mb, &xr, err);
@@ -494,11 +570,11 @@ static bv_status train_step(stage *st, int64_t it, double lr, double res[6], bv_
             st->compute_s += bv_now_seconds() - t0;
             break;
         case BV_INSTR_SEND_GRAD:
-            rc = bv_stage_link_send(st->link, peer, BV_PIPE_GRAD, (uint32_t)mb, it, din,
+            rc = bv_stage_link_send(st->link, peer, BV_PIPE_GRAD, (uint32_t)mb, ws, din,
                                     in_bytes, err);
             break;
         case BV_INSTR_UPDATE:
-            rc = update(st, it, lr, &norm, err);
+            rc = update(st, ws, lr, &norm, err);
             break;
         case BV_INSTR_REDUNDANT_FORWARD: /* the next stage's forward, here, on its input */
             rc = redundant_forward(st, mb, slot, &ctx, err);
@@ -510,11 +586,11 @@ static bv_status train_step(stage *st, int64_t it, double lr, double res[6], bv_
             break;
         case BV_INSTR_REPLICA_SEND:
             flat_grads(st->le, st->flat, true);
-            rc = bv_stage_link_send(st->link, peer, BV_PIPE_REPLICA, 0, it, st->flat,
+            rc = bv_stage_link_send(st->link, peer, BV_PIPE_REPLICA, 0, ws, st->flat,
                                     st->nflat * sizeof *st->flat, err);
             break;
         case BV_INSTR_REPLICA_UPDATE:
-            rc = replica_update(st, peer, it, lr, norm, err);
+            rc = replica_update(st, peer, ws, err);
             break;
         default:
             rc = bv_error_set(err, BV_ERR_INTERNAL, "stage %d cannot run instruction %u",
@@ -523,14 +599,18 @@ static bv_status train_step(stage *st, int64_t it, double lr, double res[6], bv_
     }
     double r[6] = {loss_sum, count, norm, st->compute_s, st->wait_s, bv_now_seconds() - t_step};
     memcpy(res, r, sizeof r);
+    if (rc == BV_OK && st->two_phase)
+        st->pending = true, st->pending_ws = ws, st->pending_lr = lr, st->pending_norm = norm;
     return rc;
 }
 
-/* Forward only, one microbatch at a time; the last stage sums each batch's loss. */
-static bv_status eval_batches(stage *st, int64_t done, int split, int64_t iters, double *res,
+/* Forward only, one microbatch at a time; the last stage sums each batch's loss. ws: the
+ * steps done, and the attempt, which the messages' steps carry. */
+static bv_status eval_batches(stage *st, int64_t ws, int split, int64_t iters, double *res,
                               bv_error *err)
 {
     const bv_seq_pipe_cfg *cfg = st->cfg;
+    int64_t done = BV_SEQ_STEP_OF(ws), attempt = ws - done;
     int64_t T = st->rows_mb * cfg->block;
     size_t in_bytes = (size_t)(T * st->in_w) * sizeof(float);
     size_t out_bytes = (size_t)(T * st->out_w) * sizeof(float);
@@ -539,7 +619,7 @@ static bv_status eval_batches(stage *st, int64_t done, int split, int64_t iters,
                              split == 1, cfg->batch, cfg->block, st->d * st->rows_pipe,
                              st->rows_pipe, st->tokens, st->targets);
         res[2 * i] = res[2 * i + 1] = 0;
-        int64_t tag_step = -1 - i;
+        int64_t tag_step = -1 - i - attempt;
         for (int mb = 0; mb < st->M; mb++) {
             bv_seq_ctx ctx = make_ctx(st, mb, false, done);
             bv_status rc = BV_OK;
@@ -586,18 +666,27 @@ static bv_status send_state(stage *st, int64_t step, bv_error *err)
     return rc;
 }
 
+/* This stage's layers, and its replica's (from the original's blobs), from s. */
+static bv_status set_layers(stage *st, const bv_state *s, bv_error *err)
+{
+    bv_status rc = BV_OK;
+    for (size_t l = st->first; rc == BV_OK && l < st->end; l++)
+        rc = bv_layer_engine_layer_set(st->le, l, true, s, err);
+    if (st->rep) {
+        size_t first, end;
+        bv_layer_engine_span_of(st->rep, &first, &end);
+        for (size_t l = first; rc == BV_OK && l < end; l++)
+            rc = bv_layer_engine_layer_set(st->rep, l, true, s, err);
+    }
+    return rc;
+}
+
 static bv_status set_state(stage *st, const bv_pipe_msg_in *m, bv_error *err)
 {
     bv_state s = {0};
     bv_status rc = bv_stage_state_unpack(m->data, m->bytes, &s, err);
-    for (size_t l = st->first; rc == BV_OK && l < st->end; l++)
-        rc = bv_layer_engine_layer_set(st->le, l, true, &s, err);
-    if (st->rep) { /* the replica reads the original's blobs */
-        size_t first, end;
-        bv_layer_engine_span_of(st->rep, &first, &end);
-        for (size_t l = first; rc == BV_OK && l < end; l++)
-            rc = bv_layer_engine_layer_set(st->rep, l, true, &s, err);
-    }
+    if (rc == BV_OK)
+        rc = set_layers(st, &s, err);
     bv_state_free(&s);
     return rc;
 }
@@ -613,6 +702,60 @@ static uint32_t params_crc(const bv_layer_engine *le, uint32_t crc)
             if (bv_layer_engine_tensor(le, l, i, &t) && !t.replica)
                 crc = bv_crc32c(crc, t.param, (size_t)t.n * sizeof(float));
     return crc;
+}
+
+/* ---- the failover: a shadow adopts the stage it keeps a replica of ---- */
+
+/* ADOPT (node, then the packed state of the stage after it): the node's stage started as
+ * a thread of this process, its layers this stage's replica (weights and moments, equal
+ * to the lost original's at the last step boundary), its own replica from the state that
+ * came with the command; it binds the lost node's inbox, so its peers need no new
+ * address, and answers the coordinator itself. */
+static bv_status adopt(stage *st, const bv_pipe_msg_in *m, bv_error *err)
+{
+    int32_t node;
+    if (m->bytes < sizeof node)
+        return bv_error_set(err, BV_ERR_CORRUPT, "an adopt command of %zu bytes", m->bytes);
+    memcpy(&node, m->data, sizeof node);
+    if (!st->rep || node != node_of(st, st->d, st->rep_stage) || st->adopted)
+        return bv_error_set(err, BV_ERR_INVALID, "stage node %d cannot adopt node %d: it "
+                            "keeps %s", st->node, (int)node,
+                            st->adopted ? "an adopted stage already" : "no replica of it");
+    bv_seq_stage_arg *a = calloc(1, sizeof *a);
+    bv_state *s = calloc(1, sizeof *s);
+    if (!a || !s) {
+        free(a);
+        free(s);
+        return bv_error_set(err, BV_ERR_NOMEM, "out of memory");
+    }
+    bv_status rc = bv_stage_state_unpack((const char *)m->data + sizeof node,
+                                         m->bytes - sizeof node, s, err);
+    size_t first, end;
+    bv_layer_engine_span_of(st->rep, &first, &end);
+    for (size_t l = first; rc == BV_OK && l < end; l++)
+        rc = bv_layer_engine_layer_get(st->rep, l, true, s, err);
+    *a = (bv_seq_stage_arg){.cfg = st->cfg, .addrs = st->arg->addrs,
+                            .transport = st->arg->transport, .stage = st->rep_stage,
+                            .pipeline = st->d, .sliced = st->arg->sliced,
+                            .send_bound_ms = st->arg->send_bound_ms, .adopt = s,
+                            .adopt_step = m->step, .adopted = true};
+    atomic_init(&a->gone, false);
+    atomic_init(&a->bound, 0);
+    if (rc == BV_OK && pthread_create(&st->adopted_thread, NULL, bv_seq_stage_main, a) != 0)
+        rc = bv_error_set(err, BV_ERR_IO, "cannot start a thread for node %d", (int)node);
+    if (rc != BV_OK) {
+        bv_state_free(s);
+        free(s);
+        free(a);
+        return rc;
+    }
+    st->adopted = a;
+    while (atomic_load(&a->bound) == 0) /* its inbox, or why not */
+        nanosleep(&(struct timespec){0, 1000000L}, NULL);
+    if (atomic_load(&a->bound) < 0)
+        return bv_error_set(err, BV_ERR_IO, "node %d's stage could not open its inbox %s",
+                            (int)node, st->arg->addrs[node]);
+    return BV_OK;
 }
 
 /* ---- the command loop ---- */
@@ -637,6 +780,16 @@ static bv_status run_command(stage *st, const bv_pipe_msg_in *m, bv_error *err)
         return bv_stage_link_send(st->link, st->coord, BV_PIPE_DONE, m->tag, m->step, res,
                                   sizeof res, err);
     }
+    case BV_PIPE_COMMIT:
+        if (!st->pending || m->step != st->pending_ws)
+            return bv_error_set(err, BV_ERR_INTERNAL, "stage node %d has no prepared step "
+                                "%lld to commit", st->node, (long long)m->step);
+        maybe_die(st, m->step, "prepared");
+        apply_step(st, BV_SEQ_STEP_OF(m->step), st->pending_lr, st->pending_norm);
+        st->pending = false;
+        break;
+    case BV_PIPE_ADOPT:
+        return adopt(st, m, err); /* the adopted stage answers */
     case BV_PIPE_EVAL: {
         int64_t a[2];
         if (m->bytes != sizeof a)
@@ -717,7 +870,7 @@ void *bv_seq_stage_main(void *arg)
     bv_seq_stage_arg *a = arg;
     const bv_seq_pipe_cfg *cfg = a->cfg;
     stage st = {.cfg = cfg, .x = cfg->x, .s = a->stage, .d = a->pipeline, .P = cfg->stages,
-                .D = cfg->pipelines, .M = cfg->microbatches};
+                .D = cfg->pipelines, .M = cfg->microbatches, .arg = a};
     st.node = node_of(&st, st.d, st.s);
     st.coord = st.D * st.P;
     st.rows_pipe = cfg->batch / st.D;
@@ -728,8 +881,17 @@ void *bv_seq_stage_main(void *arg)
         bv_log(BV_LOG_ERROR, "stage %d of pipeline %d: %s", st.s, st.d, err.msg);
         stage_free(&st);
         atomic_store(&a->gone, true); /* the coordinator's wait sees it and says so */
+        if (a->adopted) { /* the shadow answers for it */
+            bv_state_free(a->adopt);
+            free(a->adopt);
+            atomic_store(&a->bound, -1);
+        }
         return NULL;
     }
+    if (a->adopted)
+        atomic_store(&a->bound, 1);
+    if (a->sliced)
+        bv_stage_link_slice_sends(st.link, a->send_bound_ms);
     if (a->addr_store && rendezvous(&st, a->addr_store, &err) != BV_OK) {
         bv_log(BV_LOG_ERROR, "stage %d of pipeline %d: %s", st.s, st.d, err.msg);
         stage_free(&st);
@@ -738,6 +900,21 @@ void *bv_seq_stage_main(void *arg)
     }
     bv_status setup = stage_setup(&st, &err);
     bv_error setup_err = err;
+    if (a->adopted) { /* its state, then its answer to the coordinator's ADOPT */
+        bv_status rc = setup == BV_OK ? set_layers(&st, a->adopt, &err) : setup;
+        bv_state_free(a->adopt);
+        free(a->adopt);
+        a->adopt = NULL;
+        bv_error e2 = {0};
+        if (rc == BV_OK)
+            bv_stage_link_send(st.link, st.coord, BV_PIPE_DONE, BV_PIPE_ADOPT, a->adopt_step,
+                               NULL, 0, &e2);
+        else
+            bv_stage_link_send(st.link, st.coord, BV_PIPE_ERROR, BV_PIPE_ADOPT, a->adopt_step,
+                               err.msg, strlen(err.msg), &e2);
+        if (setup == BV_OK && rc != BV_OK)
+            setup = rc, setup_err = err;
+    }
     for (;;) {
         bv_pipe_msg_in m;
         bv_status rc = bv_stage_link_recv(st.link, BV_PIPE_CMD, st.coord, BV_PIPE_ANY_TAG,
@@ -756,12 +933,20 @@ void *bv_seq_stage_main(void *arg)
         int64_t step = m.step;
         uint32_t cmd = m.tag;
         bv_stage_link_release(st.link, &m);
-        if (rc != BV_OK) {
-            bv_stage_link_clear(st.link); /* the failed step's messages are stale */
+        if (rc != BV_OK) { /* the failed command's messages are stale; over a training
+                               * step's, those of its next attempt may have come */
+            if (cmd == BV_PIPE_TRAIN)
+                bv_stage_link_drop_steps(st.link, step, false);
+            else
+                bv_stage_link_clear(st.link);
             bv_error e2 = {0};
             bv_stage_link_send(st.link, st.coord, BV_PIPE_ERROR, cmd, step, err.msg,
                                strlen(err.msg), &e2);
         }
+    }
+    if (st.adopted) { /* it ends on the coordinator's STOP too */
+        pthread_join(st.adopted_thread, NULL);
+        free(st.adopted);
     }
     stage_free(&st);
     return NULL;
@@ -798,14 +983,19 @@ bv_status bv_seq_serve_stage(const bv_experiment *x, void *corpus, int index, ui
             bv_node_group_term_cleanup_add(addr[n]);
         bv_node_group_term_cleanup_arm();
         cfg.tcp = cfg.curve_secret[0] != '\0'; /* the book holds a key over tcp alone */
-        rc = bv_node_group_transport(&x->transport_ops, &x->transport.opts, cfg.curve_secret, 0,
-                                     &tr, err);
+        rc = bv_node_group_transport(&x->transport_ops, &x->transport.opts, cfg.curve_secret,
+                                     BV_SEND_SLICE_MS, &tr, err);
     }
+    const bv_opt_value *bound = bv_opts_find(&x->transport.opts, "send_timeout_ms");
+    if (rc == BV_OK)
+        rc = read_faults(getenv("BIVOUAC_STAGE_FAULT"), err);
     if (rc == BV_OK) {
         bv_seq_stage_arg a = {.cfg = &cfg, .addrs = addrs, .transport = tr,
                               .stage = index % cfg.stages, .pipeline = index / cfg.stages,
-                              .addr_store = cfg.tcp ? addr : NULL};
+                              .addr_store = cfg.tcp ? addr : NULL, .sliced = true,
+                              .send_bound_ms = bound ? (int)bound->v.i : -1};
         atomic_init(&a.gone, false);
+        atomic_init(&a.bound, 0);
         bv_seq_stage_main(&a);
         if (atomic_load(&a.gone))
             rc = bv_error_set(err, BV_ERR_IO, "stage node %d could not open its inbox %s",

@@ -541,6 +541,11 @@ static void result(bv_engine *e, const bv_history *h, bv_run_result *res)
         if (replicas) { /* Bamboo's: equal to their originals at the end */
             bv_result_add(res, "replicas", replicas, true, 0);
             bv_result_add(res, "replicas_equal", equal, true, 0);
+            int failovers;
+            double seconds;
+            bv_seq_pipe_failovers(e->pipe, &failovers, &seconds);
+            bv_result_add(res, "failovers", failovers, true, 0);
+            bv_result_add(res, "failover_seconds", seconds, false, 0);
         }
     }
     bv_result_add(res, "val_loss", val, false, BV_RESULT_MEAN | BV_RESULT_HEADLINE);

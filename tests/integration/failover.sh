@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# Bamboo's failover (docs/redundancy.md#the-failover): with the redundancy strategy, a
+# stage process killed (SIGKILL) is taken over by its shadow's process from the replica,
+# the step it died in runs again if it was not prepared by every stage, and the run ends
+# with the uninterrupted run's weights to the bit:
+#  - 2 pipelines of 3 stage processes, eflb, a checkpoint every 10 steps: a kill in the
+#    forward pass, in the backward pass, entering the all-reduce (its ring peers wait in
+#    it), and after the step was prepared (at its commit); two kills of stages that are not
+#    consecutive; a kill from outside at a moment the test does not choose;
+#  - lflb and efeb (no redundant forward; both redundant passes) fail over too;
+#  - the shadow's process killed after it took over (two consecutive stages lost) ends the
+#    run with exit 1 and says why;
+#  - every run leaves nothing behind (processes, socket directories).
+# The kills at chosen instructions come from BIVOUAC_STAGE_FAULT, which stage processes
+# read (NODE:STEP:forward|backward|allreduce|prepared, commas between kills).
+# Every run is in its own process group, killed at the end whatever happens.
+# Environment (set by ctest): BIVOUAC, BIVOUAC_SOURCE_DIR, BIVOUAC_DATA_DIR.
+set -euo pipefail
+: "${BIVOUAC:?BIVOUAC must name the bivouac binary}"
+: "${BIVOUAC_DATA_DIR:?BIVOUAC_DATA_DIR must name the data directory (with tinyshakespeare/)}"
+BIVOUAC_SOURCE_DIR=${BIVOUAC_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
+source "$(dirname "$0")/check_lib.bash"
+source "$(dirname "$0")/procs_lib.bash"
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/bivouac-failover.XXXXXX")
+trap procs_cleanup EXIT
+export TMPDIR="$tmp/sockets" # the runs' socket directories, so that none is left
+mkdir -p "$TMPDIR"
+
+exp="$BIVOUAC_SOURCE_DIR/tests/data/transformer/tiny.yaml"
+base=(--quiet -s train.steps=60 -s model.layers=4 -s model.dropout=0.1 -s train.batch=8
+      -s pipeline.microbatches=2 -s pipeline.stages=3 -s pipeline.pipelines=2
+      -s 'cloud={plugin: local}')
+eflb=("${base[@]}" -s 'resilience=[{plugin: redundancy}, {plugin: checkpoint, every: 10}]')
+vals() { grep -o '"val_loss": [^,}]*' "$1/metrics.jsonl" | tr '\n' ' '; }
+
+run "$tmp/whole" run "$exp" --out "$tmp/whole" "${eflb[@]}"
+check "uninterrupted: exit 0" "$rc" 0
+crc=$(field "$tmp/whole" params_crc32c)
+check "uninterrupted: every replica equal to its original" \
+    "$(field "$tmp/whole" replicas_equal)" '"replicas_equal": 6'
+check "uninterrupted: no failover" "$(field "$tmp/whole" failovers)" '"failovers": 0'
+
+# a kill, and what the log says of it: NAME FAULT VICTIM SHADOW-STAGE SHADOW-PROCESS AGAIN
+failover() {
+    local name=$1 fault=$2 victim=$3 shadow=$4 host=$5 again=$6 out="$tmp/$1"
+    BIVOUAC_STAGE_FAULT=$fault run "$out" run "$exp" --out "$out" "${eflb[@]}"
+    check "$name: exit 0" "$rc" 0
+    [ "$rc" = 0 ] || cat "$out.err" >&2
+    check "$name: the uninterrupted weights" "$(field "$out" params_crc32c)" "$crc"
+    check "$name: the uninterrupted validation losses" "$(vals "$out")" "$(vals "$tmp/whole")"
+    check "$name: replicas equal at the end" "$(field "$out" replicas_equal)" \
+        '"replicas_equal": 6'
+    check "$name: one failover" "$(field "$out" failovers)" '"failovers": 1'
+    check "$name: the loss, then the failover, logged" \
+        "$(grep -E "^bivouac: (warning: lost $victim \(node [0-9]+ on localhost\): it was killed by signal 9 \(Killed\)|info: failover: $shadow's process \(node $host\) adopts $victim from its replica)$" "$out.err" | cut -c1-26)" \
+        "$(printf 'bivouac: warning: lost sta\nbivouac: info: failover: s')"
+    check "$name: the step run again" "$(grep -c "^bivouac: info: step 21 runs again (attempt 2)$" "$out.err")" "$again"
+    check "$name: nothing left" "$(leftovers "$pgid")" "processes 0, socket dirs 0"
+}
+failover forward 0:20:forward "stage 0 of pipeline 0" "stage 2 of pipeline 0" 2 1
+failover backward 1:20:backward "stage 1 of pipeline 0" "stage 0 of pipeline 0" 0 1
+failover allreduce 4:20:allreduce "stage 1 of pipeline 1" "stage 0 of pipeline 1" 3 1
+failover prepared 2:20:prepared "stage 2 of pipeline 0" "stage 1 of pipeline 0" 1 0
+
+out="$tmp/two"
+BIVOUAC_STAGE_FAULT=1:10:forward,5:30:backward run "$out" run "$exp" --out "$out" "${eflb[@]}"
+check "two stages lost, not consecutive: exit 0" "$rc" 0
+check "two stages lost: the uninterrupted weights" "$(field "$out" params_crc32c)" "$crc"
+check "two stages lost: two failovers" "$(field "$out" failovers)" '"failovers": 2'
+check "two stages lost: nothing left" "$(leftovers "$pgid")" "processes 0, socket dirs 0"
+
+for mode in lflb efeb; do
+    out="$tmp/$mode"
+    BIVOUAC_STAGE_FAULT=1:20:backward run "$out" run "$exp" --out "$out" "${base[@]}" \
+        -s "resilience=[{plugin: redundancy, mode: $mode}]"
+    check "$mode: exit 0" "$rc" 0
+    check "$mode: the uninterrupted weights" "$(field "$out" params_crc32c)" "$crc"
+    check "$mode: one failover" "$(field "$out" failovers)" '"failovers": 1'
+    check "$mode: nothing left" "$(leftovers "$pgid")" "processes 0, socket dirs 0"
+done
+
+# a kill from outside, whenever the run is past step 30
+out="$tmp/outside"
+(run "$out" run "$exp" --out "$out" "${eflb[@]}" -s train.steps=400; echo "$rc" >"$out.rc") &
+waiter=$!
+until [ -s "$out.pgid" ]; do sleep 0.01; done
+g=$(cat "$out.pgid")
+groups+=("$g")
+for _ in $(seq 3000); do # up to 30 s
+    lines=0
+    [ -f "$out/metrics.jsonl" ] && lines=$(grep -c '"train_loss"' "$out/metrics.jsonl" || true)
+    [ "$lines" -ge 30 ] && break
+    sleep 0.01
+done
+pkill -KILL -g "$g" -f -- "--role stage --index 4" || true
+wait "$waiter" || true
+run "$tmp/whole400" run "$exp" --out "$tmp/whole400" "${eflb[@]}" -s train.steps=400
+check "killed from outside: exit 0" "$(cat "$out.rc")" 0
+[ "$(cat "$out.rc")" = 0 ] || cat "$out.err" >&2
+check "killed from outside: the uninterrupted weights" "$(field "$out" params_crc32c)" \
+    "$(field "$tmp/whole400" params_crc32c)"
+check "killed from outside: one failover" "$(field "$out" failovers)" '"failovers": 1'
+check "killed from outside: nothing left" "$(leftovers "$g")" "processes 0, socket dirs 0"
+
+# the shadow's process, which runs the stage it took over too, lost: nothing keeps both
+out="$tmp/consecutive"
+BIVOUAC_STAGE_FAULT=1:10:forward,0:30:backward run "$out" run "$exp" --out "$out" "${eflb[@]}"
+check "two consecutive stages lost: exit 1" "$rc" 1
+check "two consecutive stages lost: says why" "$(grep '^bivouac: error' "$out.err")" \
+    "bivouac: error: lost stage 0 of pipeline 0 (node 0 on localhost): it was killed by signal 9 (Killed); the process ran 2 stage nodes (a shadow and the stage it had taken over): no replica of them all is left"
+check "two consecutive stages lost: nothing left" "$(leftovers "$pgid")" \
+    "processes 0, socket dirs 0"
+
+BIVOUAC_STAGE_FAULT=1:10:sideways run "$tmp/bad" run "$exp" --out "$tmp/bad" "${eflb[@]}"
+check "a fault that is not one: exit 1" "$rc" 1
+check "a fault that is not one: says so" \
+    "$(grep -c '^\[stage 1 of pipeline 0\] bivouac: error: BIVOUAC_STAGE_FAULT=1:10:sideways is not NODE:STEP:forward|backward|allreduce|prepared\[,...\]$' "$tmp/bad.err")" 1
+check "a fault that is not one: nothing left" "$(leftovers "$pgid")" "processes 0, socket dirs 0"
+finish
