@@ -20,7 +20,8 @@ trap 'rm -rf "$tmp"' EXIT
 for model in gcn gat; do
     cat >"$tmp/$model.yaml" <<YAML
 model: {plugin: $model}
-dataset: {synthetic: communities, nodes: 600, features: 40, classes: 4, seed: 3}
+dataset: {synthetic: communities, nodes: 600, features: 40, classes: 4, val: 100, test: 200,
+          seed: 3}
 train: {epochs: 6, seed: 5}
 engine: {intervals: 3}
 compute: {plugin: cpu, threads: 2}
@@ -36,7 +37,7 @@ loss() {
     then
         echo "FAIL: $name with $plugin:" >&2
         cat "$tmp/$name-$plugin.err" >&2
-        echo "failed"
+        echo "failed with $plugin" # never equal to the other run's, failed or not
         return
     fi
     field "$tmp/$name-$plugin" train_loss

@@ -6,10 +6,15 @@
 #  - 2 pipelines of 3 stage processes, eflb, a checkpoint every 10 steps: a kill in the
 #    forward pass, in the backward pass, entering the all-reduce (its ring peers wait in
 #    it), and after the step was prepared (at its commit); two kills of stages that are not
-#    consecutive; a kill from outside at a moment the test does not choose;
+#    consecutive; a kill from outside at a moment the test does not choose; a bulk
+#    preemption of two stages of different pipelines at once;
 #  - lflb and efeb (no redundant forward; both redundant passes) fail over too;
-#  - the shadow's process killed after it took over (two consecutive stages lost) ends the
-#    run with exit 1 and says why;
+#  - a spot trace's removal is failed over, and its addition gives the stage a process of
+#    its own again (the shipped policy, scripts/lua/reconfigure.lua; its decisions in
+#    metrics.jsonl); the policy's restart of a degraded pipeline ends the run, and --resume
+#    ends it with the uninterrupted weights; a decision no event offers is a policy error;
+#  - the shadow's process killed after it took over, or two consecutive stages removed at
+#    once (no replica of them is left), ends the run with exit 1 and says why;
 #  - every run leaves nothing behind (processes, socket directories).
 # The kills at chosen instructions come from BIVOUAC_STAGE_FAULT, which stage processes
 # read (NODE:STEP:forward|backward|allreduce|prepared, commas between kills).
@@ -82,7 +87,7 @@ done
 
 # a kill from outside, whenever the run is past step 30
 out="$tmp/outside"
-(run "$out" run "$exp" --out "$out" "${eflb[@]}" -s train.steps=400; echo "$rc" >"$out.rc") &
+(run "$out" run "$exp" --out "$out" "${eflb[@]}" -s train.steps=600; echo "$rc" >"$out.rc") &
 waiter=$!
 until [ -s "$out.pgid" ]; do sleep 0.01; done
 g=$(cat "$out.pgid")
@@ -95,20 +100,107 @@ for _ in $(seq 3000); do # up to 30 s
 done
 pkill -KILL -g "$g" -f -- "--role stage --index 4" || true
 wait "$waiter" || true
-run "$tmp/whole400" run "$exp" --out "$tmp/whole400" "${eflb[@]}" -s train.steps=400
+run "$tmp/whole600" run "$exp" --out "$tmp/whole600" "${eflb[@]}" -s train.steps=600
 check "killed from outside: exit 0" "$(cat "$out.rc")" 0
 [ "$(cat "$out.rc")" = 0 ] || cat "$out.err" >&2
 check "killed from outside: the uninterrupted weights" "$(field "$out" params_crc32c)" \
-    "$(field "$tmp/whole400" params_crc32c)"
+    "$(field "$tmp/whole600" params_crc32c)"
 check "killed from outside: one failover" "$(field "$out" failovers)" '"failovers": 1'
 check "killed from outside: nothing left" "$(leftovers "$g")" "processes 0, socket dirs 0"
+
+# a spot trace: node2 (stage 1 of pipeline 0) removed at 1.5 s, node7 added at 2.5 s; the
+# shipped policy fails over, then gives the stage a process of its own again on node7
+printf '0,add,node%d\n' 1 2 3 4 5 6 >"$tmp/trace.csv"
+printf '1500,remove,node2\n2500,add,node7\n' >>"$tmp/trace.csv"
+policy="$BIVOUAC_SOURCE_DIR/scripts/lua/reconfigure.lua"
+out="$tmp/joined"
+run "$out" run "$exp" --out "$out" "${eflb[@]}" -s train.steps=600 \
+    -s "cloud={plugin: local, trace: $tmp/trace.csv}" -s "policy={file: $policy}"
+check "a trace's removal and addition: exit 0" "$rc" 0
+[ "$rc" = 0 ] || cat "$out.err" >&2
+check "a trace's removal and addition: the uninterrupted weights" \
+    "$(field "$out" params_crc32c)" "$(field "$tmp/whole600" params_crc32c)"
+check "a trace's removal and addition: one failover, one node given back" \
+    "$(field "$out" failovers), $(field "$out" replaced)" '"failovers": 1, "replaced": 1'
+check "a trace's removal and addition: the policy's decisions in metrics.jsonl" \
+    "$(grep -o '"event": "[a-z]*", "decision": "[a-z]*"' "$out/metrics.jsonl" | tr '\n' ' ')" \
+    '"event": "preempted", "decision": "failover" "event": "joined", "decision": "replace" '
+check "a trace's removal and addition: logged" \
+    "$(grep -cE '^bivouac: info: (local cloud: the trace adds node7 at [0-9]+ s \([0-9.]+ s into the run\): a node to launch|policy: joined: replace \(full pipelines first\)|replaced: stage 1 of pipeline 0 runs in a process of its own again \(node 6\), no longer in stage 0 of pipeline 0.s)$' "$out.err")" 3
+check "a trace's removal and addition: nothing left" "$(leftovers "$pgid")" \
+    "processes 0, socket dirs 0"
+
+# a stage removed as the run starts (before its first step): failed over all the same
+printf '0,add,node%d\n' 1 2 3 4 5 6 >"$tmp/start.csv"
+echo '1,remove,node2' >>"$tmp/start.csv"
+out="$tmp/start"
+run "$out" run "$exp" --out "$out" "${eflb[@]}" -s "cloud={plugin: local, trace: $tmp/start.csv}"
+check "a stage removed as the run starts: exit 0, one failover" \
+    "$rc, $(field "$out" failovers)" '0, "failovers": 1'
+check "a stage removed as the run starts: the uninterrupted weights" \
+    "$(field "$out" params_crc32c)" "$crc"
+check "a stage removed as the run starts: nothing left" "$(leftovers "$pgid")" \
+    "processes 0, socket dirs 0"
+
+# a bulk preemption: two stage processes removed at the same instant; of different
+# pipelines both are failed over, of consecutive stages the run ends saying why
+printf '0,add,node%d\n' 1 2 3 4 5 6 >"$tmp/bulk.csv"
+cp "$tmp/bulk.csv" "$tmp/bulk2.csv"
+echo '500,remove,node1' >>"$tmp/bulk.csv"
+echo '500,remove,node5' >>"$tmp/bulk.csv"
+echo '500,remove,node1' >>"$tmp/bulk2.csv"
+echo '500,remove,node2' >>"$tmp/bulk2.csv"
+out="$tmp/bulk"
+run "$out" run "$exp" --out "$out" "${eflb[@]}" -s train.steps=600 \
+    -s "cloud={plugin: local, trace: $tmp/bulk.csv}"
+check "a bulk preemption, stages of different pipelines: exit 0, two failovers" \
+    "$rc, $(field "$out" failovers)" '0, "failovers": 2'
+check "a bulk preemption: the uninterrupted weights" "$(field "$out" params_crc32c)" \
+    "$(field "$tmp/whole600" params_crc32c)"
+check "a bulk preemption: nothing left" "$(leftovers "$pgid")" "processes 0, socket dirs 0"
+out="$tmp/bulk2"
+run "$out" run "$exp" --out "$out" "${eflb[@]}" -s train.steps=600 \
+    -s "cloud={plugin: local, trace: $tmp/bulk2.csv}"
+check "a bulk preemption of consecutive stages: exit 1" "$rc" 1
+check "a bulk preemption of consecutive stages: says why" \
+    "$(grep '^bivouac: error' "$out.err" | sed 's/.*(Killed); //')" \
+    "stage 1 of pipeline 0 and its shadow, stage 0 of pipeline 0, are both gone: nothing keeps stage 1 of pipeline 0's layers"
+check "a bulk preemption of consecutive stages: nothing left" "$(leftovers "$pgid")" \
+    "processes 0, socket dirs 0"
+
+# the policy restarts a degraded pipeline (max_degraded 0): the run ends for --resume
+out="$tmp/restart"
+run "$out" run "$exp" --out "$out" "${eflb[@]}" -s train.steps=600 \
+    -s "cloud={plugin: local, trace: $tmp/trace.csv}" \
+    -s "policy={file: $policy, params: {max_degraded: 0}}"
+check "the policy's restart: exit 1" "$rc" 1
+check "the policy's restart: says so" "$(grep '^bivouac: error' "$out.err")" \
+    "bivouac: error: the policy restarts the run from its last checkpoint (bivouac run --resume): 1 stage ran in another stage's process for 1 step"
+check "the policy's restart: in metrics.jsonl" \
+    "$(grep -o '"event": "degraded", "decision": "restart", "reason": "[^"]*"' "$out/metrics.jsonl")" \
+    '"event": "degraded", "decision": "restart", "reason": "stages on shadows: 1, more than max_degraded"'
+run "$tmp/restart-resume" run --resume "$out" --quiet -s cloud.trace_start=3
+check "the policy's restart: --resume ends with the uninterrupted weights" \
+    "$rc: $(field "$out" params_crc32c)" "0: $(field "$tmp/whole600" params_crc32c)"
+check "the policy's restart: nothing left" "$(leftovers "$pgid")" "processes 0, socket dirs 0"
+
+# a decision the event does not offer: a policy error, and the run goes on without it
+cat >"$tmp/bad.lua" <<'LUA'
+function on_preempted(m) return {reconfigure = "dance"} end
+LUA
+out="$tmp/bad-decision"
+BIVOUAC_STAGE_FAULT=1:20:forward run "$out" run "$exp" --out "$out" "${eflb[@]}" \
+    -s "policy={file: $tmp/bad.lua}"
+check "an unknown decision: exit 0, failed over" "$rc, $(field "$out" failovers)" \
+    '0, "failovers": 1'
+check "an unknown decision: says so" "$(grep -c "^bivouac: warning: $tmp/bad.lua: on_preempted chose reconfigure = 'dance'; here it is one of failover, restart; the run goes on without the policy$" "$out.err")" 1
 
 # the shadow's process, which runs the stage it took over too, lost: nothing keeps both
 out="$tmp/consecutive"
 BIVOUAC_STAGE_FAULT=1:10:forward,0:30:backward run "$out" run "$exp" --out "$out" "${eflb[@]}"
 check "two consecutive stages lost: exit 1" "$rc" 1
 check "two consecutive stages lost: says why" "$(grep '^bivouac: error' "$out.err")" \
-    "bivouac: error: lost stage 0 of pipeline 0 (node 0 on localhost): it was killed by signal 9 (Killed); the process ran 2 stage nodes (a shadow and the stage it had taken over): no replica of them all is left"
+    "bivouac: error: lost stage 0 of pipeline 0 (node 0 on localhost): it was killed by signal 9 (Killed); the process of stage 0 of pipeline 0 ran 2 stage nodes (a shadow and the stage it had taken over): no replica of them all is left"
 check "two consecutive stages lost: nothing left" "$(leftovers "$pgid")" \
     "processes 0, socket dirs 0"
 

@@ -35,7 +35,7 @@ extern "C" {
  *   1.10: bv_compute_ops.mem_alloc and mem_free (compute.h): a backend's own memory, which
  *        bv_alloc_aligned then hands out (the cuda plugin's managed memory). */
 #define BV_ABI_MAJOR 1
-#define BV_ABI_MINOR 12
+#define BV_ABI_MINOR 13
 
 typedef enum bv_plugin_kind {
     BV_KIND_MODEL = 1,

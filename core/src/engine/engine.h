@@ -15,6 +15,7 @@
 #include "bivouac/options.h"
 #include "bivouac/resilience.h"
 #include "config.h"
+#include "policy.h"
 
 struct bv_experiment;
 
@@ -97,6 +98,15 @@ typedef struct bv_engine_run {
      * schedule hook may add instructions to it (Bamboo's redundant computation). May be
      * NULL. */
     bv_status (*schedule)(void *loop, bv_schedule *s, bv_error *err);
+    /* A reconfiguration event (`preempted`, `joined`, `degraded`: docs/redundancy.md) with
+     * its figures: the run's policy picks one of choices (NULL-terminated; the first is
+     * the default, taken without a handler), into decision; the loop logs it and writes
+     * it to metrics.jsonl (an event raised `often`, at every step, only where the decision
+     * is not the default). An error: the policy failed with on_error: stop. May be NULL
+     * (the engine takes the first choice). */
+    bv_status (*reconfigure)(void *loop, const char *event, const bv_metric *m, size_t n,
+                             const char *const *choices, bool often, char *decision,
+                             size_t len, bv_error *err);
     void *loop;
 } bv_engine_run;
 

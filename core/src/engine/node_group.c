@@ -213,6 +213,12 @@ int bv_node_group_poll(const bv_cloud_ops *ops, bv_cloud *cloud, int64_t *nodes,
         int n = ops->poll(cloud, &ev, 1, err);
         if (n <= 0)
             return n < 0 ? -1 : 0;
+        if (ev.kind == BV_CLOUD_OFFERED) {
+            *member = -1;
+            *id = -1;
+            *status = -1;
+            return 2;
+        }
         int m = ev.kind == BV_CLOUD_EXITED || ev.kind == BV_CLOUD_PREEMPTED
                     ? member_of(nodes, count, ev.node)
                     : -1;

@@ -419,6 +419,78 @@ static void peer_failed(void *loop, const bv_peer_event *peer)
     }
 }
 
+/* A reconfiguration event of the engine (engine.h): the policy's on_<event> picks one of
+ * the choices (the first without a handler, or with one that returns no decision); the
+ * decision is logged and written to metrics.jsonl with the event's figures and its time:
+ * {"step": 20, "event": "preempted", "decision": "failover", "reason": "...", ...}; an
+ * event raised often, only when the decision is not the first. */
+static bv_status reconfigure(void *loop, const char *event, const bv_metric *m, size_t n,
+                             const char *const *choices, bool often, char *decision,
+                             size_t len, bv_error *err)
+{
+    train_run *r = loop;
+    const char *pick = choices[0];
+    bv_policy_actions a = {0};
+    if (r->policy_active && bv_policy_has_handler(r->policy, event)) {
+        bv_error perr = {0};
+        bv_status st = bv_policy_call(r->policy, event, m, n, &a, &perr);
+        bool known = false;
+        for (size_t i = 0; st == BV_OK && a.reconfigure[0] && choices[i]; i++)
+            if (strcmp(choices[i], a.reconfigure) == 0) {
+                pick = choices[i];
+                known = true;
+            }
+        if (st == BV_OK && a.reconfigure[0] && !known) {
+            char list[160] = "";
+            for (size_t i = 0, k = 0; choices[i] && k < sizeof list; i++)
+                k += (size_t)snprintf(list + k, sizeof list - k, "%s%s", i ? ", " : "",
+                                      choices[i]);
+            st = bv_error_set(&perr, BV_ERR_INVALID, "%s: on_%s chose reconfigure = '%s'; "
+                              "here it is one of %s", bv_policy_path(r->policy), event,
+                              a.reconfigure, list);
+        }
+        if (st == BV_OK && (a.stop || a.set_lr || a.nsets))
+            st = bv_error_set(&perr, BV_ERR_INVALID, "%s: on_%s returns reconfigure, reason "
+                              "and report only", bv_policy_path(r->policy), event);
+        if (st != BV_OK) {
+            r->policy_active = false;
+            if (r->policy_stops_on_error) {
+                r->policy_failed = true;
+                return bv_error_set(err, st, "policy error: %s", perr.msg);
+            }
+            bv_log(BV_LOG_WARN, "%s; the run goes on without the policy", perr.msg);
+            pick = choices[0];
+            a.reason[0] = '\0';
+        }
+        for (size_t i = 0; i < a.nreports; i++)
+            bv_series_report(a.reports[i].name, a.reports[i].unit, a.reports[i].value);
+    }
+    snprintf(decision, len, "%s", pick);
+    if (often && pick == choices[0])
+        return BV_OK;
+    bv_log(BV_LOG_INFO, "policy: %s: %s%s%s%s", event, pick, a.reason[0] ? " (" : "",
+           a.reason, a.reason[0] ? ")" : "");
+    if (r->metrics) {
+        const bv_record_kind *kind = r->ops->unit_record;
+        fputc('{', r->metrics);
+        bv_json_string(r->metrics, kind->fields[0]);
+        fprintf(r->metrics, ": %lld, \"event\": ", (long long)r->units.count);
+        bv_json_string(r->metrics, event);
+        fputs(", \"decision\": ", r->metrics);
+        bv_json_string(r->metrics, pick);
+        if (a.reason[0]) {
+            fputs(", \"reason\": ", r->metrics);
+            bv_json_string(r->metrics, a.reason);
+        }
+        for (size_t i = 0; i < n; i++)
+            bv_json_field(r->metrics, m[i].name, m[i].value);
+        bv_json_field(r->metrics, "seconds", r->wall_before + (bv_now_seconds() - r->t0));
+        fputs("}\n", r->metrics);
+        fflush(r->metrics);
+    }
+    return BV_OK;
+}
+
 /* A pipeline stage's schedule through every resilience strategy's schedule hook. */
 static bv_status schedule(void *loop, bv_schedule *s, bv_error *err)
 {
@@ -444,7 +516,7 @@ static bv_status setup(train_run *r, void *data, bv_error *err)
     }
     bv_engine_run run = {r->o->out_dir, r->o->seed,
                          r->o->run_dir ? r->o->run_dir : r->o->out_dir, peer_failed,
-                         schedule, r};
+                         schedule, reconfigure, r};
     bv_status st = r->ops->create(x, data, &run, &r->engine, err);
     if (st != BV_OK)
         return st;

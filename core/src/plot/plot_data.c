@@ -1,7 +1,8 @@
 /* A run directory's metrics.jsonl as series (plot.h). Record lines ({"epoch": 3,
  * "train_loss": ..., "seconds": ...}) give one series per field; series lines
  * ({"epoch": 3, "series": "queue_depth", "unit": "tasks", "value": 7, ...}) one series
- * per name, so a plugin's series needs no code here. */
+ * per name, so a plugin's series needs no code here; a policy's decisions ({"step": 20,
+ * "event": "preempted", ...}) none. */
 #include <dirent.h>
 #include <math.h>
 #include <stdio.h>
@@ -118,6 +119,8 @@ static bv_status take_line(bv_plot_run *run, const bv_json *line, bv_error *err)
         return bv_error_set(err, BV_ERR_CORRUPT, "not a metrics record");
     if (!run->index[0])
         snprintf(run->index, sizeof run->index, "%s", line->keys[0]);
+    if (bv_json_str(line, "event")) /* a policy's decision (train.c): not a series */
+        return BV_OK;
     double xu = line->items[0].number, xt = bv_json_num(line, "seconds");
     const char *name = bv_json_str(line, "series");
     if (name) {

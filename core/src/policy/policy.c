@@ -988,6 +988,17 @@ static void parse_actions(lua_State *L, bv_policy_actions *out)
                                    number_text(lr, text));
             out->set_lr = true;
             out->lr = lr;
+        } else if (strcmp(key, "reconfigure") == 0) {
+            if (vt != LUA_TSTRING)
+                raise_action_error(L, "action 'reconfigure' as a %s, expected a string",
+                                   lua_typename(L, vt));
+            size_t len;
+            const char *what = lua_tolstring(L, -1, &len);
+            if (len == 0 || len >= sizeof out->reconfigure ||
+                strspn(what, "abcdefghijklmnopqrstuvwxyz_") != len)
+                raise_action_error(L, "reconfigure = '%.40s', expected a decision such as "
+                                   "'failover' (lower-case letters, < 32)", what);
+            memcpy(out->reconfigure, what, len + 1);
         } else if (strcmp(key, "set") == 0) {
             parse_sets(L, out);
         } else if (strcmp(key, "report") == 0) {

@@ -49,6 +49,7 @@ typedef struct bv_policy_actions {
     char reason[256];
     bool set_lr;
     double lr;
+    char reconfigure[32]; /* a reconfiguration event's decision ("": none) */
     size_t nsets; /* sorted by name, so the order does not depend on Lua's hashing */
     struct {
         char name[64];

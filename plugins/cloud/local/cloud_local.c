@@ -124,7 +124,7 @@ static const bv_option local_options[] = {
 
 /* Reads a trace: "ms,add|remove,name" lines, times not decreasing (a removal of a node
  * the trace did not add matches no process and is ignored). Then the nodes alive at
- * trace_start, in the order they were added. */
+ * trace_start (those at it included), in the order they were added. */
 static bv_status read_trace(bv_cloud *c, const char *path, bv_error *err)
 {
     FILE *f = fopen(path, "r");
@@ -161,7 +161,7 @@ static bv_status read_trace(bv_cloud *c, const char *path, bv_error *err)
     if (st == BV_OK && !(c->alive = calloc(c->ntrace + 1, sizeof *c->alive)))
         st = bv_error_set(err, BV_ERR_NOMEM, "out of memory");
     for (; st == BV_OK && c->next_event < c->ntrace &&
-           c->trace[c->next_event].t < c->trace_start;
+           c->trace[c->next_event].t <= c->trace_start;
          c->next_event++) {
         const trace_event *e = &c->trace[c->next_event];
         if (e->add) {
@@ -581,6 +581,18 @@ static void replay(bv_cloud *c)
             bv_log(BV_LOG_INFO, "local cloud: the trace removes %s at %.0f s (%.1f s into "
                    "the run): %s (node %lld) killed", e->name, e->t, run, n->label,
                    (long long)n->id);
+        } else if (e->add) { /* capacity for the next launch: it stands for the node */
+            snprintf(c->alive[c->nalive++], TRACE_NAME, "%s", e->name);
+            bv_log(BV_LOG_INFO, "local cloud: the trace adds %s at %.0f s (%.1f s into the "
+                   "run): a node to launch", e->name, e->t, run);
+            push_event(c, BV_CLOUD_OFFERED, -1, -1);
+        } else { /* a node not launched yet is no longer there to launch */
+            for (size_t i = c->given; i < c->nalive; i++)
+                if (strcmp(c->alive[i], e->name) == 0) {
+                    memmove(c->alive + i, c->alive + i + 1, (c->nalive - i - 1) * TRACE_NAME);
+                    c->nalive--;
+                    break;
+                }
         }
     }
 }

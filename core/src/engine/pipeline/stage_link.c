@@ -30,6 +30,7 @@ struct bv_stage_link {
     bool timed_out; /* the last wait ended by its timeout */
     bool sliced;    /* bv_stage_link_slice_sends */
     int send_bound_ms;
+    char **moved;   /* per node: its address since bv_stage_link_reroute (NULL: addrs') */
 };
 
 bv_status bv_stage_link_open(const bv_transport_ops *t, bv_transport *tr,
@@ -82,9 +83,13 @@ void bv_stage_link_close(bv_stage_link *l)
         return;
     bv_stage_link_clear(l);
     free(l->stash);
-    for (int i = 0; i < l->nodes; i++)
+    for (int i = 0; i < l->nodes; i++) {
         if (l->out[i])
             l->t->close(l->out[i]);
+        if (l->moved)
+            free(l->moved[i]);
+    }
+    free(l->moved);
     free(l->out);
     l->t->close(l->inbox);
     free(l);
@@ -122,6 +127,28 @@ static uint64_t get_le64(const uint8_t *p)
 
 static bv_status take(bv_stage_link *l, int timeout_ms, stashed *s, bv_error *err);
 static bv_status stash_push(bv_stage_link *l, const stashed *s, bv_error *err);
+
+bv_status bv_stage_link_reroute(bv_stage_link *l, int node, const char *address,
+                                bv_error *err)
+{
+    if (node < 0 || node >= l->nodes || node == l->self)
+        return bv_error_set(err, BV_ERR_INVALID, "node %d cannot move node %d", l->self,
+                            node);
+    if (address) {
+        char *copy = strdup(address);
+        if (!copy || (!l->moved && !(l->moved = calloc((size_t)l->nodes, sizeof *l->moved)))) {
+            free(copy);
+            return bv_error_set(err, BV_ERR_NOMEM, "out of memory");
+        }
+        free(l->moved[node]);
+        l->moved[node] = copy;
+    }
+    if (l->out[node]) { /* a fresh connection: nothing queued for the old inbox */
+        l->t->close(l->out[node]);
+        l->out[node] = NULL;
+    }
+    return BV_OK;
+}
 
 void bv_stage_link_slice_sends(bv_stage_link *l, int bound_ms)
 {
@@ -181,7 +208,8 @@ bv_status bv_stage_link_send(bv_stage_link *l, int to, uint16_t type, uint32_t t
 {
     if (to < 0 || to >= l->nodes)
         return bv_error_set(err, BV_ERR_INTERNAL, "no node %d of %d", to, l->nodes);
-    if (!l->out[to] && !(l->out[to] = l->t->connect(l->tr, l->addrs[to], err)))
+    const char *addr = l->moved && l->moved[to] ? l->moved[to] : l->addrs[to];
+    if (!l->out[to] && !(l->out[to] = l->t->connect(l->tr, addr, err)))
         return err->status ? err->status : BV_ERR_IO;
     size_t len = STEP_BYTES + bytes;
     uint8_t *payload = payload_make(step, data, bytes);

@@ -50,6 +50,8 @@ enum bv_pipe_cmd {
     BV_PIPE_COMMIT,      /* a prepared step applied (two-phase steps: docs/redundancy.md) */
     BV_PIPE_ADOPT,       /* to a shadow: run the lost next stage (int32 node, then the packed
                             state of the stage after it); the adopted node answers */
+    BV_PIPE_RELEASE,     /* to a shadow: the stage it adopted was told to STOP; join it */
+    BV_PIPE_REROUTE,     /* node (int32) listens at a new address (the rest of the data) */
 };
 
 typedef struct bv_stage_link bv_stage_link;
@@ -78,6 +80,11 @@ bv_status bv_stage_link_send(bv_stage_link *l, int to, uint16_t type, uint32_t t
  * that comes meanwhile ends it with BV_ERR_STOPPED, so a node whose peer is gone is free
  * for the coordinator's next command at once. */
 void bv_stage_link_slice_sends(bv_stage_link *l, int bound_ms);
+/* Node `node` listens at `address` now (NULL: still at the one addrs gives): the outbox to
+ * it is closed and opened again on the next send, so that nothing goes to a connection of
+ * the inbox it had before. */
+bv_status bv_stage_link_reroute(bv_stage_link *l, int node, const char *address,
+                                bv_error *err);
 
 #define BV_PIPE_ANY_TAG UINT32_MAX
 #define BV_PIPE_ANY_STEP INT64_MIN

@@ -42,8 +42,12 @@ struct bv_seq_pipe {
     int *host;     /* per stage node: the process that runs it (its own, or a shadow's) */
     int lost;      /* the process whose end failed the last command, -1 none */
     bool two_phase; /* bv_seq_pipe_two_phase: steps prepared, then committed */
-    int failovers;
+    int failovers, replacements;
     double failover_s; /* from each loss seen to the end of the step run again */
+    int offered;       /* capacity the cloud offered (BV_CLOUD_OFFERED) not launched yet */
+    int asked_offered, asked_degraded; /* what the last `joined` event said */
+    int64_t degraded_steps;            /* steps run with a stage in another's process */
+    double degraded_since;
     char dir[64];
     bool signals;
     bool failed; /* a stage failed or ended: stop ends the rest without waiting */
@@ -64,6 +68,9 @@ static void stage_name(const bv_seq_pipe *p, int node, char *buf, size_t len)
 }
 
 static bv_status watch(bv_seq_pipe *p, bv_error *err);
+static bool recovered(bv_seq_pipe *p, double *lost_at, bv_error *err);
+static bv_status take_state(bv_seq_pipe *p, int node, const bv_pipe_msg_in *m, void *ctx,
+                            bv_error *err);
 
 /* Sends a message to a stage node. With stage processes each try gives up after
  * BV_SEND_SLICE_MS and the stages are looked at between tries, until the transport's
@@ -131,6 +138,8 @@ static bv_status watch(bv_seq_pipe *p, bv_error *err)
                                  &status, err);
     if (got < 0)
         return err->status ? err->status : BV_ERR_PLUGIN;
+    if (got == 2)
+        p->offered++;
     if (got == 1) {
         char who[64], how[96];
         p->lost = n;
@@ -176,17 +185,18 @@ static bv_status abort_all(bv_seq_pipe *p, int64_t step, bv_error *err, bv_statu
     return bv_error_set(err, st, "%s", msg);
 }
 
-/* Waits for every node's answer to cmd: DONE (data handed to each(), may be NULL) or
- * ERROR. The first error aborts the waits of the others, whose answers are still
- * collected, so no stage is left in the middle of a step; a stage process that ended (or
- * Ctrl-C) ends the wait at once, and the stop ends the rest. */
-static bv_status collect(bv_seq_pipe *p, uint32_t cmd, int64_t step, uint16_t done_type,
+/* Waits for `answers` answers to cmd (every node's, or the one node's asked): DONE (data
+ * handed to each(), may be NULL) or ERROR. The first error aborts the waits of the others
+ * (ABORT), so no stage is left waiting for a peer, and drops what came so far; a stage
+ * process that ended (or Ctrl-C) ends the wait at once, and the stop ends the rest. */
+static bv_status collect(bv_seq_pipe *p, int answers, uint32_t cmd, int64_t step,
+                         uint16_t done_type,
                          bv_status (*each)(bv_seq_pipe *, int node, const bv_pipe_msg_in *,
                                            void *, bv_error *),
                          void *ctx, bv_error *err)
 {
     bv_status first = BV_OK;
-    for (int answered = 0; answered < p->nodes; answered++) {
+    for (int answered = 0; answered < answers; answered++) {
         bv_pipe_msg_in m = {0};
         bv_error e = {0};
         bv_status rc;
@@ -232,7 +242,7 @@ static bv_status broadcast(bv_seq_pipe *p, uint32_t cmd, int64_t step, const voi
         if (rc != BV_OK)
             return rc;
     }
-    return collect(p, cmd, step, BV_PIPE_DONE, each, ctx, err);
+    return collect(p, p->nodes, cmd, step, BV_PIPE_DONE, each, ctx, err);
 }
 
 void bv_seq_pipe_stop(bv_seq_pipe *p)
@@ -477,40 +487,47 @@ static bv_status rendezvous(bv_seq_pipe *p, bv_error *err)
     return rc;
 }
 
-/* One `bivouac role --role stage` process per stage node, started by the cloud. */
-static bv_status launch(bv_seq_pipe *p, const char *book, bv_error *err)
+/* A `bivouac role --role stage` process for stage node n, started by the cloud, reading
+ * the book the coordinator wrote at `book`. */
+static bv_status launch_node(bv_seq_pipe *p, int n, const char *book, bv_error *err)
 {
     const bv_seq_pipe_cfg *c = &p->cfg;
     char exe[4096];
     bv_status st = bv_node_group_self_exe(NULL, exe, sizeof exe, err);
     if (st != BV_OK)
         return st;
+    char seed[32], index[16], label[64], address[ADDR_LEN];
+    snprintf(seed, sizeof seed, "%llu", (unsigned long long)c->seed);
+    snprintf(index, sizeof index, "%d", n);
+    stage_name(p, n, label, sizeof label);
+    const char *argv[] = {exe,      "role",  "--experiment", c->experiment_file,
+                          "--role", "stage", "--index",      index,
+                          "--seed", seed,    "--book",       book,
+                          NULL};
+    bv_node_request req = {.size = sizeof req, .role = "stage", .argv = argv, .label = label};
+    if ((p->node[n] = bv_node_group_launch(c->cloud_ops, p->cloud, &req, address,
+                                           sizeof address, err)) < 0)
+        return err->status ? err->status : BV_ERR_PLUGIN;
+    if (!c->tcp) /* over tcp the inbox is known after the stage's HELLO */
+        bv_log(BV_LOG_INFO, "%s: node %lld on localhost, inbox %s", label,
+               (long long)p->node[n], p->addr[n]);
+    else
+        bv_log(BV_LOG_INFO, "%s: node %lld on localhost", label, (long long)p->node[n]);
+    return BV_OK;
+}
+
+/* One stage process per stage node, on the run's cloud. */
+static bv_status launch(bv_seq_pipe *p, const char *book, bv_error *err)
+{
+    const bv_seq_pipe_cfg *c = &p->cfg;
     if (!(p->cloud = c->cloud_ops->create(c->cloud_opts, &c->run_info, err)))
         return err->status ? err->status : BV_ERR_PLUGIN;
     bv_node_group_signals_on();
     p->signals = true;
-    char seed[32];
-    snprintf(seed, sizeof seed, "%llu", (unsigned long long)c->seed);
-    for (int n = 0; n < p->nodes; n++) {
-        char index[16], label[64], address[ADDR_LEN];
-        snprintf(index, sizeof index, "%d", n);
-        stage_name(p, n, label, sizeof label);
-        const char *argv[] = {exe,      "role",  "--experiment", c->experiment_file,
-                              "--role", "stage", "--index",      index,
-                              "--seed", seed,    "--book",       book,
-                              NULL};
-        bv_node_request req = {.size = sizeof req, .role = "stage", .argv = argv,
-                               .label = label};
-        if ((p->node[n] = bv_node_group_launch(c->cloud_ops, p->cloud, &req, address,
-                                               sizeof address, err)) < 0)
-            return err->status ? err->status : BV_ERR_PLUGIN;
-        if (!c->tcp) /* over tcp the inbox is known after the stage's HELLO */
-            bv_log(BV_LOG_INFO, "%s: node %lld on localhost, inbox %s", label,
-                   (long long)p->node[n], p->addr[n]);
-        else
-            bv_log(BV_LOG_INFO, "%s: node %lld on localhost", label, (long long)p->node[n]);
-    }
-    return BV_OK;
+    bv_status st = BV_OK;
+    for (int n = 0; st == BV_OK && n < p->nodes; n++)
+        st = launch_node(p, n, book, err);
+    return st;
 }
 
 bv_status bv_seq_pipe_start(const bv_seq_pipe_cfg *cfg, bv_seq_pipe **out, bv_error *err)
@@ -583,8 +600,14 @@ bv_status bv_seq_pipe_start(const bv_seq_pipe_cfg *cfg, bv_seq_pipe **out, bv_er
         else
             p->started++;
     }
-    if (rc == BV_OK)
+    /* a stage lost as the run starts is failed over too, and every stage initialised
+     * again (the same draws) */
+    for (double lost_at = 0; rc == BV_OK;) {
         rc = broadcast(p, BV_PIPE_INIT, 0, NULL, 0, NULL, NULL, err);
+        if (rc == BV_OK || !recovered(p, &lost_at, err))
+            break;
+        rc = BV_OK;
+    }
     if (rc != BV_OK) {
         bv_seq_pipe_stop(p);
         return rc;
@@ -617,8 +640,6 @@ static bv_status take_step(bv_seq_pipe *p, int node, const bv_pipe_msg_in *m, vo
     return BV_OK;
 }
 
-static bv_status take_state(bv_seq_pipe *p, int node, const bv_pipe_msg_in *m, void *ctx,
-                            bv_error *err);
 
 /* One command to one node and its one answer (DONE, or done_type), into each(). */
 static bv_status ask(bv_seq_pipe *p, int node, uint32_t cmd, int64_t step, const void *data,
@@ -630,10 +651,7 @@ static bv_status ask(bv_seq_pipe *p, int node, uint32_t cmd, int64_t step, const
     bv_status rc = send_cmd(p, node, cmd, step, data, bytes, err);
     if (rc != BV_OK)
         return rc;
-    int nodes = p->nodes;
-    p->nodes = 1; /* one answer */
-    rc = collect(p, cmd, step, done_type, each, ctx, err);
-    p->nodes = nodes;
+    rc = collect(p, 1, cmd, step, done_type, each, ctx, err);
     return rc;
 }
 
@@ -649,44 +667,70 @@ static bv_status commit(bv_seq_pipe *p, int64_t ws, bv_error *err)
         if (rc != BV_OK && first == BV_OK)
             first = rc, *err = e;
     }
-    return first != BV_OK ? first : collect(p, BV_PIPE_COMMIT, ws, BV_PIPE_DONE, NULL, NULL, err);
+    return first != BV_OK ? first
+                          : collect(p, p->nodes, BV_PIPE_COMMIT, ws, BV_PIPE_DONE, NULL, NULL,
+                                    err);
 }
 
-/* Bamboo's failover (docs/redundancy.md#the-failover): the lost process ran one stage node
- * v, whose shadow (the stage before it in its pipeline, or the last for the first) keeps a
- * replica of it; the shadow's process adopts v with the replica's weights and moments and
- * the state of the stage after v for v's own replica, at the step boundary every stage is
- * at. Refused, with why, where that cannot be: threads, tcp links, no replicas, a process
- * that ran two nodes, a shadow that is gone (two consecutive stages). */
-static bv_status failover(bv_seq_pipe *p, const bv_error *loss, bv_error *err)
+/* The stage nodes that run in another stage's process (since a failover). */
+static int degraded(const bv_seq_pipe *p)
 {
-    const bv_seq_pipe_cfg *c = &p->cfg;
-    int v = -1, count = 0;
-    for (int n = 0; p->lost >= 0 && n < p->nodes; n++)
-        if (p->host[n] == p->lost)
-            v = n, count++;
-    if (!p->two_phase || c->tcp || count != 1) {
-        if (p->two_phase && !c->tcp && count > 1)
-            return bv_error_set(err, loss->status, "%s; the process ran %d stage nodes (a "
-                                "shadow and the stage it had taken over): no replica of "
-                                "them all is left", loss->msg, count);
-        *err = *loss;
-        return err->status;
-    }
-    int P = c->stages, d = v / P, s = v % P;
-    int shadow = d * P + (s + P - 1) % P;
+    int k = 0;
+    for (int n = 0; p->host && n < p->nodes; n++)
+        k += p->host[n] != n;
+    return k;
+}
+
+/* The policy's decision on a reconfiguration event (engine.h), one of choices: the
+ * first where the run has no policy for it. often: an event raised at every step, of
+ * which only decisions other than the first are logged. */
+static bv_status decide(bv_seq_pipe *p, const char *event, const bv_metric *m, size_t n,
+                        const char *const *choices, bool often, char *decision, size_t len,
+                        bv_error *err)
+{
+    snprintf(decision, len, "%s", choices[0]);
+    return p->cfg.reconfigure ? p->cfg.reconfigure(p->cfg.loop, event, m, n, choices, often,
+                                                   decision, len, err)
+                              : BV_OK;
+}
+
+/* Whether stage node n's process is gone. */
+static bool node_lost(const bv_seq_pipe *p, int n)
+{
+    return p->node[p->host[n]] < 0;
+}
+
+/* Why the lost stage node v cannot be failed over ("" where it can): its process ran
+ * another stage too, or its shadow is gone (two consecutive stages). */
+static void uncovered(const bv_seq_pipe *p, int v, char *why, size_t len)
+{
+    int P = p->cfg.stages, shadow = v - v % P + (v % P + P - 1) % P, count = 0;
+    for (int n = 0; n < p->nodes; n++)
+        count += p->host[n] == p->host[v];
     char who[64], by[64];
     stage_name(p, v, who, sizeof who);
     stage_name(p, shadow, by, sizeof by);
-    if (p->node[p->host[shadow]] < 0)
-        return bv_error_set(err, loss->status, "%s; its shadow, %s, is gone too: nothing "
-                            "keeps %s's layers", loss->msg, by, who);
-    bv_log(BV_LOG_WARN, "%s", loss->msg);
-    bv_log(BV_LOG_INFO, "failover: %s's process (node %d) adopts %s from its replica", by,
-           p->host[shadow], who);
-    p->lost = -1;
-    /* every other stage's layers of v's pipeline: the stage after v's for v's replica of
-     * it, and the owners of the tensors v's layers or that replica tie to */
+    why[0] = '\0';
+    if (count > 1)
+        snprintf(why, len, "the process of %s ran %d stage nodes (a shadow and the stage it "
+                 "had taken over): no replica of them all is left", who, count);
+    else if (node_lost(p, shadow))
+        snprintf(why, len, "%s and its shadow, %s, are both gone: nothing keeps %s's layers",
+                 who, by, who);
+}
+
+/* The lost stage node v taken over by its shadow's process (docs/redundancy.md#the-failover),
+ * with the replica's weights and moments and the state of v's pipeline's other stages
+ * (the one after v's for v's own replica, the owners of tied tensors), at the step
+ * boundary every stage is at. */
+static bv_status adopt_node(bv_seq_pipe *p, int v, bv_error *err)
+{
+    int P = p->cfg.stages, d = v / P, s = v % P, shadow = d * P + (s + P - 1) % P;
+    char who[64], by[64];
+    stage_name(p, v, who, sizeof who);
+    stage_name(p, shadow, by, sizeof by);
+    bv_log(BV_LOG_INFO, "failover: %s's process (node %lld) adopts %s from its replica", by,
+           (long long)p->node[p->host[shadow]], who);
     bv_state others = {0};
     bv_status rc = BV_OK;
     for (int k = 0; rc == BV_OK && k < P; k++)
@@ -712,11 +756,63 @@ static bv_status failover(bv_seq_pipe *p, const bv_error *loss, bv_error *err)
     free(msg);
     free(buf);
     if (rc != BV_OK) {
-        bv_error why = *err;
-        return bv_error_set(err, rc, "the failover of %s: %s", who, why.msg);
+        bv_error e = *err;
+        return bv_error_set(err, rc, "the failover of %s: %s", who, e.msg);
     }
     p->failovers++;
     return BV_OK;
+}
+
+/* Bamboo's failover of every stage process lost (loss: how the first was seen). The
+ * cloud's events of the next moment are read first: a bulk preemption ends several at
+ * once. Each lost stage node is put to the policy (`preempted`: failover, or restart from
+ * the last checkpoint); one that cannot be covered (uncovered()) ends the run with why,
+ * as do threads, tcp links and a run without replicas. */
+static bv_status failover(bv_seq_pipe *p, const bv_error *loss, bv_error *err)
+{
+    if (!p->two_phase || p->cfg.tcp || !p->host) {
+        *err = *loss;
+        return err->status;
+    }
+    for (double end = bv_now_seconds() + WATCH_MS * 1e-3; bv_now_seconds() < end;) {
+        bv_error e = {0};
+        watch(p, &e); /* marks the processes that ended */
+        nanosleep(&(struct timespec){0, 5000000L}, NULL);
+    }
+    if (bv_node_group_interrupted())
+        return bv_error_set(err, BV_ERR_IO, "interrupted (%s): stopping the stages",
+                            strsignal(bv_node_group_interrupted()));
+    p->lost = -1;
+    char why[256] = "";
+    for (int v = 0; !why[0] && v < p->nodes; v++)
+        if (node_lost(p, v))
+            uncovered(p, v, why, sizeof why);
+    static const char *const can[] = {"failover", "restart", NULL};
+    static const char *const cannot[] = {"restart", NULL};
+    if (!why[0])
+        bv_log(BV_LOG_WARN, "%s", loss->msg);
+    bv_status rc = BV_OK;
+    for (int v = 0; rc == BV_OK && v < p->nodes; v++) {
+        if (!node_lost(p, v))
+            continue;
+        /* the policy's say: Bamboo's fails over what it can, and restarts the rest */
+        int P = p->cfg.stages;
+        bv_metric m[] = {{"stage", v % P},        {"pipeline", v / P},
+                         {"coverable", !why[0]}, {"degraded", degraded(p)},
+                         {"offered", p->offered}};
+        char decision[32];
+        rc = decide(p, "preempted", m, sizeof m / sizeof *m, why[0] ? cannot : can, false,
+                    decision, sizeof decision, err);
+        if (rc != BV_OK)
+            return rc;
+        if (why[0])
+            return bv_error_set(err, loss->status, "%s; %s", loss->msg, why);
+        if (strcmp(decision, "restart") == 0)
+            return bv_error_set(err, loss->status, "%s; the policy restarts the run from its "
+                                "last checkpoint (bivouac run --resume)", loss->msg);
+        rc = adopt_node(p, v, err);
+    }
+    return rc;
 }
 
 /* After a command failed: a stage process lost in a run with two-phase steps is failed
@@ -735,9 +831,123 @@ static bool recovered(bv_seq_pipe *p, double *lost_at, bv_error *err)
     return false;
 }
 
+/* A stage that runs in its shadow's process since a failover, and capacity the cloud
+ * offered: the stage gets a process of its own again, at a step boundary. Its pipeline's
+ * state is gathered (the adopted stage's layers and its replica's owners among it), the
+ * adopted thread stopped and joined, and a stage process launched for the node with a
+ * book that gives it a new inbox (a connection to the old one may still take a message
+ * and lose it with the closing socket): every other node is told the address (REROUTE,
+ * which opens its outbox again), then the new process gets the state. */
+static bv_status replace(bv_seq_pipe *p, int v, bv_error *err)
+{
+    int P = p->cfg.stages, d = v / P, shadow = d * P + (v % P + P - 1) % P;
+    char who[64], by[64];
+    stage_name(p, v, who, sizeof who);
+    stage_name(p, shadow, by, sizeof by);
+    bv_state all = {0};
+    bv_status rc = BV_OK;
+    for (int k = 0; rc == BV_OK && k < P; k++)
+        rc = ask(p, d * P + k, BV_PIPE_GET_STATE, 0, NULL, 0, BV_PIPE_STATE, take_state, &all,
+                 err);
+    uint8_t *buf = NULL;
+    size_t bytes = 0;
+    if (rc == BV_OK)
+        rc = bv_stage_state_pack(&all, &buf, &bytes, err);
+    bv_state_free(&all);
+    if (rc == BV_OK)
+        rc = send_cmd(p, v, BV_PIPE_STOP, 0, NULL, 0, err);
+    if (rc == BV_OK)
+        rc = ask(p, shadow, BV_PIPE_RELEASE, 0, NULL, 0, BV_PIPE_DONE, NULL, NULL, err);
+    char book[sizeof p->dir + 32];
+    snprintf(book, sizeof book, "%s/book.%d", p->dir, p->replacements + 1);
+    snprintf(p->addr[v], ADDR_LEN, "ipc://%s/n%d.%d", p->dir, v, p->replacements + 1);
+    if (rc == BV_OK)
+        rc = bv_stage_link_reroute(p->link, v, NULL, err); /* p->addrs[v] is the new one */
+    if (rc == BV_OK)
+        rc = write_book(p, book, err);
+    if (rc == BV_OK && (rc = launch_node(p, v, book, err)) == BV_OK) {
+        p->host[v] = v;
+        p->offered--;
+        size_t len = strlen(p->addr[v]);
+        uint8_t msg[sizeof(int32_t) + ADDR_LEN];
+        int32_t node = v;
+        memcpy(msg, &node, sizeof node);
+        memcpy(msg + sizeof node, p->addr[v], len);
+        for (int n = 0; rc == BV_OK && n < p->nodes; n++)
+            if (n != v)
+                rc = send_cmd(p, n, BV_PIPE_REROUTE, 0, msg, sizeof node + len, err);
+        if (rc == BV_OK)
+            rc = collect(p, p->nodes - 1, BV_PIPE_REROUTE, 0, BV_PIPE_DONE, NULL, NULL, err);
+    }
+    if (rc == BV_OK)
+        rc = ask(p, v, BV_PIPE_SET_STATE, 0, buf, bytes, BV_PIPE_DONE, NULL, NULL, err);
+    free(buf);
+    if (rc != BV_OK) {
+        bv_error why = *err;
+        return bv_error_set(err, rc, "giving %s a process of its own again: %s", who,
+                            why.msg);
+    }
+    p->replacements++;
+    bv_log(BV_LOG_INFO, "replaced: %s runs in a process of its own again (node %lld), no "
+           "longer in %s's", who, (long long)p->node[v], by);
+    return BV_OK;
+}
+
+/* At a step boundary, where a stage runs in another's process: capacity that came
+ * (`joined`: the policy gives the stages processes of their own again, or keeps the
+ * capacity waiting), then a look at the degraded pipeline (`degraded`, every step: go on,
+ * or restart from the last checkpoint). */
+static bv_status boundary(bv_seq_pipe *p, bv_error *err)
+{
+    int deg = degraded(p);
+    char decision[32];
+    bv_status rc = BV_OK;
+    if (deg > 0 && p->offered > 0 &&
+        (p->offered != p->asked_offered || deg != p->asked_degraded)) {
+        p->asked_offered = p->offered;
+        p->asked_degraded = deg;
+        static const char *const choices[] = {"replace", "wait", NULL};
+        bv_metric m[] = {{"offered", p->offered}, {"degraded", deg}};
+        rc = decide(p, "joined", m, sizeof m / sizeof *m, choices, false, decision,
+                    sizeof decision, err);
+        for (int v = 0; rc == BV_OK && !strcmp(decision, "replace") && p->offered > 0 &&
+                        v < p->nodes;
+             v++)
+            if (p->host[v] != v)
+                rc = replace(p, v, err);
+        deg = degraded(p);
+    }
+    if (rc != BV_OK || deg == 0) {
+        p->degraded_since = 0;
+        p->degraded_steps = 0;
+        return rc;
+    }
+    double now = bv_now_seconds();
+    if (p->degraded_since == 0)
+        p->degraded_since = now;
+    static const char *const choices[] = {"continue", "restart", NULL};
+    bv_metric m[] = {{"degraded", deg},
+                     {"steps_degraded", (double)p->degraded_steps++},
+                     {"seconds_degraded", now - p->degraded_since},
+                     {"offered", p->offered}};
+    rc = decide(p, "degraded", m, sizeof m / sizeof *m, choices, true, decision,
+                sizeof decision, err);
+    if (rc == BV_OK && strcmp(decision, "restart") == 0)
+        rc = bv_error_set(err, BV_ERR_STOPPED, "the policy restarts the run from its last "
+                          "checkpoint (bivouac run --resume): %d stage%s ran in another "
+                          "stage's process for %lld step%s", deg, deg > 1 ? "s" : "",
+                          (long long)p->degraded_steps, p->degraded_steps > 1 ? "s" : "");
+    return rc;
+}
+
 bv_status bv_seq_pipe_train(bv_seq_pipe *p, int64_t it, double lr, bv_seq_pipe_step *out,
                             bv_error *err)
 {
+    if (p->two_phase && p->host) {
+        bv_status rc = boundary(p, err);
+        if (rc != BV_OK)
+            return rc;
+    }
     step_acc a;
     double lost_at = 0;
     bv_status rc;
@@ -763,6 +973,13 @@ bv_status bv_seq_pipe_train(bv_seq_pipe *p, int64_t it, double lr, bv_seq_pipe_s
         p->failover_s += bv_now_seconds() - lost_at;
     if (rc != BV_OK)
         return rc;
+    if (p->two_phase && p->node) { /* the cluster as it trained this step (Bamboo's Fig. 11) */
+        int alive = 0;
+        for (int n = 0; n < p->nodes; n++)
+            alive += p->node[n] >= 0;
+        bv_series_report("stage_processes", "processes", alive);
+        bv_series_report("stages_degraded", "stages", degraded(p));
+    }
     /* each stage's seconds computing and waiting (mean over the pipelines), as series */
     for (int s = 0; s < p->cfg.stages; s++) {
         char name[48];
@@ -777,9 +994,11 @@ bv_status bv_seq_pipe_train(bv_seq_pipe *p, int64_t it, double lr, bv_seq_pipe_s
     return BV_OK;
 }
 
-void bv_seq_pipe_failovers(const bv_seq_pipe *p, int *count, double *seconds)
+void bv_seq_pipe_failovers(const bv_seq_pipe *p, int *count, int *replacements,
+                           double *seconds)
 {
     *count = p->failovers;
+    *replacements = p->replacements;
     *seconds = p->failover_s;
 }
 

@@ -15,6 +15,7 @@
 #include "adamw.h"
 #include "bivouac/cloud.h"
 #include "experiment.h"
+#include "policy.h"
 #include "schedule_gen.h"
 #include "text_corpus.h"
 
@@ -55,6 +56,10 @@ typedef struct bv_seq_pipe_cfg {
     bv_schedule *sched;
     /* the training loop's hook for a lost stage process (engine.h); may be NULL */
     void (*peer_failed)(void *loop, const bv_peer_event *peer);
+    /* the training loop's policy for reconfiguration events (engine.h); may be NULL */
+    bv_status (*reconfigure)(void *loop, const char *event, const bv_metric *m, size_t n,
+                             const char *const *choices, bool often, char *decision,
+                             size_t len, bv_error *err);
     void *loop;
 } bv_seq_pipe_cfg;
 
@@ -101,8 +106,10 @@ void bv_seq_pipe_stop(bv_seq_pipe *p);
  * every stage; the run goes on. */
 bv_status bv_seq_pipe_train(bv_seq_pipe *p, int64_t it, double lr, bv_seq_pipe_step *out,
                             bv_error *err);
-/* The failovers so far, and the seconds from each loss seen to the end of its step. */
-void bv_seq_pipe_failovers(const bv_seq_pipe *p, int *count, double *seconds);
+/* The failovers so far, the stages given a process of their own again after one (the
+ * cloud offered capacity), and the seconds from each loss seen to the end of its step. */
+void bv_seq_pipe_failovers(const bv_seq_pipe *p, int *count, int *replacements,
+                           double *seconds);
 /* Mean loss over `iters` batches of a split (split 1: validation) after `done` steps,
  * batch i drawn from BV_SEQ_STREAM_EVAL(done, split, i). */
 bv_status bv_seq_pipe_eval(bv_seq_pipe *p, int64_t done, int split, int64_t iters,

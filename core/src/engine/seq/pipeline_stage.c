@@ -790,6 +790,28 @@ static bv_status run_command(stage *st, const bv_pipe_msg_in *m, bv_error *err)
         break;
     case BV_PIPE_ADOPT:
         return adopt(st, m, err); /* the adopted stage answers */
+    case BV_PIPE_REROUTE: { /* a stage given a process of its own again */
+        int32_t node;
+        char address[96];
+        if (m->bytes <= sizeof node || m->bytes - sizeof node >= sizeof address)
+            return bv_error_set(err, BV_ERR_CORRUPT, "a reroute command of %zu bytes",
+                                m->bytes);
+        memcpy(&node, m->data, sizeof node);
+        snprintf(address, sizeof address, "%.*s", (int)(m->bytes - sizeof node),
+                 (const char *)m->data + sizeof node);
+        bv_status rc = bv_stage_link_reroute(st->link, node, address, err);
+        if (rc != BV_OK)
+            return rc;
+        break;
+    }
+    case BV_PIPE_RELEASE: /* it runs in a process of its own again */
+        if (!st->adopted)
+            return bv_error_set(err, BV_ERR_INVALID, "stage node %d adopted no stage",
+                                st->node);
+        pthread_join(st->adopted_thread, NULL);
+        free(st->adopted);
+        st->adopted = NULL;
+        break;
     case BV_PIPE_EVAL: {
         int64_t a[2];
         if (m->bytes != sizeof a)

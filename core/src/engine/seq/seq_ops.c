@@ -288,6 +288,7 @@ static bv_status start_pipe(bv_engine *e, const bv_engine_run *run, bv_error *er
         snprintf(c->experiment_file, sizeof c->experiment_file, "%s/experiment.yaml",
                  run->run_dir ? run->run_dir : run->out_dir ? run->out_dir : ".");
         c->peer_failed = run->peer_failed;
+        c->reconfigure = run->reconfigure;
         c->loop = run->loop;
         c->tcp = strcmp(bv_opts_str(&x->pipeline, "links"), "tcp") == 0;
         snprintf(c->address, sizeof c->address, "%s", bv_opts_str(&x->pipeline, "address"));
@@ -541,10 +542,11 @@ static void result(bv_engine *e, const bv_history *h, bv_run_result *res)
         if (replicas) { /* Bamboo's: equal to their originals at the end */
             bv_result_add(res, "replicas", replicas, true, 0);
             bv_result_add(res, "replicas_equal", equal, true, 0);
-            int failovers;
+            int failovers, replaced;
             double seconds;
-            bv_seq_pipe_failovers(e->pipe, &failovers, &seconds);
+            bv_seq_pipe_failovers(e->pipe, &failovers, &replaced, &seconds);
             bv_result_add(res, "failovers", failovers, true, 0);
+            bv_result_add(res, "replaced", replaced, true, 0);
             bv_result_add(res, "failover_seconds", seconds, false, 0);
         }
     }
