@@ -14,12 +14,14 @@
 #   bench/preemption.sh [--build-dir build] [--steps 100] [--stages 3] [--pipelines 2]
 #                       [--trace ../shared/traces/aws-p3-events.csv] [--trace-start 2000]
 #                       [--speedup 50] [--checkpoint-every 10]
-#                       [--strategies "checkpoint redundancy lflb"]
+#                       [--strategies "checkpoint redundancy lflb"] [--zones 1]
+# --zones Z: the local cloud's zones (the trace's nodes in Z zones; the pipeline engine puts
+# consecutive stages in different ones, as Bamboo does).
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build=build steps=100 stages=3 pipelines=2 trace="$here/../shared/traces/aws-p3-events.csv"
-start=2000 speedup=50 every=10 strategies="checkpoint redundancy lflb"
+start=2000 speedup=50 every=10 strategies="checkpoint redundancy lflb" zones=1
 while [ $# -gt 0 ]; do
     case "$1" in
     --build-dir) build=$2 ;;
@@ -31,7 +33,8 @@ while [ $# -gt 0 ]; do
     --speedup) speedup=$2 ;;
     --checkpoint-every) every=$2 ;;
     --strategies) strategies=$2 ;;
-    -h | --help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --zones) zones=$2 ;;
+    -h | --help) sed -n '2,/^set /{/^#/p}' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "preemption.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
     esac
     shift 2
@@ -40,8 +43,9 @@ bivouac="$build/bivouac"
 [ -x "$bivouac" ] || { echo "preemption.sh: no $bivouac: build first (cmake)" >&2; exit 2; }
 export BIVOUAC_DATA_DIR=${BIVOUAC_DATA_DIR:-$here/../shared/data}
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-echo "machine: $(nproc) cores; $pipelines x $stages stage processes, $steps steps, trace $(basename "$trace") from ${start} s at ${speedup}x"
+# BIVOUAC_BENCH_KEEP=DIR: each strategy's whole log is copied there
+trap '[ -n "${BIVOUAC_BENCH_KEEP:-}" ] && cp "$tmp"/*.log "$BIVOUAC_BENCH_KEEP"/ 2>/dev/null; rm -rf "$tmp"' EXIT
+echo "machine: $(nproc) cores; $pipelines x $stages stage processes, $steps steps, trace $(basename "$trace") from ${start} s at ${speedup}x, $zones zone(s)"
 
 cfg=(-s train.steps="$steps" -s train.eval_interval="$every" -s train.eval_iters=1
      -s train.final_eval_iters=1 -s pipeline.stages="$stages" -s pipeline.pipelines="$pipelines")
@@ -74,7 +78,7 @@ traced() {
     : >"$tmp/$strategy.log"
     set +e
     "$bivouac" run "$exp" --out "$out" --quiet --no-plot "${cfg[@]}" -s "$(resilience "$strategy")" \
-        -s "cloud={plugin: local, trace: $trace, trace_start: $start, speedup: $speedup}" \
+        -s "cloud={plugin: local, trace: $trace, trace_start: $start, speedup: $speedup, zones: $zones}" \
         2>"$tmp/err"
     rc=$?
     cat "$tmp/err" >>"$tmp/$strategy.log"
@@ -88,7 +92,7 @@ traced() {
             rm -rf "$out"
             "$bivouac" run "$exp" --out "$out" --quiet --no-plot "${cfg[@]}" \
                 -s "$(resilience "$strategy")" \
-                -s "cloud={plugin: local, trace: $trace, trace_start: $now, speedup: $speedup}" \
+                -s "cloud={plugin: local, trace: $trace, trace_start: $now, speedup: $speedup, zones: $zones}" \
                 2>"$tmp/err"
         fi
         rc=$?
@@ -98,7 +102,7 @@ traced() {
     wall=$(python3 -c "print($(date +%s.%N) - $t0)")
     [ $rc = 0 ] || { echo "preemption.sh: the traced run failed (exit $rc):" >&2; cat "$tmp/err" >&2; exit 1; }
     echo "$strategy:"
-    grep -hE "local cloud: the trace (removes|adds)|info: (failover|replaced):|error: lost" "$tmp/$strategy.log" |
+    grep -hE "local cloud: the trace (removes|adds)|info: (failover|replaced):|error:" "$tmp/$strategy.log" |
         sed 's/^bivouac: [a-z]*: /  /'
     echo "$strategy $(grep -c "local cloud: the trace removes" "$tmp/$strategy.log" || true)" \
         "$(grep -c "info: failover:" "$tmp/$strategy.log" || true)" \

@@ -7,7 +7,8 @@
 #    forward pass, in the backward pass, entering the all-reduce (its ring peers wait in
 #    it), and after the step was prepared (at its commit); two kills of stages that are not
 #    consecutive; a kill from outside at a moment the test does not choose; a bulk
-#    preemption of two stages of different pipelines at once;
+#    preemption of two stages of different pipelines at once, and one of two nodes of a
+#    zone where the local cloud has zones (consecutive stages in different zones);
 #  - lflb and efeb (no redundant forward; both redundant passes) fail over too;
 #  - a spot trace's removal is failed over, and its addition gives the stage a process of
 #    its own again (the shipped policy, scripts/lua/reconfigure.lua; its decisions in
@@ -108,10 +109,11 @@ check "killed from outside: the uninterrupted weights" "$(field "$out" params_cr
 check "killed from outside: one failover" "$(field "$out" failovers)" '"failovers": 1'
 check "killed from outside: nothing left" "$(leftovers "$g")" "processes 0, socket dirs 0"
 
-# a spot trace: node2 (stage 1 of pipeline 0) removed at 1.5 s, node7 added at 2.5 s; the
-# shipped policy fails over, then gives the stage a process of its own again on node7
+# a spot trace: node2 (stage 1 of pipeline 0) removed at 1.5 s, node7 added at 2.5 s and
+# removed at 3 s; the shipped policy fails over, gives the stage a process of its own
+# again on node7 (at a new address), and fails it over again when node7 goes
 printf '0,add,node%d\n' 1 2 3 4 5 6 >"$tmp/trace.csv"
-printf '1500,remove,node2\n2500,add,node7\n' >>"$tmp/trace.csv"
+printf '1500,remove,node2\n2500,add,node7\n3000,remove,node7\n' >>"$tmp/trace.csv"
 policy="$BIVOUAC_SOURCE_DIR/scripts/lua/reconfigure.lua"
 out="$tmp/joined"
 run "$out" run "$exp" --out "$out" "${eflb[@]}" -s train.steps=600 \
@@ -120,11 +122,11 @@ check "a trace's removal and addition: exit 0" "$rc" 0
 [ "$rc" = 0 ] || cat "$out.err" >&2
 check "a trace's removal and addition: the uninterrupted weights" \
     "$(field "$out" params_crc32c)" "$(field "$tmp/whole600" params_crc32c)"
-check "a trace's removal and addition: one failover, one node given back" \
-    "$(field "$out" failovers), $(field "$out" replaced)" '"failovers": 1, "replaced": 1'
+check "a trace's removal and addition: two failovers, one node given back" \
+    "$(field "$out" failovers), $(field "$out" replaced)" '"failovers": 2, "replaced": 1'
 check "a trace's removal and addition: the policy's decisions in metrics.jsonl" \
     "$(grep -o '"event": "[a-z]*", "decision": "[a-z]*"' "$out/metrics.jsonl" | tr '\n' ' ')" \
-    '"event": "preempted", "decision": "failover" "event": "joined", "decision": "replace" '
+    '"event": "preempted", "decision": "failover" "event": "joined", "decision": "replace" "event": "preempted", "decision": "failover" '
 check "a trace's removal and addition: logged" \
     "$(grep -cE '^bivouac: info: (local cloud: the trace adds node7 at [0-9]+ s \([0-9.]+ s into the run\): a node to launch|policy: joined: replace \(full pipelines first\)|replaced: stage 1 of pipeline 0 runs in a process of its own again \(node 6\), no longer in stage 0 of pipeline 0.s)$' "$out.err")" 3
 check "a trace's removal and addition: nothing left" "$(leftovers "$pgid")" \
@@ -167,6 +169,21 @@ check "a bulk preemption of consecutive stages: says why" \
     "stage 1 of pipeline 0 and its shadow, stage 0 of pipeline 0, are both gone: nothing keeps stage 1 of pipeline 0's layers"
 check "a bulk preemption of consecutive stages: nothing left" "$(leftovers "$pgid")" \
     "processes 0, socket dirs 0"
+
+# the same bulk preemption with the trace's nodes in 3 zones: consecutive stages are in
+# different zones (node1 and node2, one zone, stand for stage 0 of each pipeline), and
+# both are failed over
+out="$tmp/zones"
+run "$out" run "$exp" --out "$out" "${eflb[@]}" -s train.steps=600 \
+    -s "cloud={plugin: local, trace: $tmp/bulk2.csv, zones: 3}"
+check "zones: the nodes the stages stand for" \
+    "$(grep -o 'stage [0-9] of pipeline [0-9] (node [0-9]) stands for node[0-9], zone [0-9]' "$out.err" | tr '\n' ';')" \
+    "stage 0 of pipeline 0 (node 0) stands for node1, zone 0;stage 1 of pipeline 0 (node 1) stands for node3, zone 1;stage 2 of pipeline 0 (node 2) stands for node5, zone 2;stage 0 of pipeline 1 (node 3) stands for node2, zone 0;stage 1 of pipeline 1 (node 4) stands for node4, zone 1;stage 2 of pipeline 1 (node 5) stands for node6, zone 2;"
+check "zones: a bulk preemption of one zone is failed over" "$rc, $(field "$out" failovers)" \
+    '0, "failovers": 2'
+check "zones: the uninterrupted weights" "$(field "$out" params_crc32c)" \
+    "$(field "$tmp/whole600" params_crc32c)"
+check "zones: nothing left" "$(leftovers "$pgid")" "processes 0, socket dirs 0"
 
 # the policy restarts a degraded pipeline (max_degraded 0): the run ends for --resume
 out="$tmp/restart"

@@ -31,6 +31,10 @@ typedef struct bv_node_request {
                           NULL: role */
     const char *host;  /* where to run it, in the cloud's own terms (`local`: a network
                           namespace name); NULL: the cloud chooses */
+    /* ABI 1.13: the availability zone to place it in, a number the cloud folds onto its
+     * zones (the pipeline engine asks zone s for stage s: consecutive stages in
+     * different zones, as Bamboo places them); NULL: the cloud chooses */
+    const char *zone;
 } bv_node_request;
 
 typedef enum bv_cloud_event_kind {

@@ -66,6 +66,13 @@ typedef struct trace_event {
     char name[TRACE_NAME];
 } trace_event;
 
+/* A node of the trace that is there to launch on, or that a launched node stands for. */
+typedef struct trace_node {
+    char name[TRACE_NAME];
+    int zone;
+    bool taken; /* a launched node stands for it */
+} trace_node;
+
 struct bv_cloud {
     double grace_seconds;
     struct timespec t0;
@@ -74,12 +81,13 @@ struct bv_cloud {
     bv_cloud_event events[MAX_EVENTS];
     int nevents;
     char ip_path[256]; /* the `ip` program, for nodes placed in a namespace */
-    /* a replayed trace: its events, the next one due, the trace's nodes alive at
-     * trace_start not yet given to a launched node (in the order they were added) */
+    /* a replayed trace: its events, the next one due, the trace's nodes that are there
+     * (in the order they were added), each in a zone */
     trace_event *trace;
     size_t ntrace, next_event;
-    char (*alive)[TRACE_NAME];
-    size_t nalive, given;
+    trace_node *alive;
+    size_t nalive, added; /* added: nodes the trace added since trace_start */
+    int zones;
     double speedup, trace_start;
     /* serverless functions */
     bv_function_limits fn;
@@ -96,6 +104,12 @@ static const bv_option local_options[] = {
                 "stand for its nodes, and each one it removes is killed (SIGKILL)"),
     BV_OPT_FLOAT_RANGE("speedup", "1", 1e-3, 1e9, "trace seconds that pass in one second"),
     BV_OPT_FLOAT_RANGE("trace_start", "0", 0, 1e9, "where in the trace the run starts (s)"),
+    BV_OPT_INT_RANGE("zones", "1", 1, 64,
+                     "availability zones the trace's nodes are in: those there at "
+                     "trace_start in contiguous blocks of the order they were added (nodes "
+                     "added and removed together are mostly of one zone), later ones in "
+                     "turn; a launch that asks for zone k gets a node of zone k mod zones "
+                     "while one is free (the pipeline engine asks zone s for stage s)"),
     BV_OPT_FLOAT_RANGE("lambda_memory_mb", "192", 0, 1e6,
                        "memory cap of a function worker, MB (0: none; Dorylus: 192)"),
     BV_OPT_FLOAT_RANGE("lambda_cpu", "0.25", 0, 64,
@@ -121,6 +135,31 @@ static const bv_option local_options[] = {
                      "same faults, invocation by invocation)"),
     BV_OPT_END,
 };
+
+/* The trace removes node `name`: it is no longer there to launch on. */
+static void forget(bv_cloud *c, const char *name)
+{
+    for (size_t i = 0; i < c->nalive; i++)
+        if (strcmp(c->alive[i].name, name) == 0) {
+            memmove(c->alive + i, c->alive + i + 1, (c->nalive - i - 1) * sizeof *c->alive);
+            c->nalive--;
+            return;
+        }
+}
+
+/* The trace's node a launched node stands for: the first free one of the zone asked for
+ * (folded onto the zones), else the first free one; NULL: none is free. */
+static trace_node *take_node(bv_cloud *c, const char *zone)
+{
+    int want = zone && zone[0] ? atoi(zone) % c->zones : -1;
+    for (int pass = want >= 0 ? 0 : 1; pass < 2; pass++)
+        for (size_t i = 0; i < c->nalive; i++)
+            if (!c->alive[i].taken && (pass == 1 || c->alive[i].zone == want)) {
+                c->alive[i].taken = true;
+                return &c->alive[i];
+            }
+    return NULL;
+}
 
 /* Reads a trace: "ms,add|remove,name" lines, times not decreasing (a removal of a node
  * the trace did not add matches no process and is ignored). Then the nodes alive at
@@ -164,17 +203,13 @@ static bv_status read_trace(bv_cloud *c, const char *path, bv_error *err)
            c->trace[c->next_event].t <= c->trace_start;
          c->next_event++) {
         const trace_event *e = &c->trace[c->next_event];
-        if (e->add) {
-            snprintf(c->alive[c->nalive++], TRACE_NAME, "%s", e->name);
-            continue;
-        }
-        for (size_t i = 0; i < c->nalive; i++)
-            if (strcmp(c->alive[i], e->name) == 0) {
-                memmove(c->alive + i, c->alive + i + 1, (c->nalive - i - 1) * TRACE_NAME);
-                c->nalive--;
-                break;
-            }
+        if (e->add)
+            snprintf(c->alive[c->nalive++].name, TRACE_NAME, "%s", e->name);
+        else
+            forget(c, e->name);
     }
+    for (size_t i = 0; i < c->nalive; i++) /* contiguous blocks */
+        c->alive[i].zone = (int)(i * (size_t)c->zones / c->nalive);
     return st;
 }
 
@@ -351,6 +386,7 @@ static bv_cloud *local_create(const bv_opts *opts, const bv_run_info *info, bv_e
     c->grace_seconds = bv_opts_float(opts, "grace_seconds");
     c->speedup = bv_opts_float(opts, "speedup");
     c->trace_start = bv_opts_float(opts, "trace_start");
+    c->zones = (int)bv_opts_int(opts, "zones");
     c->fn = (bv_function_limits){
         .size = sizeof c->fn,
         .memory_mb = bv_opts_float(opts, "lambda_memory_mb"),
@@ -422,6 +458,7 @@ static int64_t local_launch(bv_cloud *c, const bv_node_request *req, char *addre
                             ? req->label
                             : req->role;
     const char *host = req->size > offsetof(bv_node_request, host) ? req->host : NULL;
+    const char *zone = req->size > offsetof(bv_node_request, zone) ? req->zone : NULL;
     bool function = req->node_type && strcmp(req->node_type, "lambda") == 0;
     bool in_ns = host && host[0] && strcmp(host, "localhost") != 0;
     if (in_ns && !find_ip(c)) {
@@ -507,8 +544,14 @@ static int64_t local_launch(bv_cloud *c, const bv_node_request *req, char *addre
     n->function = function;
     if (function)
         cap_cpu(c, n); /* a cgroup with cpu.max, where the platform can make one */
-    else if (c->given < c->nalive) /* it stands for the next of the trace's live nodes */
-        snprintf(n->trace_name, sizeof n->trace_name, "%s", c->alive[c->given++]);
+    else if (c->trace) { /* it stands for a node of the trace that is there */
+        const trace_node *t = take_node(c, zone);
+        if (t)
+            snprintf(n->trace_name, sizeof n->trace_name, "%s", t->name);
+        if (t && c->zones > 1)
+            bv_log(BV_LOG_INFO, "local cloud: %s (node %lld) stands for %s, zone %d", n->label,
+                   (long long)n->id, t->name, t->zone);
+    }
     c->count++;
     /* the table may move when it grows: the reader gets its own copy of fd and label */
     node *copy = malloc(sizeof *copy);
@@ -582,18 +625,15 @@ static void replay(bv_cloud *c)
                    "the run): %s (node %lld) killed", e->name, e->t, run, n->label,
                    (long long)n->id);
         } else if (e->add) { /* capacity for the next launch: it stands for the node */
-            snprintf(c->alive[c->nalive++], TRACE_NAME, "%s", e->name);
+            trace_node *t = &c->alive[c->nalive++];
+            *t = (trace_node){.zone = (int)(c->added++ % (size_t)c->zones)};
+            snprintf(t->name, TRACE_NAME, "%s", e->name);
             bv_log(BV_LOG_INFO, "local cloud: the trace adds %s at %.0f s (%.1f s into the "
                    "run): a node to launch", e->name, e->t, run);
             push_event(c, BV_CLOUD_OFFERED, -1, -1);
-        } else { /* a node not launched yet is no longer there to launch */
-            for (size_t i = c->given; i < c->nalive; i++)
-                if (strcmp(c->alive[i], e->name) == 0) {
-                    memmove(c->alive + i, c->alive + i + 1, (c->nalive - i - 1) * TRACE_NAME);
-                    c->nalive--;
-                    break;
-                }
         }
+        if (!e->add) /* no longer there to launch on */
+            forget(c, e->name);
     }
 }
 

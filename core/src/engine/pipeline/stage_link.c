@@ -31,6 +31,8 @@ struct bv_stage_link {
     bool sliced;    /* bv_stage_link_slice_sends */
     int send_bound_ms;
     char **moved;   /* per node: its address since bv_stage_link_reroute (NULL: addrs') */
+    bool in_command; /* bv_stage_link_command: the command running, its step */
+    int64_t command_step;
 };
 
 bv_status bv_stage_link_open(const bv_transport_ops *t, bv_transport *tr,
@@ -156,9 +158,21 @@ void bv_stage_link_slice_sends(bv_stage_link *l, int bound_ms)
     l->send_bound_ms = bound_ms;
 }
 
+static bool is_abort(const bv_pipe_msg_in *m)
+{
+    return m->type == BV_PIPE_CMD && m->tag == BV_PIPE_ABORT;
+}
+
+/* An abort of the command running (or of any, where none is said): one of an earlier
+ * command that came late ends nothing. */
+static bool aborts_this(const bv_stage_link *l, const bv_pipe_msg_in *m)
+{
+    return !l->in_command || m->step == l->command_step;
+}
+
 /* Between two tries of a send: the messages that came meanwhile are stashed, and an
  * ABORT among them ends the send (BV_ERR_STOPPED). */
-static bv_status abort_came(bv_stage_link *l, bv_error *err)
+static bv_status abort_came(bv_stage_link *l, int to, bv_error *err)
 {
     for (;;) {
         stashed s;
@@ -170,11 +184,16 @@ static bv_status abort_came(bv_stage_link *l, bv_error *err)
         }
         if (st != BV_OK) /* nothing more */
             return BV_OK;
-        bool abort = s.m.type == BV_PIPE_CMD && s.m.tag == BV_PIPE_ABORT;
+        bool abort = is_abort(&s.m);
+        if (abort && !aborts_this(l, &s.m)) { /* a late one of an earlier command */
+            l->t->release(&s.raw);
+            continue;
+        }
         if (abort || (st = stash_push(l, &s, err)) != BV_OK) {
             l->t->release(&s.raw);
-            return abort ? bv_error_set(err, BV_ERR_STOPPED, "stopped while sending to node "
-                                        "%d", l->self)
+            return abort ? bv_error_set(err, BV_ERR_STOPPED, "stopped (the abort of step "
+                                        "%lld) while sending to node %d",
+                                        (long long)s.m.step, to)
                          : st;
         }
     }
@@ -225,7 +244,7 @@ bv_status bv_stage_link_send(bv_stage_link *l, int to, uint16_t type, uint32_t t
         if (st != BV_ERR_IO || !l->sliced ||
             (l->send_bound_ms >= 0 && 1e3 * bv_now_seconds() >= until))
             return st;
-        if ((st = abort_came(l, err)) != BV_OK)
+        if ((st = abort_came(l, to, err)) != BV_OK)
             return st;
         if (!(payload = payload_make(step, data, bytes)))
             return bv_error_set(err, BV_ERR_NOMEM, "out of memory for a %zu-byte message",
@@ -242,9 +261,10 @@ static bool matches(const bv_pipe_msg_in *m, uint16_t type, int from, uint32_t t
            (step == BV_PIPE_ANY_STEP || m->step == step);
 }
 
-static bool is_abort(const bv_pipe_msg_in *m)
+void bv_stage_link_command(bv_stage_link *l, int64_t step)
 {
-    return m->type == BV_PIPE_CMD && m->tag == BV_PIPE_ABORT;
+    l->in_command = true;
+    l->command_step = step;
 }
 
 /* One message from the transport, checked; BV_ERR_CORRUPT for one that fails a check. */
@@ -322,7 +342,10 @@ bv_status bv_stage_link_recv(bv_stage_link *l, uint16_t type, int from, uint32_t
         if (st != BV_OK)
             return st;
         if (is_abort(&s.m)) {
+            bool ours = aborts_this(l, &s.m);
             l->t->release(&s.raw);
+            if (!ours)
+                continue;
             return bv_error_set(err, BV_ERR_STOPPED, "stopped while waiting for %s", what);
         }
         if (matches(&s.m, type, from, tag, step)) {

@@ -48,8 +48,9 @@ enum bv_pipe_cmd {
     BV_PIPE_REPLICA_CRC, /* answer: the replica's stage (int32, -1 none), the checksums of
                             the stage's own parameters and of its replica's (uint32 each) */
     BV_PIPE_COMMIT,      /* a prepared step applied (two-phase steps: docs/redundancy.md) */
-    BV_PIPE_ADOPT,       /* to a shadow: run the lost next stage (int32 node, then the packed
-                            state of the stage after it); the adopted node answers */
+    BV_PIPE_ADOPT,       /* to a shadow: run the lost next stage (int32 node, uint32 length
+                            and every node's address a line, then the packed state of its
+                            pipeline's other stages); the adopted node answers */
     BV_PIPE_RELEASE,     /* to a shadow: the stage it adopted was told to STOP; join it */
     BV_PIPE_REROUTE,     /* node (int32) listens at a new address (the rest of the data) */
 };
@@ -80,6 +81,10 @@ bv_status bv_stage_link_send(bv_stage_link *l, int to, uint16_t type, uint32_t t
  * that comes meanwhile ends it with BV_ERR_STOPPED, so a node whose peer is gone is free
  * for the coordinator's next command at once. */
 void bv_stage_link_slice_sends(bv_stage_link *l, int bound_ms);
+/* The node runs the coordinator's command of step `step`: from now on only an ABORT of
+ * that step ends a wait or a send (the coordinator aborts a command with its own step);
+ * one of an earlier command that comes late is dropped. */
+void bv_stage_link_command(bv_stage_link *l, int64_t step);
 /* Node `node` listens at `address` now (NULL: still at the one addrs gives): the outbox to
  * it is closed and opened again on the next send, so that nothing goes to a connection of
  * the inbox it had before. */

@@ -41,6 +41,10 @@ struct bv_seq_pipe {
     int64_t *node; /* per process (launched for stage node n): the cloud's id, -1 gone */
     int *host;     /* per stage node: the process that runs it (its own, or a shadow's) */
     int lost;      /* the process whose end failed the last command, -1 none */
+    int watch_only;   /* >= 0: the one node asked; another's end is kept for later */
+    bv_error deferred; /* how that other end was seen */
+    int reroute;      /* a stage given a process of its own whose address not every node
+                         has been told yet, -1 none */
     bool two_phase; /* bv_seq_pipe_two_phase: steps prepared, then committed */
     int failovers, replacements;
     double failover_s; /* from each loss seen to the end of the step run again */
@@ -149,8 +153,11 @@ static bv_status watch(bv_seq_pipe *p, bv_error *err)
                             bv_now_seconds() - p->started_at};
         if (p->cfg.peer_failed) /* the resilience strategies hear of it first */
             p->cfg.peer_failed(p->cfg.loop, &ev);
-        return bv_error_set(err, BV_ERR_IO, "lost %s (node %lld on localhost): it %s", who,
-                            (long long)id, how);
+        bool later = p->two_phase && p->watch_only >= 0 && p->host[p->watch_only] != n;
+        bv_status st = bv_error_set(later ? &p->deferred : err, BV_ERR_IO,
+                                    "lost %s (node %lld on localhost): it %s", who,
+                                    (long long)id, how);
+        return later ? BV_OK : st; /* a wait for another node goes on */
     }
     if (bv_node_group_interrupted())
         return bv_error_set(err, BV_ERR_IO, "interrupted (%s): stopping the stages",
@@ -239,8 +246,11 @@ static bv_status broadcast(bv_seq_pipe *p, uint32_t cmd, int64_t step, const voi
 {
     for (int n = 0; n < p->nodes; n++) {
         bv_status rc = send_cmd(p, n, cmd, step, data, bytes, err);
-        if (rc != BV_OK)
-            return rc;
+        if (rc != BV_OK) { /* the nodes that have it would wait for this one */
+            bv_error e = *err;
+            p->failed = true;
+            return abort_all(p, step, err, rc, "%s", e.msg);
+        }
     }
     return collect(p, p->nodes, cmd, step, BV_PIPE_DONE, each, ctx, err);
 }
@@ -496,15 +506,17 @@ static bv_status launch_node(bv_seq_pipe *p, int n, const char *book, bv_error *
     bv_status st = bv_node_group_self_exe(NULL, exe, sizeof exe, err);
     if (st != BV_OK)
         return st;
-    char seed[32], index[16], label[64], address[ADDR_LEN];
+    char seed[32], index[16], zone[16], label[64], address[ADDR_LEN];
     snprintf(seed, sizeof seed, "%llu", (unsigned long long)c->seed);
     snprintf(index, sizeof index, "%d", n);
+    snprintf(zone, sizeof zone, "%d", n % c->stages); /* consecutive stages: other zones */
     stage_name(p, n, label, sizeof label);
     const char *argv[] = {exe,      "role",  "--experiment", c->experiment_file,
                           "--role", "stage", "--index",      index,
                           "--seed", seed,    "--book",       book,
                           NULL};
-    bv_node_request req = {.size = sizeof req, .role = "stage", .argv = argv, .label = label};
+    bv_node_request req = {.size = sizeof req, .role = "stage", .argv = argv, .label = label,
+                           .zone = zone};
     if ((p->node[n] = bv_node_group_launch(c->cloud_ops, p->cloud, &req, address,
                                            sizeof address, err)) < 0)
         return err->status ? err->status : BV_ERR_PLUGIN;
@@ -557,6 +569,8 @@ bv_status bv_seq_pipe_start(const bv_seq_pipe_cfg *cfg, bv_seq_pipe **out, bv_er
     for (int n = 0; p->host && n < p->nodes; n++)
         p->host[n] = n;
     p->lost = -1;
+    p->watch_only = -1;
+    p->reroute = -1;
     p->two_phase = bv_seq_pipe_two_phase(cfg);
     if (rc == BV_OK && cfg->cloud_ops)
         rc = bv_node_group_make_dir(p->dir, sizeof p->dir, err);
@@ -640,18 +654,20 @@ static bv_status take_step(bv_seq_pipe *p, int node, const bv_pipe_msg_in *m, vo
     return BV_OK;
 }
 
-
-/* One command to one node and its one answer (DONE, or done_type), into each(). */
+/* One command to one node and its one answer (DONE, or done_type), into each(). Where
+ * stages fail over, another stage process that ends meanwhile does not end the wait: the
+ * loss is kept (p->lost, p->deferred) for the failover after it. */
 static bv_status ask(bv_seq_pipe *p, int node, uint32_t cmd, int64_t step, const void *data,
                      size_t bytes, uint16_t done_type,
                      bv_status (*each)(bv_seq_pipe *, int, const bv_pipe_msg_in *, void *,
                                        bv_error *),
                      void *ctx, bv_error *err)
 {
+    p->watch_only = node;
     bv_status rc = send_cmd(p, node, cmd, step, data, bytes, err);
-    if (rc != BV_OK)
-        return rc;
-    rc = collect(p, 1, cmd, step, done_type, each, ctx, err);
+    if (rc == BV_OK)
+        rc = collect(p, 1, cmd, step, done_type, each, ctx, err);
+    p->watch_only = -1;
     return rc;
 }
 
@@ -742,15 +758,23 @@ static bv_status adopt_node(bv_seq_pipe *p, int v, bv_error *err)
     if (rc == BV_OK)
         rc = bv_stage_state_pack(&others, &buf, &bytes, err);
     bv_state_free(&others);
-    uint8_t *msg = rc == BV_OK ? malloc(sizeof(int32_t) + bytes) : NULL;
+    /* the message: v, every node's address as it is now (v's own inbox among them, bound
+     * again in the shadow's process), then the state */
+    size_t head = sizeof(int32_t) + sizeof(uint32_t), book = 0;
+    uint8_t *msg = rc == BV_OK ? malloc(head + (size_t)(p->nodes + 1) * ADDR_LEN + bytes)
+                               : NULL;
     if (rc == BV_OK && !msg)
         rc = bv_error_set(err, BV_ERR_NOMEM, "out of memory");
     if (rc == BV_OK) {
+        for (int n = 0; n <= p->nodes; n++)
+            book += (size_t)sprintf((char *)msg + head + book, "%s\n", p->addr[n]);
         int32_t node = v;
+        uint32_t book_len = (uint32_t)book;
         memcpy(msg, &node, sizeof node);
-        memcpy(msg + sizeof node, buf, bytes);
-        p->host[v] = p->host[shadow]; /* v's inbox is bound again, in the shadow's process */
-        rc = ask(p, shadow, BV_PIPE_ADOPT, p->failovers, msg, sizeof node + bytes,
+        memcpy(msg + sizeof node, &book_len, sizeof book_len);
+        memcpy(msg + head + book, buf, bytes);
+        p->host[v] = p->host[shadow];
+        rc = ask(p, shadow, BV_PIPE_ADOPT, p->failovers, msg, head + book + bytes,
                  BV_PIPE_DONE, NULL, NULL, err);
     }
     free(msg);
@@ -831,6 +855,27 @@ static bool recovered(bv_seq_pipe *p, double *lost_at, bv_error *err)
     return false;
 }
 
+/* Every other node told the address of the stage that got a process of its own
+ * (REROUTE: each opens its outbox to it again), one node at a time; again after a
+ * failover where a loss cut it short. */
+static bv_status reroute(bv_seq_pipe *p, bv_error *err)
+{
+    int v = p->reroute;
+    size_t len = strlen(p->addr[v]);
+    uint8_t msg[sizeof(int32_t) + ADDR_LEN];
+    int32_t node = v;
+    memcpy(msg, &node, sizeof node);
+    memcpy(msg + sizeof node, p->addr[v], len);
+    bv_status rc = BV_OK;
+    for (int n = 0; rc == BV_OK && n < p->nodes; n++)
+        if (n != v && !node_lost(p, n))
+            rc = ask(p, n, BV_PIPE_REROUTE, 0, msg, sizeof node + len, BV_PIPE_DONE, NULL,
+                     NULL, err);
+    if (rc == BV_OK)
+        p->reroute = -1;
+    return rc;
+}
+
 /* A stage that runs in its shadow's process since a failover, and capacity the cloud
  * offered: the stage gets a process of its own again, at a step boundary. Its pipeline's
  * state is gathered (the adopted stage's layers and its replica's owners among it), the
@@ -868,19 +913,11 @@ static bv_status replace(bv_seq_pipe *p, int v, bv_error *err)
     if (rc == BV_OK && (rc = launch_node(p, v, book, err)) == BV_OK) {
         p->host[v] = v;
         p->offered--;
-        size_t len = strlen(p->addr[v]);
-        uint8_t msg[sizeof(int32_t) + ADDR_LEN];
-        int32_t node = v;
-        memcpy(msg, &node, sizeof node);
-        memcpy(msg + sizeof node, p->addr[v], len);
-        for (int n = 0; rc == BV_OK && n < p->nodes; n++)
-            if (n != v)
-                rc = send_cmd(p, n, BV_PIPE_REROUTE, 0, msg, sizeof node + len, err);
-        if (rc == BV_OK)
-            rc = collect(p, p->nodes - 1, BV_PIPE_REROUTE, 0, BV_PIPE_DONE, NULL, NULL, err);
+        p->reroute = v;
+        rc = ask(p, v, BV_PIPE_SET_STATE, 0, buf, bytes, BV_PIPE_DONE, NULL, NULL, err);
     }
     if (rc == BV_OK)
-        rc = ask(p, v, BV_PIPE_SET_STATE, 0, buf, bytes, BV_PIPE_DONE, NULL, NULL, err);
+        rc = reroute(p, err);
     free(buf);
     if (rc != BV_OK) {
         bv_error why = *err;
@@ -940,11 +977,32 @@ static bv_status boundary(bv_seq_pipe *p, bv_error *err)
     return rc;
 }
 
+/* Between two steps, where stages fail over: an address not every node was told yet,
+ * losses seen while one node was asked (failed over now), then boundary(); a loss in
+ * it is failed over, and it runs again. */
+static bv_status between_steps(bv_seq_pipe *p, bv_error *err)
+{
+    double lost_at = 0;
+    for (int tries = 0; tries < 8; tries++) {
+        bv_status rc = p->reroute >= 0 ? reroute(p, err) : BV_OK;
+        if (rc == BV_OK && p->lost < 0)
+            rc = boundary(p, err);
+        if (rc == BV_OK && p->lost < 0)
+            return BV_OK;
+        if (rc == BV_OK) /* seen while another node was asked */
+            *err = p->deferred;
+        if (!recovered(p, &lost_at, err))
+            return err->status ? err->status : BV_ERR_IO;
+    }
+    return bv_error_set(err, BV_ERR_IO, "stage processes were lost 8 times between two "
+                        "steps");
+}
+
 bv_status bv_seq_pipe_train(bv_seq_pipe *p, int64_t it, double lr, bv_seq_pipe_step *out,
                             bv_error *err)
 {
     if (p->two_phase && p->host) {
-        bv_status rc = boundary(p, err);
+        bv_status rc = between_steps(p, err);
         if (rc != BV_OK)
             return rc;
     }
@@ -1089,7 +1147,11 @@ bv_status bv_seq_pipe_set_state(bv_seq_pipe *p, const bv_state *s, bv_error *err
     bv_status rc = bv_stage_state_pack(s, &buf, &bytes, err);
     if (rc != BV_OK)
         return rc;
-    rc = broadcast(p, BV_PIPE_SET_STATE, 0, buf, bytes, NULL, NULL, err);
+    for (double lost_at = 0;;) { /* again after a failover: every stage's state */
+        rc = broadcast(p, BV_PIPE_SET_STATE, 0, buf, bytes, NULL, NULL, err);
+        if (rc == BV_OK || !recovered(p, &lost_at, err))
+            break;
+    }
     free(buf);
     return rc;
 }
@@ -1142,7 +1204,12 @@ bv_status bv_seq_pipe_replicas(bv_seq_pipe *p, int *replicas, int *equal, bv_err
     replica_crc *c = calloc((size_t)p->nodes, sizeof *c);
     if (!c)
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory");
-    bv_status rc = broadcast(p, BV_PIPE_REPLICA_CRC, 0, NULL, 0, take_replica_crc, c, err);
+    bv_status rc;
+    for (double lost_at = 0;;) { /* again after a failover */
+        rc = broadcast(p, BV_PIPE_REPLICA_CRC, 0, NULL, 0, take_replica_crc, c, err);
+        if (rc == BV_OK || !recovered(p, &lost_at, err))
+            break;
+    }
     *replicas = *equal = 0;
     for (int n = 0; rc == BV_OK && n < p->nodes; n++) {
         if (c[n].stage < 0)

@@ -55,9 +55,53 @@ typedef struct stage {
     /* the thread's argument; the stage this one adopted after a failover (its replica's),
      * run as a thread of this process */
     bv_seq_stage_arg *arg;
-    bv_seq_stage_arg *adopted;
+    struct adopted *adopted;
     pthread_t adopted_thread;
 } stage;
+
+/* A stage adopted after a failover: its thread's argument, and the address book the
+ * coordinator sent with ADOPT (every node's address as it is now: stages that got a
+ * process of their own again listen elsewhere than the book this process read). */
+typedef struct adopted {
+    bv_seq_stage_arg a;
+    char (*addr)[96];
+    const char **addrs;
+} adopted;
+
+static void adopted_free(adopted *w)
+{
+    if (!w)
+        return;
+    if (w->a.adopt) {
+        bv_state_free(w->a.adopt);
+        free(w->a.adopt);
+    }
+    free(w->addr);
+    free(w->addrs);
+    free(w);
+}
+
+/* ADOPT's book: `nodes` lines, one address each, into w. */
+static bv_status adopted_book(adopted *w, int nodes, const char *p, size_t len, bv_error *err)
+{
+    w->addr = calloc((size_t)nodes, sizeof *w->addr);
+    w->addrs = calloc((size_t)nodes, sizeof *w->addrs);
+    if (!w->addr || !w->addrs)
+        return bv_error_set(err, BV_ERR_NOMEM, "out of memory");
+    const char *end = p + len;
+    for (int n = 0; n < nodes; n++) {
+        const char *nl = memchr(p, '\n', (size_t)(end - p));
+        if (!nl || nl - p >= 96)
+            return bv_error_set(err, BV_ERR_CORRUPT, "an adopt command's book is not %d "
+                                "addresses", nodes);
+        snprintf(w->addr[n], 96, "%.*s", (int)(nl - p), p);
+        w->addrs[n] = w->addr[n];
+        p = nl + 1;
+    }
+    return p == end ? BV_OK
+                    : bv_error_set(err, BV_ERR_CORRUPT, "an adopt command's book is not %d "
+                                   "addresses", nodes);
+}
 
 /* Faults for the failover tests (docs/redundancy.md#testing-a-failover): the stage
  * process of node `node` kills itself (SIGKILL) where its first attempt at step `step`
@@ -706,35 +750,45 @@ static uint32_t params_crc(const bv_layer_engine *le, uint32_t crc)
 
 /* ---- the failover: a shadow adopts the stage it keeps a replica of ---- */
 
-/* ADOPT (node, then the packed state of the stage after it): the node's stage started as
- * a thread of this process, its layers this stage's replica (weights and moments, equal
- * to the lost original's at the last step boundary), its own replica from the state that
- * came with the command; it binds the lost node's inbox, so its peers need no new
- * address, and answers the coordinator itself. */
+/* ADOPT (node, the address book as the coordinator has it now, then the packed state of
+ * the pipeline's other stages): the node's stage started as a thread of this process, its
+ * layers this stage's replica (weights and moments, equal to the lost original's at the
+ * last step boundary), its own replica from the state that came with the command; it
+ * binds the lost node's inbox, so its peers need no new address, and answers the
+ * coordinator itself. */
 static bv_status adopt(stage *st, const bv_pipe_msg_in *m, bv_error *err)
 {
     int32_t node;
-    if (m->bytes < sizeof node)
+    uint32_t book;
+    if (m->bytes < sizeof node + sizeof book)
         return bv_error_set(err, BV_ERR_CORRUPT, "an adopt command of %zu bytes", m->bytes);
-    memcpy(&node, m->data, sizeof node);
+    const char *p = m->data;
+    memcpy(&node, p, sizeof node);
+    memcpy(&book, p + sizeof node, sizeof book);
+    size_t at = sizeof node + sizeof book;
+    if (book > m->bytes - at)
+        return bv_error_set(err, BV_ERR_CORRUPT, "an adopt command of %zu bytes", m->bytes);
     if (!st->rep || node != node_of(st, st->d, st->rep_stage) || st->adopted)
         return bv_error_set(err, BV_ERR_INVALID, "stage node %d cannot adopt node %d: it "
                             "keeps %s", st->node, (int)node,
                             st->adopted ? "an adopted stage already" : "no replica of it");
-    bv_seq_stage_arg *a = calloc(1, sizeof *a);
+    adopted *w = calloc(1, sizeof *w);
     bv_state *s = calloc(1, sizeof *s);
-    if (!a || !s) {
-        free(a);
+    if (!w || !s) {
+        free(w);
         free(s);
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory");
     }
-    bv_status rc = bv_stage_state_unpack((const char *)m->data + sizeof node,
-                                         m->bytes - sizeof node, s, err);
+    w->a.adopt = s;
+    bv_status rc = adopted_book(w, st->coord + 1, p + at, book, err);
+    if (rc == BV_OK)
+        rc = bv_stage_state_unpack(p + at + book, m->bytes - at - book, s, err);
     size_t first, end;
     bv_layer_engine_span_of(st->rep, &first, &end);
     for (size_t l = first; rc == BV_OK && l < end; l++)
         rc = bv_layer_engine_layer_get(st->rep, l, true, s, err);
-    *a = (bv_seq_stage_arg){.cfg = st->cfg, .addrs = st->arg->addrs,
+    bv_seq_stage_arg *a = &w->a;
+    *a = (bv_seq_stage_arg){.cfg = st->cfg, .addrs = w->addrs,
                             .transport = st->arg->transport, .stage = st->rep_stage,
                             .pipeline = st->d, .sliced = st->arg->sliced,
                             .send_bound_ms = st->arg->send_bound_ms, .adopt = s,
@@ -744,17 +798,15 @@ static bv_status adopt(stage *st, const bv_pipe_msg_in *m, bv_error *err)
     if (rc == BV_OK && pthread_create(&st->adopted_thread, NULL, bv_seq_stage_main, a) != 0)
         rc = bv_error_set(err, BV_ERR_IO, "cannot start a thread for node %d", (int)node);
     if (rc != BV_OK) {
-        bv_state_free(s);
-        free(s);
-        free(a);
+        adopted_free(w);
         return rc;
     }
-    st->adopted = a;
+    st->adopted = w;
     while (atomic_load(&a->bound) == 0) /* its inbox, or why not */
         nanosleep(&(struct timespec){0, 1000000L}, NULL);
     if (atomic_load(&a->bound) < 0)
         return bv_error_set(err, BV_ERR_IO, "node %d's stage could not open its inbox %s",
-                            (int)node, st->arg->addrs[node]);
+                            (int)node, w->addrs[node]);
     return BV_OK;
 }
 
@@ -809,7 +861,7 @@ static bv_status run_command(stage *st, const bv_pipe_msg_in *m, bv_error *err)
             return bv_error_set(err, BV_ERR_INVALID, "stage node %d adopted no stage",
                                 st->node);
         pthread_join(st->adopted_thread, NULL);
-        free(st->adopted);
+        adopted_free(st->adopted);
         st->adopted = NULL;
         break;
     case BV_PIPE_EVAL: {
@@ -903,11 +955,8 @@ void *bv_seq_stage_main(void *arg)
         bv_log(BV_LOG_ERROR, "stage %d of pipeline %d: %s", st.s, st.d, err.msg);
         stage_free(&st);
         atomic_store(&a->gone, true); /* the coordinator's wait sees it and says so */
-        if (a->adopted) { /* the shadow answers for it */
-            bv_state_free(a->adopt);
-            free(a->adopt);
+        if (a->adopted) /* the shadow answers for it (and frees a->adopt) */
             atomic_store(&a->bound, -1);
-        }
         return NULL;
     }
     if (a->adopted)
@@ -951,6 +1000,7 @@ void *bv_seq_stage_main(void *arg)
             break;
         }
         err = setup_err;
+        bv_stage_link_command(st.link, m.step); /* only its own abort stops it */
         rc = setup != BV_OK ? setup : run_command(&st, &m, &err);
         int64_t step = m.step;
         uint32_t cmd = m.tag;
@@ -968,7 +1018,7 @@ void *bv_seq_stage_main(void *arg)
     }
     if (st.adopted) { /* it ends on the coordinator's STOP too */
         pthread_join(st.adopted_thread, NULL);
-        free(st.adopted);
+        adopted_free(st.adopted);
     }
     stage_free(&st);
     return NULL;

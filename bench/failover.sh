@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# The recovery pause (issue 15; docs/redundancy.md#the-failover): the pipeline benchmark
+# config (configs/transformer-pipeline.yaml) as D x P stage processes with the redundancy
+# strategy (eflb), one stage process killed (BIVOUAC_STAGE_FAULT) at step --at in its
+# forward pass, its backward pass, entering the all-reduce, or at the commit of a prepared
+# step; and the same kill without redundancy, recovered by restarting from the last
+# checkpoint (bivouac run --resume). Prints, per case: the pause (failover: from the loss
+# seen to the end of the step it was lost in, result.json's failover_seconds; restart:
+# from the killed run's end, where it saw the loss, to the end of the first step past the
+# kill that the resumed run completes, which includes starting the processes again and
+# the steps redone since the checkpoint), the uninterrupted run's median step, the pause
+# in steps, and whether the final weights are the uninterrupted run's.
+#   bench/failover.sh [--build-dir build] [--steps 40] [--at 25] [--stages 3]
+#                     [--pipelines 2] [--checkpoint-every 10]
+set -euo pipefail
+
+build=build steps=40 at=25 stages=3 pipelines=2 every=10
+while [ $# -gt 0 ]; do
+    case "$1" in
+    --build-dir) build=$2 ;;
+    --steps) steps=$2 ;;
+    --at) at=$2 ;;
+    --stages) stages=$2 ;;
+    --pipelines) pipelines=$2 ;;
+    --checkpoint-every) every=$2 ;;
+    -h | --help) sed -n '2,/^set /{/^#/p}' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "failover.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
+    esac
+    shift 2
+done
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+bivouac="$build/bivouac"
+[ -x "$bivouac" ] || { echo "failover.sh: no $bivouac: build first (cmake)" >&2; exit 2; }
+export BIVOUAC_DATA_DIR=${BIVOUAC_DATA_DIR:-$here/../shared/data}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+echo "machine: $(nproc) cores; $pipelines x $stages stage processes, $steps steps, kill at step $at"
+
+exp="$here/configs/transformer-pipeline.yaml"
+ckpt="{plugin: checkpoint, every: $every, keep: 2}"
+cfg=(--quiet --no-plot -s train.steps="$steps" -s train.eval_interval="$every"
+     -s train.eval_iters=1 -s train.final_eval_iters=1 -s pipeline.stages="$stages"
+     -s pipeline.pipelines="$pipelines" -s 'cloud={plugin: local}')
+field() { python3 -c "import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])" "$1/result.json" "$2"; }
+median_step() {
+    python3 - "$1/metrics.jsonl" <<'EOF'
+import json, statistics, sys
+s = [json.loads(l)["seconds"] for l in open(sys.argv[1]) if '"train_loss"' in l and '"eval' not in l]
+print(statistics.median(b - a for a, b in zip(s, s[1:])))
+EOF
+}
+
+"$bivouac" run "$exp" --out "$tmp/whole" "${cfg[@]}" -s "resilience=[{plugin: redundancy}, $ckpt]" \
+    >/dev/null 2>&1
+step=$(median_step "$tmp/whole")
+crc=$(field "$tmp/whole" params_crc32c)
+
+echo "| recovery | killed at | pause s | median step s | pause in steps | weights |"
+echo "|---|---|---|---|---|---|"
+victim=$((stages + 1)) # stage 1 of pipeline 1: its all-reduce ring peer waits in it
+for what in forward backward allreduce prepared; do
+    out="$tmp/$what"
+    BIVOUAC_STAGE_FAULT="$victim:$at:$what" "$bivouac" run "$exp" --out "$out" "${cfg[@]}" \
+        -s "resilience=[{plugin: redundancy}, $ckpt]" >/dev/null 2>"$out.err" ||
+        { echo "failover.sh: the $what run failed:" >&2; cat "$out.err" >&2; exit 1; }
+    pause=$(field "$out" failover_seconds)
+    same=$([ "$(field "$out" params_crc32c)" = "$crc" ] && echo "the same bits" || echo differ)
+    python3 -c "print(f'| failover (eflb) | {\"$what\"} | {$pause:.3f} | {$step:.3f} | {$pause / $step:.1f} | $same |')"
+done
+
+# without redundancy: the run ends at the kill and restarts from its last checkpoint
+out="$tmp/restart"
+set +e
+BIVOUAC_STAGE_FAULT="$victim:$at:backward" "$bivouac" run "$exp" --out "$out" "${cfg[@]}" \
+    -s "resilience=[$ckpt]" >/dev/null 2>"$out.err"
+set -e
+killed=$(date +%s.%N)
+"$bivouac" run --resume "$out" --quiet --no-plot >/dev/null 2>"$out.resume.err" &
+resumer=$!
+first="" # when the resumed run has completed a step past the kill
+while kill -0 "$resumer" 2>/dev/null; do
+    if python3 - "$out/metrics.jsonl" "$at" <<'EOF'
+import json, sys
+steps = [json.loads(l).get("step", 0) for l in open(sys.argv[1]) if '"train_loss"' in l and '"eval' not in l]
+sys.exit(0 if steps and max(steps) > int(sys.argv[2]) + 1 else 1)
+EOF
+    then first=$(date +%s.%N); break; fi
+    sleep 0.05
+done
+wait "$resumer"
+[ -n "$first" ] || first=$(date +%s.%N)
+stepr=$(median_step "$tmp/whole")
+same=$([ "$(field "$out" params_crc32c)" = "$crc" ] && echo "the same bits" || echo differ)
+python3 -c "p = $first - $killed; print(f'| restart from the last checkpoint (no redundancy) | backward | {p:.3f} | {$stepr:.3f} | {p / $stepr:.1f} | $same |')"
