@@ -97,7 +97,8 @@ bv_status bv_stage_link_reroute(bv_stage_link *l, int node, const char *address,
 /* Waits up to timeout_ms (< 0: forever) for the message (type, from, tag, step); from < 0,
  * BV_PIPE_ANY_TAG and BV_PIPE_ANY_STEP match any sender, tag and step. Messages that fail
  * their checks are dropped and counted; others that do not match wait in the stash. An
- * ABORT command ends the wait with BV_ERR_STOPPED. `what` names the message in a timeout's error (BV_ERR_IO, and
+ * ABORT command (of the command running: bv_stage_link_command) ends the wait with
+ * BV_ERR_STOPPED. `what` names the message in a timeout's error (BV_ERR_IO, and
  * bv_stage_link_timed_out then says so). A wait for a DONE or a STATE also takes an ERROR
  * with the same tag and step: the answer to a command is one or the other. */
 bv_status bv_stage_link_recv(bv_stage_link *l, uint16_t type, int from, uint32_t tag,

@@ -87,8 +87,8 @@ typedef struct bv_seq_pipe bv_seq_pipe;
 bv_status bv_seq_pipe_schedules(bv_seq_pipe_cfg *cfg,
                                 bv_status (*hook)(void *loop, bv_schedule *s, bv_error *err),
                                 void *loop, bv_error *err);
-/* Whether every stage keeps a replica of another (the redundancy strategy's
- * instructions): then a training step is two-phase, prepared by every stage and applied
+/* Whether stages keep replicas of others (a schedule has the redundancy strategy's
+ * REPLICA_UPDATE): then a training step is two-phase, prepared by every stage and applied
  * only when the coordinator commits it, so that a stage lost during a step leaves no
  * stage a step ahead of the others, and its shadow can take over (docs/redundancy.md). */
 bool bv_seq_pipe_two_phase(const bv_seq_pipe_cfg *cfg);
