@@ -461,6 +461,7 @@ static bv_status reconfigure(void *loop, const char *event, const bv_metric *m, 
             bv_log(BV_LOG_WARN, "%s; the run goes on without the policy", perr.msg);
             pick = choices[0];
             a.reason[0] = '\0';
+            a.nreports = 0;
         }
         for (size_t i = 0; i < a.nreports; i++)
             bv_series_report(a.reports[i].name, a.reports[i].unit, a.reports[i].value);
