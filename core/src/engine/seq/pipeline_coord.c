@@ -255,6 +255,23 @@ static bv_status broadcast(bv_seq_pipe *p, uint32_t cmd, int64_t step, const voi
     return collect(p, p->nodes, cmd, step, BV_PIPE_DONE, each, ctx, err);
 }
 
+/* broadcast() of a command of step 0 that is whole again after a failover (INIT,
+ * SET_STATE, REPLICA_CRC): a stage process lost in it is failed over, and it is sent to
+ * every stage again. */
+static bv_status broadcast_again(bv_seq_pipe *p, uint32_t cmd, const void *data,
+                                 size_t bytes,
+                                 bv_status (*each)(bv_seq_pipe *, int, const bv_pipe_msg_in *,
+                                                   void *, bv_error *),
+                                 void *ctx, bv_error *err)
+{
+    double lost_at = 0;
+    bv_status rc;
+    while ((rc = broadcast(p, cmd, 0, data, bytes, each, ctx, err)) != BV_OK &&
+           recovered(p, &lost_at, err)) {
+    }
+    return rc;
+}
+
 void bv_seq_pipe_stop(bv_seq_pipe *p)
 {
     if (!p)
@@ -616,12 +633,8 @@ bv_status bv_seq_pipe_start(const bv_seq_pipe_cfg *cfg, bv_seq_pipe **out, bv_er
     }
     /* a stage lost as the run starts is failed over too, and every stage initialised
      * again (the same draws) */
-    for (double lost_at = 0; rc == BV_OK;) {
-        rc = broadcast(p, BV_PIPE_INIT, 0, NULL, 0, NULL, NULL, err);
-        if (rc == BV_OK || !recovered(p, &lost_at, err))
-            break;
-        rc = BV_OK;
-    }
+    if (rc == BV_OK)
+        rc = broadcast_again(p, BV_PIPE_INIT, NULL, 0, NULL, NULL, err);
     if (rc != BV_OK) {
         bv_seq_pipe_stop(p);
         return rc;
@@ -735,6 +748,24 @@ static void uncovered(const bv_seq_pipe *p, int v, char *why, size_t len)
                  who, by, who);
 }
 
+/* The layers (and moments) of pipeline d's stages but stage `skip` (-1: none), gathered
+ * one stage at a time and packed into *buf (the caller frees it). */
+static bv_status pipeline_state(bv_seq_pipe *p, int d, int skip, uint8_t **buf,
+                                size_t *bytes, bv_error *err)
+{
+    int P = p->cfg.stages;
+    bv_state s = {0};
+    bv_status rc = BV_OK;
+    for (int k = 0; rc == BV_OK && k < P; k++)
+        if (k != skip)
+            rc = ask(p, d * P + k, BV_PIPE_GET_STATE, 0, NULL, 0, BV_PIPE_STATE, take_state,
+                     &s, err);
+    if (rc == BV_OK)
+        rc = bv_stage_state_pack(&s, buf, bytes, err);
+    bv_state_free(&s);
+    return rc;
+}
+
 /* The lost stage node v taken over by its shadow's process (docs/redundancy.md#the-failover),
  * with the replica's weights and moments and the state of v's pipeline's other stages
  * (the one after v's for v's own replica, the owners of tied tensors), at the step
@@ -747,17 +778,9 @@ static bv_status adopt_node(bv_seq_pipe *p, int v, bv_error *err)
     stage_name(p, shadow, by, sizeof by);
     bv_log(BV_LOG_INFO, "failover: %s's process (node %lld) adopts %s from its replica", by,
            (long long)p->node[p->host[shadow]], who);
-    bv_state others = {0};
-    bv_status rc = BV_OK;
-    for (int k = 0; rc == BV_OK && k < P; k++)
-        if (k != s)
-            rc = ask(p, d * P + k, BV_PIPE_GET_STATE, 0, NULL, 0, BV_PIPE_STATE, take_state,
-                     &others, err);
     uint8_t *buf = NULL;
     size_t bytes = 0;
-    if (rc == BV_OK)
-        rc = bv_stage_state_pack(&others, &buf, &bytes, err);
-    bv_state_free(&others);
+    bv_status rc = pipeline_state(p, d, s, &buf, &bytes, err);
     /* the message: v, every node's address as it is now (v's own inbox among them, bound
      * again in the shadow's process), then the state */
     size_t head = sizeof(int32_t) + sizeof(uint32_t), book = 0;
@@ -889,16 +912,9 @@ static bv_status replace(bv_seq_pipe *p, int v, bv_error *err)
     char who[64], by[64];
     stage_name(p, v, who, sizeof who);
     stage_name(p, shadow, by, sizeof by);
-    bv_state all = {0};
-    bv_status rc = BV_OK;
-    for (int k = 0; rc == BV_OK && k < P; k++)
-        rc = ask(p, d * P + k, BV_PIPE_GET_STATE, 0, NULL, 0, BV_PIPE_STATE, take_state, &all,
-                 err);
     uint8_t *buf = NULL;
     size_t bytes = 0;
-    if (rc == BV_OK)
-        rc = bv_stage_state_pack(&all, &buf, &bytes, err);
-    bv_state_free(&all);
+    bv_status rc = pipeline_state(p, d, -1, &buf, &bytes, err);
     if (rc == BV_OK)
         rc = send_cmd(p, v, BV_PIPE_STOP, 0, NULL, 0, err);
     if (rc == BV_OK)
@@ -1147,11 +1163,7 @@ bv_status bv_seq_pipe_set_state(bv_seq_pipe *p, const bv_state *s, bv_error *err
     bv_status rc = bv_stage_state_pack(s, &buf, &bytes, err);
     if (rc != BV_OK)
         return rc;
-    for (double lost_at = 0;;) { /* again after a failover: every stage's state */
-        rc = broadcast(p, BV_PIPE_SET_STATE, 0, buf, bytes, NULL, NULL, err);
-        if (rc == BV_OK || !recovered(p, &lost_at, err))
-            break;
-    }
+    rc = broadcast_again(p, BV_PIPE_SET_STATE, buf, bytes, NULL, NULL, err);
     free(buf);
     return rc;
 }
@@ -1204,12 +1216,7 @@ bv_status bv_seq_pipe_replicas(bv_seq_pipe *p, int *replicas, int *equal, bv_err
     replica_crc *c = calloc((size_t)p->nodes, sizeof *c);
     if (!c)
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory");
-    bv_status rc;
-    for (double lost_at = 0;;) { /* again after a failover */
-        rc = broadcast(p, BV_PIPE_REPLICA_CRC, 0, NULL, 0, take_replica_crc, c, err);
-        if (rc == BV_OK || !recovered(p, &lost_at, err))
-            break;
-    }
+    bv_status rc = broadcast_again(p, BV_PIPE_REPLICA_CRC, NULL, 0, take_replica_crc, c, err);
     *replicas = *equal = 0;
     for (int n = 0; rc == BV_OK && n < p->nodes; n++) {
         if (c[n].stage < 0)
