@@ -30,6 +30,9 @@
 #define BV_SEQ_ATTEMPT_SHIFT 40
 #define BV_SEQ_WIRE_STEP(it, attempt) ((int64_t)(it) | (int64_t)(attempt) << BV_SEQ_ATTEMPT_SHIFT)
 #define BV_SEQ_STEP_OF(wire) ((wire) & (((int64_t)1 << BV_SEQ_ATTEMPT_SHIFT) - 1))
+/* An evaluation's command step: its own range, so that an abort of the evaluation after
+ * `done` steps is never taken for one of training step `done` (bv_stage_link_command). */
+#define BV_SEQ_EVAL_STEP(done, attempt) (BV_SEQ_WIRE_STEP(done, attempt) | (int64_t)1 << 62)
 
 typedef struct bv_seq_pipe_cfg {
     const bv_experiment *x;

@@ -654,7 +654,7 @@ static bv_status eval_batches(stage *st, int64_t ws, int split, int64_t iters, d
                               bv_error *err)
 {
     const bv_seq_pipe_cfg *cfg = st->cfg;
-    int64_t done = BV_SEQ_STEP_OF(ws), attempt = ws - done;
+    int64_t done = BV_SEQ_STEP_OF(ws), attempt = BV_SEQ_STEP_OF(ws >> BV_SEQ_ATTEMPT_SHIFT);
     int64_t T = st->rows_mb * cfg->block;
     size_t in_bytes = (size_t)(T * st->in_w) * sizeof(float);
     size_t out_bytes = (size_t)(T * st->out_w) * sizeof(float);
@@ -663,7 +663,7 @@ static bv_status eval_batches(stage *st, int64_t ws, int split, int64_t iters, d
                              split == 1, cfg->batch, cfg->block, st->d * st->rows_pipe,
                              st->rows_pipe, st->tokens, st->targets);
         res[2 * i] = res[2 * i + 1] = 0;
-        int64_t tag_step = -1 - i - attempt;
+        int64_t tag_step = -1 - i - (attempt << BV_SEQ_ATTEMPT_SHIFT);
         for (int mb = 0; mb < st->M; mb++) {
             bv_seq_ctx ctx = make_ctx(st, mb, false, done);
             bv_status rc = BV_OK;
