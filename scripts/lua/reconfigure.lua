@@ -16,6 +16,14 @@
 --                                                       continue | restart
 --       m.degraded, m.steps_degraded, m.seconds_degraded, m.offered
 --
+-- `bivouac simulate` (docs/simulation.md) raises the same events with m.reconfigurable = 1
+-- and one more decision each: on_joined may "grow" (more pipelines, when the nodes up and
+-- standing by fill more: m.pipelines, m.pipelines_possible; raised then too) and
+-- on_degraded may "reconfigure" (lay the nodes up out afresh, without the stages on
+-- shadows: m.stages_active, m.pipelines), each a reconfiguration at the step's end, as
+-- Bamboo's Appendix A reconfigures. A real run does not offer them (yet): the handlers
+-- below choose them only where m.reconfigurable is 1.
+--
 -- "restart" ends the run so that it restarts from its last checkpoint (bivouac run
 -- --resume DIR, which bench/preemption.sh does); decisions and their times go to
 -- metrics.jsonl ({"step": 20, "event": "preempted", "decision": "failover", ...}).
@@ -29,8 +37,12 @@
 --
 -- params (policy.params in the run's YAML):
 --   max_degraded   stages on shadows tolerated before a restart      (default: no limit)
+--   reconfigure_at where reconfiguration is possible: the fraction of the active stages
+--                  on shadows or without one (2 per stage on a shadow) above which the
+--                  pipelines are reconfigured (default 0.05, Bamboo's simulator)
 
 local max_degraded = params.max_degraded or math.huge
+local reconfigure_at = params.reconfigure_at or 0.05
 
 function on_preempted(m)
   if m.coverable == 1 then
@@ -40,10 +52,21 @@ function on_preempted(m)
 end
 
 function on_joined(m)
-  return {reconfigure = "replace", reason = "full pipelines first"}
+  if m.degraded > 0 then
+    return {reconfigure = "replace", reason = "full pipelines first"}
+  end
+  if m.reconfigurable == 1 and m.pipelines_possible > m.pipelines then
+    return {reconfigure = "grow", reason = "standby nodes fill another pipeline"}
+  end
+  return {reconfigure = "wait"}
 end
 
 function on_degraded(m)
+  if m.reconfigurable == 1 and 2 * m.degraded / m.stages_active > reconfigure_at then
+    return {reconfigure = "reconfigure",
+            reason = string.format("%d of %d active stages without a replica", 2 * m.degraded,
+                                   m.stages_active)}
+  end
   if m.degraded > max_degraded then
     return {reconfigure = "restart",
             reason = string.format("stages on shadows: %d, more than max_degraded", m.degraded)}

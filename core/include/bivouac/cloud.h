@@ -108,6 +108,17 @@ typedef struct bv_cloud_ops {
      * platform injects into it (bv_invoke_fault). BV_INVOKE_KILL: the cloud kills the
      * node within the next tenths of a second (its EXITED event follows). */
     int (*invoke)(bv_cloud *c, int64_t node);
+
+    /* ---- ABI 1.14, optional: a simulated clock (the `sim` cloud; NULL: wall time) ----
+     * A cloud with a clock of its own does nothing until the caller moves it: `bivouac
+     * simulate` asks when the cloud's next event is due, moves the clock there (or to an
+     * event of its own that comes first) and polls what happened. Both or neither. */
+    /* The simulated time of the cloud's next event (seconds since create); INFINITY when
+     * nothing more will happen unless the caller launches a node. */
+    double (*next_event)(bv_cloud *c);
+    /* Moves the clock to `t` (not before the current time): everything due by then
+     * happens, and its events wait for poll, each with its own time. */
+    bv_status (*advance)(bv_cloud *c, double t, bv_error *err);
 } bv_cloud_ops;
 
 #ifdef __cplusplus

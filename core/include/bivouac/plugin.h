@@ -33,9 +33,10 @@ extern "C" {
  *   1.9: bv_schedule_insert (schedule.h), for a resilience plugin that puts instructions
  *        inside a stage's schedule, not only at its end.
  *   1.10: bv_compute_ops.mem_alloc and mem_free (compute.h): a backend's own memory, which
- *        bv_alloc_aligned then hands out (the cuda plugin's managed memory). */
+ *        bv_alloc_aligned then hands out (the cuda plugin's managed memory).
+ *   1.14: bv_cloud_ops.next_event and advance (cloud.h): a cloud with a simulated clock. */
 #define BV_ABI_MAJOR 1
-#define BV_ABI_MINOR 13
+#define BV_ABI_MINOR 14
 
 typedef enum bv_plugin_kind {
     BV_KIND_MODEL = 1,

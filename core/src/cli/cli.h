@@ -19,6 +19,7 @@ int bv_cli_partition(int argc, char **argv); /* cli_partition.c: a graph split i
 int bv_cli_schedule(int argc, char **argv); /* cli_schedule.c: a pipeline's instructions */
 int bv_cli_plot(int argc, char **argv);    /* cli_plot.c: a run's curves */
 int bv_cli_compare(int argc, char **argv); /* cli_plot.c: runs side by side */
+int bv_cli_simulate(int argc, char **argv); /* cli_simulate.c: training on a simulated cloud */
 
 /* plot_loader.c: the plot module, opened once; NULL (and *reason why) without it. */
 struct bv_plot_module;

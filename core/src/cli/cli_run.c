@@ -393,6 +393,9 @@ int bv_cli_run(int argc, char **argv)
         code = st == BV_ERR_NOMEM ? BV_EXIT_FAILED : BV_EXIT_USAGE;
     }
     bv_diag_free(&d);
+    if (code == BV_EXIT_OK && x->cloud_ops.advance)
+        code = bv_cli_fail(BV_EXIT_USAGE, "cloud '%s' has a simulated clock: bivouac simulate "
+                           "%s runs the experiment on it", x->cloud.plugin->name, experiment);
     void *data = code == BV_EXIT_OK ? bv_experiment_take_data(x) : NULL;
     if (code == BV_EXIT_OK && !data) { /* the check read none: read it now */
         bv_error err = {0};

@@ -39,6 +39,18 @@ static const char usage[] =
     "      --series A,B,...           the series to draw (default: the val_ ones)\n"
     "      --out FILE.png             the picture (default compare.png; .svg beside it)\n"
     "      --x step|time              x-axis, as for run\n"
+    "  simulate EXP.yaml [options]   the experiment's pipeline training on a simulated\n"
+    "                           market (cloud: {plugin: sim}): a table of the runs' means and\n"
+    "                           spreads (preemptions, lifetimes, fatal failures, nodes,\n"
+    "                           throughput, cost, value; docs/simulation.md)\n"
+    "      --runs N                   simulated runs in [1, 100000], seeds seed, seed+1, ...\n"
+    "                                 (default simulate.runs)\n"
+    "      --seed N                   the first seed, in [0, 2^53] (default train.seed)\n"
+    "      --out DIR                  write DIR/summary.json, the first run's metrics.jsonl\n"
+    "                                 and its curves\n"
+    "      -s, --set KEY.PATH=VALUE   override a config value (repeatable)\n"
+    "      --quiet                    no progress line\n"
+    "      --no-plot                  draw no curves\n"
     "  plugins [--json]          list the plugins found, their options, and failures\n"
     "  sample --checkpoint DIR [options]   generate text from a sequence model's checkpoint\n"
     "      --prompt TEXT              text to continue (default: a newline)\n"
@@ -142,7 +154,8 @@ int main(int argc, char **argv)
     /* `bivouac run --help` and friends: the one usage text covers every command. */
     bool known = !strcmp(cmd, "run") || !strcmp(cmd, "check") || !strcmp(cmd, "plugins") ||
                  !strcmp(cmd, "sample") || !strcmp(cmd, "partition") || !strcmp(cmd, "plot") ||
-                 !strcmp(cmd, "compare") || !strcmp(cmd, "schedule");
+                 !strcmp(cmd, "compare") || !strcmp(cmd, "schedule") ||
+                 !strcmp(cmd, "simulate");
     for (int i = 2; known && i < argc; i++)
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             fputs(usage, stdout);
@@ -166,6 +179,8 @@ int main(int argc, char **argv)
         return bv_cli_plot(argc - 1, argv + 1);
     if (!strcmp(cmd, "compare"))
         return bv_cli_compare(argc - 1, argv + 1);
+    if (!strcmp(cmd, "simulate"))
+        return bv_cli_simulate(argc - 1, argv + 1);
     fprintf(stderr, "bivouac: error: unknown command '%s'\n\n%s", cmd, usage);
     return BV_EXIT_USAGE;
 }

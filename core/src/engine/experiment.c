@@ -14,7 +14,7 @@
 
 static const char *const top_level_keys[] = {
     "name",   "model",  "dataset", "train", "compute",  "engine", "transport", "resilience",
-    "policy", "cluster", "cloud",  "pipeline", "cost", "budget"};
+    "policy", "cluster", "cloud",  "pipeline", "cost", "budget", "simulate"};
 #define N_TOP_LEVEL (sizeof top_level_keys / sizeof top_level_keys[0])
 
 static const bv_option engine_schema[] = {
@@ -108,6 +108,43 @@ static const bv_option budget_schema[] = {
     BV_OPT_END,
 };
 
+/* `simulate:` the workload model of `bivouac simulate` (docs/simulation.md); a value set
+ * here wins over the profile's. */
+static const bv_option simulate_schema[] = {
+    BV_OPT_INT_RANGE("runs", "1", 1, 100000, "simulated runs, each with its own seed "
+                     "(--runs overrides it)"),
+    BV_OPT_FLOAT_RANGE("samples", "0", 0, 1e15, "a run ends once it has trained on this many "
+                       "samples; 0: train.steps steps of the layout asked for"),
+    BV_OPT_FLOAT_RANGE("hours", "1000", 0.001, 1e6, "or once this many simulated hours have "
+                       "passed"),
+    BV_OPT_DIRECTORY("profile", "", "a run's directory (bivouac run --out DIR): its "
+                     "result.json and metrics.jsonl give the step time, the failover pause and "
+                     "the slowdown on a shadow (relative to the experiment file)"),
+    BV_OPT_FLOAT_RANGE("step_seconds", "0", 0, 1e7, "a step of one pipeline of "
+                       "profile_stages stages, without preemptions (required without a "
+                       "profile)"),
+    BV_OPT_INT_RANGE("profile_stages", "0", 0, 4096, "the depth step_seconds was measured "
+                     "at; 0: pipeline.stages"),
+    BV_OPT_FLOAT_RANGE("samples_per_step", "0", 0, 1e12, "samples one pipeline trains on in "
+                       "a step; 0: train.batch"),
+    BV_OPT_FLOAT_RANGE("rc_overhead", "0", 0, 100, "what redundant computation adds to a "
+                       "step, as a fraction, where the profiled step had none (with "
+                       "`redundancy`)"),
+    BV_OPT_FLOAT_RANGE("allreduce_mb", "0", 0, 1e9, "one stage's gradients, all-reduced "
+                       "across the pipelines every step (MB)"),
+    BV_OPT_FLOAT_RANGE("bandwidth_gbps", "10", 0.001, 1e6, "between two nodes"),
+    BV_OPT_FLOAT_RANGE("failover_seconds", "0", 0, 1e7, "the pause of a failover"),
+    BV_OPT_FLOAT_RANGE("degraded_slowdown", "1", 1, 100, "a step with a stage on its "
+                       "shadow, over a normal step"),
+    BV_OPT_FLOAT_RANGE("reconfigure_seconds", "20", 0, 1e7, "a reconfiguration at a step "
+                       "boundary (Bamboo's simulator: 20 s)"),
+    BV_OPT_FLOAT_RANGE("restart_seconds", "30", 0, 1e7, "a restart from the last checkpoint, "
+                       "besides the work lost since (Bamboo's simulator: 30 s)"),
+    BV_OPT_INT_RANGE("checkpoint_steps", "0", 0, 1e9, "steps between checkpoints; 0: the "
+                     "checkpoint strategy's `every`, else 10"),
+    BV_OPT_END,
+};
+
 static const bv_option policy_schema[] = {
     BV_OPT_FILE("file", NULL, "Lua policy script, relative to the experiment file"),
     BV_OPT_CHOICE("on_error", "continue", "continue|stop",
@@ -134,6 +171,7 @@ void bv_experiment_free(bv_experiment *x)
     bv_opts_free(&x->pipeline);
     bv_opts_free(&x->cost);
     bv_opts_free(&x->budget);
+    bv_opts_free(&x->simulate);
     bv_opts_free(&x->cloud.opts);
     bv_opts_free(&x->policy);
     bv_policy_free(x->policy_ready);
@@ -265,13 +303,9 @@ static void collect_exports(bv_experiment *x, bv_diag *diag)
  * kept for the first run, so its set-up runs once (docs/policies.md). */
 static void check_policy_script(bv_experiment *x, bv_diag *diag)
 {
-    bv_policy_limits lim = {bv_opts_int(&x->policy, "instructions"),
-                            (size_t)bv_opts_int(&x->policy, "memory_mb") << 20};
     bv_policy *p = NULL;
     bv_error err = {0};
-    if (bv_policy_load_with(bv_opts_str(&x->policy, "file"), x->policy_params,
-                            x->npolicy_params, x->policy_exports, x->npolicy_exports, &lim, &p,
-                            &err) == BV_OK) {
+    if (bv_experiment_load_policy(x, &p, &err) == BV_OK) {
         x->policy_ready = p;
         return;
     }
@@ -282,6 +316,15 @@ static void check_policy_script(bv_experiment *x, bv_diag *diag)
         bv_log(BV_LOG_WARN, "%s; the run goes on without the policy", err.msg);
         x->policy_broken = true;
     }
+}
+
+bv_status bv_experiment_load_policy(const bv_experiment *x, bv_policy **out, bv_error *err)
+{
+    bv_policy_limits lim = {bv_opts_int(&x->policy, "instructions"),
+                            (size_t)bv_opts_int(&x->policy, "memory_mb") << 20};
+    return bv_policy_load_with(bv_opts_str(&x->policy, "file"), x->policy_params,
+                               x->npolicy_params, x->policy_exports, x->npolicy_exports, &lim,
+                               out, err);
 }
 
 void *bv_experiment_take_data(bv_experiment *x)
@@ -684,6 +727,8 @@ static bv_status load(const char *path, char *const *overrides, size_t noverride
     load_prices(x, bv_node_get(root, "cost"), diag);
     bv_config_validate(bv_node_get(root, "budget"), "budget", budget_schema, NULL, &x->budget,
                        diag);
+    bv_config_validate(bv_node_get(root, "simulate"), "simulate", simulate_schema, NULL,
+                       &x->simulate, diag);
     if (pipeline && x->engine_ops && strcmp(x->engine_ops->name, "sequence") != 0)
         bv_diag_add(diag, &pipeline->pos, "section 'pipeline' splits a sequence model's "
                     "layers; model %s runs on the %s engine",

@@ -47,6 +47,7 @@ typedef struct bv_experiment {
     bv_opts cluster; /* `cluster:` how many roles of each kind (defaults without a cloud) */
     bv_opts pipeline; /* `pipeline:` stages, microbatches, schedule, partition (defaults) */
     bv_opts cost, budget; /* `cost:` the price table and instance type; `budget:` usd */
+    bv_opts simulate; /* `simulate:` the workload model of `bivouac simulate` (sim.h) */
     bv_price_table prices; /* the table cost.prices names (ledger.h) */
     bool has_policy;
     bool policy_broken; /* it failed to load with on_error: continue; runs go on without it */
@@ -81,6 +82,10 @@ void bv_experiment_free(bv_experiment *x);
  * there is none, it is broken, or it was taken already. A further run (another seed of
  * --repeat) loads its own, fresh one. */
 bv_policy *bv_experiment_take_policy(bv_experiment *x);
+
+/* A fresh policy of the experiment's `policy:` (its script set up, with its params, the
+ * plugins' exports and its limits), for a further run; the caller frees it. */
+bv_status bv_experiment_load_policy(const bv_experiment *x, bv_policy **out, bv_error *err);
 
 /* The data the engine's check read, for the run to own (the engine's free_data frees
  * it); NULL when the check read none or it was taken: then call the engine's load_data. */

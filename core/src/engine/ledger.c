@@ -120,12 +120,22 @@ bv_status bv_prices_load(const char *which, const char *base_dir, bv_price_table
 
 /* ---- the ledger ---- */
 
-typedef struct charge {
+/* What a type of instance (at one pricing) has cost in the charges that ended: a charge
+ * that ends folds into its kind, so the ledger holds only the charges still running,
+ * however many nodes a long run loses. Kinds keep the order of their first charge. */
+typedef struct kind {
     char type[48];
-    int64_t node; /* -1: the run's own process */
     bool spot;
-    double rate;         /* USD per second */
-    double start, end;   /* monotonic seconds; end < 0: still running */
+    double rate;   /* USD per second */
+    int count;     /* ended charges */
+    double seconds, usd;
+} kind;
+
+typedef struct charge {
+    int handle;
+    int kind;
+    int64_t node; /* -1: the run's own process */
+    double start, end; /* monotonic seconds; end < 0: still running */
 } charge;
 
 struct bv_ledger {
@@ -134,8 +144,10 @@ struct bv_ledger {
     char instance[48]; /* the type of a charge that names none */
     bool spot;
     double before; /* USD of the earlier sessions of a resumed run */
-    charge items[LEDGER_MAX];
-    int n;
+    charge items[LEDGER_MAX]; /* the charges running (and the run's own, ended or not) */
+    int n, next_handle, nodes_ever;
+    kind kinds[2 * BV_PRICES_MAX_INSTANCES];
+    int nkinds;
     int unpriced; /* instances not charged: a type the table lacks, or a full ledger */
     double fn_invocations, fn_gb_seconds; /* serverless functions */
 };
@@ -171,45 +183,41 @@ void bv_ledger_free(bv_ledger *l)
     free(l);
 }
 
+/* The kind of `type` at the ledger's pricing (a spot instance where the table has no spot
+ * price is billed on demand); -1 when it is not priced. */
+static int kind_of(bv_ledger *l, const char *type)
+{
+    const bv_instance_price *p = bv_prices_find(&l->prices, type);
+    if (!p)
+        return -1;
+    bool spot = l->spot && p->spot > 0;
+    for (int k = 0; k < l->nkinds; k++)
+        if (l->kinds[k].spot == spot && strcmp(l->kinds[k].type, type) == 0)
+            return k;
+    if (l->nkinds == (int)(sizeof l->kinds / sizeof l->kinds[0]))
+        return -1;
+    kind *k = &l->kinds[l->nkinds];
+    *k = (kind){.spot = spot, .rate = (spot ? p->spot : p->on_demand) / 3600.0};
+    snprintf(k->type, sizeof k->type, "%s", type);
+    return l->nkinds++;
+}
+
 int bv_ledger_start(bv_ledger *l, const char *type, int64_t node, double now)
 {
     if (!type)
         type = l->instance;
-    const bv_instance_price *p = bv_prices_find(&l->prices, type);
     pthread_mutex_lock(&l->lock);
-    int h = -1;
-    if (!p || l->n == LEDGER_MAX) {
+    int h = -1, k = kind_of(l, type);
+    if (k < 0 || l->n == LEDGER_MAX) {
         l->unpriced++;
     } else {
-        h = l->n++;
-        charge *c = &l->items[h];
-        snprintf(c->type, sizeof c->type, "%s", type);
-        c->node = node;
-        /* a spot instance where the table has no spot price is billed on demand */
-        c->spot = l->spot && p->spot > 0;
-        c->rate = (c->spot ? p->spot : p->on_demand) / 3600.0;
-        c->start = now;
-        c->end = -1;
+        h = l->next_handle++;
+        l->items[l->n++] = (charge){.handle = h, .kind = k, .node = node, .start = now,
+                                    .end = -1};
+        l->nodes_ever += node >= 0;
     }
     pthread_mutex_unlock(&l->lock);
     return h;
-}
-
-void bv_ledger_stop_node(bv_ledger *l, int64_t node, double now)
-{
-    pthread_mutex_lock(&l->lock);
-    for (int i = 0; i < l->n; i++)
-        if (node >= 0 && l->items[i].node == node && l->items[i].end < 0)
-            l->items[i].end = now;
-    pthread_mutex_unlock(&l->lock);
-}
-
-void bv_ledger_stop_after(bv_ledger *l, int handle, double seconds)
-{
-    pthread_mutex_lock(&l->lock);
-    if (handle >= 0 && handle < l->n)
-        l->items[handle].end = l->items[handle].start + seconds;
-    pthread_mutex_unlock(&l->lock);
 }
 
 static double seconds_of(const charge *c, double now)
@@ -218,16 +226,41 @@ static double seconds_of(const charge *c, double now)
     return end > c->start ? end - c->start : 0;
 }
 
+void bv_ledger_stop_node(bv_ledger *l, int64_t node, double now)
+{
+    pthread_mutex_lock(&l->lock);
+    for (int i = 0; node >= 0 && i < l->n; i++)
+        if (l->items[i].node == node && l->items[i].end < 0) {
+            charge *c = &l->items[i];
+            kind *k = &l->kinds[c->kind];
+            c->end = now;
+            k->count++;
+            k->seconds += seconds_of(c, now);
+            k->usd += seconds_of(c, now) * k->rate;
+            memmove(c, c + 1, (size_t)(l->n - i - 1) * sizeof *c); /* keeps their order */
+            l->n--;
+            i--;
+        }
+    pthread_mutex_unlock(&l->lock);
+}
+
+void bv_ledger_stop_after(bv_ledger *l, int handle, double seconds)
+{
+    pthread_mutex_lock(&l->lock);
+    for (int i = 0; handle >= 0 && i < l->n; i++)
+        if (l->items[i].handle == handle)
+            l->items[i].end = l->items[i].start + seconds;
+    pthread_mutex_unlock(&l->lock);
+}
+
 int bv_ledger_running(bv_ledger *l, double now, int *nodes_ever)
 {
     pthread_mutex_lock(&l->lock);
-    int running = 0, nodes = 0;
-    for (int i = 0; i < l->n; i++) {
+    int running = 0;
+    for (int i = 0; i < l->n; i++)
         running += l->items[i].end < 0 || l->items[i].end > now;
-        nodes += l->items[i].node >= 0;
-    }
+    *nodes_ever = l->nodes_ever;
     pthread_mutex_unlock(&l->lock);
-    *nodes_ever = nodes;
     return running;
 }
 
@@ -249,8 +282,10 @@ double bv_ledger_usd(bv_ledger *l, double now)
 {
     pthread_mutex_lock(&l->lock);
     double usd = l->before + functions_usd(l);
+    for (int k = 0; k < l->nkinds; k++)
+        usd += l->kinds[k].usd;
     for (int i = 0; i < l->n; i++)
-        usd += seconds_of(&l->items[i], now) * l->items[i].rate;
+        usd += seconds_of(&l->items[i], now) * l->kinds[l->items[i].kind].rate;
     pthread_mutex_unlock(&l->lock);
     return usd;
 }
@@ -260,22 +295,18 @@ void bv_ledger_write_breakdown(FILE *f, bv_ledger *l, double now)
     pthread_mutex_lock(&l->lock);
     fputs(", \"cost_breakdown\": {", f);
     bool first = true;
-    bool done[LEDGER_MAX] = {false};
-    for (int i = 0; i < l->n; i++) { /* one member per type and pricing, in first-use order */
-        if (done[i])
-            continue;
-        int count = 0;
-        double secs = 0, usd = 0;
-        for (int j = i; j < l->n; j++)
-            if (!done[j] && strcmp(l->items[j].type, l->items[i].type) == 0 &&
-                l->items[j].spot == l->items[i].spot) {
-                done[j] = true;
+    for (int k = 0; k < l->nkinds; k++) { /* one member per type and pricing */
+        const kind *t = &l->kinds[k];
+        int count = t->count;
+        double secs = t->seconds, usd = t->usd;
+        for (int i = 0; i < l->n; i++)
+            if (l->items[i].kind == k) {
                 count++;
-                secs += seconds_of(&l->items[j], now);
-                usd += seconds_of(&l->items[j], now) * l->items[j].rate;
+                secs += seconds_of(&l->items[i], now);
+                usd += seconds_of(&l->items[i], now) * t->rate;
             }
         char key[64];
-        snprintf(key, sizeof key, "%s%s", l->items[i].type, l->items[i].spot ? " spot" : "");
+        snprintf(key, sizeof key, "%s%s", t->type, t->spot ? " spot" : "");
         fputs(first ? "" : ", ", f);
         first = false;
         bv_json_string(f, key);

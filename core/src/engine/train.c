@@ -433,25 +433,7 @@ static bv_status reconfigure(void *loop, const char *event, const bv_metric *m, 
     bv_policy_actions a = {0};
     if (r->policy_active && bv_policy_has_handler(r->policy, event)) {
         bv_error perr = {0};
-        bv_status st = bv_policy_call(r->policy, event, m, n, &a, &perr);
-        bool known = false;
-        for (size_t i = 0; st == BV_OK && a.reconfigure[0] && choices[i]; i++)
-            if (strcmp(choices[i], a.reconfigure) == 0) {
-                pick = choices[i];
-                known = true;
-            }
-        if (st == BV_OK && a.reconfigure[0] && !known) {
-            char list[160] = "";
-            for (size_t i = 0, k = 0; choices[i] && k < sizeof list; i++)
-                k += (size_t)snprintf(list + k, sizeof list - k, "%s%s", i ? ", " : "",
-                                      choices[i]);
-            st = bv_error_set(&perr, BV_ERR_INVALID, "%s: on_%s chose reconfigure = '%s'; "
-                              "here it is one of %s", bv_policy_path(r->policy), event,
-                              a.reconfigure, list);
-        }
-        if (st == BV_OK && (a.stop || a.set_lr || a.nsets))
-            st = bv_error_set(&perr, BV_ERR_INVALID, "%s: on_%s returns reconfigure, reason "
-                              "and report only", bv_policy_path(r->policy), event);
+        bv_status st = bv_policy_decide(r->policy, event, m, n, choices, &a, &pick, &perr);
         if (st != BV_OK) {
             r->policy_active = false;
             if (r->policy_stops_on_error) {
@@ -459,9 +441,6 @@ static bv_status reconfigure(void *loop, const char *event, const bv_metric *m, 
                 return bv_error_set(err, st, "policy error: %s", perr.msg);
             }
             bv_log(BV_LOG_WARN, "%s; the run goes on without the policy", perr.msg);
-            pick = choices[0];
-            a.reason[0] = '\0';
-            a.nreports = 0;
         }
         for (size_t i = 0; i < a.nreports; i++)
             bv_series_report(a.reports[i].name, a.reports[i].unit, a.reports[i].value);
@@ -522,17 +501,9 @@ static bv_status setup(train_run *r, void *data, bv_error *err)
     if (st != BV_OK)
         return st;
     if (x->has_policy && !x->policy_broken) { /* a broken one was reported at validation */
-        bv_policy_limits lim = {
-            bv_opts_int(&x->policy, "instructions"),
-            (size_t)bv_opts_int(&x->policy, "memory_mb") << 20,
-        };
         r->policy_stops_on_error = strcmp(bv_opts_str(&x->policy, "on_error"), "stop") == 0;
         /* the one validation set up, if handed over; else a fresh one (another seed) */
-        st = r->policy ? BV_OK
-                       : bv_policy_load_with(bv_opts_str(&x->policy, "file"),
-                                             x->policy_params, x->npolicy_params,
-                                             x->policy_exports, x->npolicy_exports, &lim,
-                                             &r->policy, err);
+        st = r->policy ? BV_OK : bv_experiment_load_policy(x, &r->policy, err);
         if (st != BV_OK) {
             if (r->policy_stops_on_error)
                 return st;

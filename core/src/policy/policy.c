@@ -1264,6 +1264,35 @@ bv_status bv_policy_call(bv_policy *p, const char *event, const bv_metric *metri
     return status;
 }
 
+bv_status bv_policy_decide(bv_policy *p, const char *event, const bv_metric *metrics, size_t n,
+                           const char *const *choices, bv_policy_actions *out,
+                           const char **pick, bv_error *err)
+{
+    *pick = choices[0];
+    bv_status st = bv_policy_call(p, event, metrics, n, out, err);
+    bool known = false;
+    for (size_t i = 0; st == BV_OK && out->reconfigure[0] && choices[i]; i++)
+        if (strcmp(choices[i], out->reconfigure) == 0) {
+            *pick = choices[i];
+            known = true;
+        }
+    if (st == BV_OK && out->reconfigure[0] && !known) {
+        char list[160] = "";
+        for (size_t i = 0, k = 0; choices[i] && k < sizeof list; i++)
+            k += (size_t)snprintf(list + k, sizeof list - k, "%s%s", i ? ", " : "", choices[i]);
+        st = bv_error_set(err, BV_ERR_INVALID, "%s: on_%s chose reconfigure = '%s'; here it "
+                          "is one of %s", p->path, event, out->reconfigure, list);
+    }
+    if (st == BV_OK && (out->stop || out->set_lr || out->nsets))
+        st = bv_error_set(err, BV_ERR_INVALID, "%s: on_%s returns reconfigure, reason and "
+                          "report only", p->path, event);
+    if (st != BV_OK) {
+        memset(out, 0, sizeof *out);
+        *pick = choices[0];
+    }
+    return st;
+}
+
 void bv_policy_set_replay(bv_policy *p, bool replay)
 {
     if (p)

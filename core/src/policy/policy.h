@@ -102,6 +102,15 @@ void bv_policy_set_replay(bv_policy *p, bool replay);
 bv_status bv_policy_call(bv_policy *p, const char *event, const bv_metric *metrics, size_t n,
                          bv_policy_actions *out, bv_error *err);
 
+/* A reconfiguration event (docs/redundancy.md, docs/simulation.md): runs on_<event>(m)
+ * and sets *pick to the choice it made among `choices` (NULL-terminated; choices[0] when
+ * it chose none, or has no handler), *out to its actions (reason, reports). A choice not
+ * among them, or actions other than reconfigure, reason and report, are BV_ERR_INVALID
+ * with a message that says so; *pick is then choices[0]. */
+bv_status bv_policy_decide(bv_policy *p, const char *event, const bv_metric *metrics, size_t n,
+                           const char *const *choices, bv_policy_actions *out,
+                           const char **pick, bv_error *err);
+
 /* Whether the script defines on_<event> as a function (fixed after set-up). */
 bool bv_policy_has_handler(const bv_policy *p, const char *event);
 

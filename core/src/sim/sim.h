@@ -1,0 +1,67 @@
+/* `bivouac simulate`: pipeline training on a cloud with a simulated clock (the `sim`
+ * cloud plugin), at scales one machine cannot run (issue 16; docs/simulation.md). The
+ * training is not run: its steps take the time a workload model says, from a profile of a
+ * real run or the experiment's `simulate:` section; the cloud's preemptions and grants
+ * drive the same resilience semantics as real runs (a failover where a shadow covers the
+ * loss, a restart from the last checkpoint where none does) and the same Lua policy
+ * decides the reconfigurations. Each run is priced by the experiment's cost ledger. */
+#ifndef BIVOUAC_SIM_H
+#define BIVOUAC_SIM_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "bivouac/error.h"
+#include "experiment.h"
+
+/* The workload model of one experiment (docs/simulation.md, "The workload model"). */
+typedef struct bv_sim_model {
+    int stages, pipelines;       /* the layout asked for: P, D (D x P nodes requested) */
+    double samples;              /* a run ends once it has trained on this many */
+    double hours;                /* or when this much simulated time has passed */
+    double samples_per_step;     /* one pipeline's, per step */
+    double pipe_seconds;         /* one pipeline's step at depth `stages`, no preemption */
+    double allreduce_mb, bandwidth_gbps;
+    double failover_seconds;     /* the pause of a failover */
+    double degraded_slowdown;    /* a step with a stage on its shadow, over a normal one */
+    double reconfigure_seconds;  /* a reconfiguration at a step boundary */
+    double restart_seconds;      /* a restart from the last checkpoint */
+    int64_t checkpoint_steps;    /* steps between checkpoints */
+    bool redundancy;             /* stages keep replicas: a covered loss fails over */
+    int zones;                   /* the cloud's, for placing consecutive stages apart */
+    char profile[4096];          /* the run directory the figures came from ("": none) */
+} bv_sim_model;
+
+/* The model of x: its `simulate:` section over the profile it names (the section's own
+ * values win), pipeline.stages and .pipelines, train.batch and .steps, the resilience
+ * strategies. Problems go to diag with the YAML's positions; BV_ERR_INVALID then. */
+bv_status bv_sim_model_load(const bv_experiment *x, bv_sim_model *m, bv_diag *diag);
+
+/* The time of one step of d pipelines, `degraded` when a stage runs on its shadow. */
+double bv_sim_step_seconds(const bv_sim_model *m, int d, bool degraded);
+
+/* What one simulated run came to (the columns of Bamboo's Table 3). */
+typedef struct bv_sim_result {
+    bool finished;            /* trained on every sample before `hours` */
+    double hours;             /* simulated time to the end */
+    double steps, samples;
+    double preemptions;       /* nodes taken away, in any state */
+    double interval_hours;    /* mean time between two preemptions (0: fewer than two) */
+    double lifetime_hours;    /* mean life of the nodes that joined (to the end, if alive) */
+    double fatal;             /* restarts from the last checkpoint */
+    double failovers, reconfigurations;
+    double nodes;             /* nodes paid for, averaged over time */
+    double throughput;        /* samples per second, over the whole run */
+    double usd, cost_per_hour;
+    double value;             /* throughput / cost_per_hour (Bamboo's value) */
+    double useful_fraction;   /* time in steps whose work was kept, over the run's time */
+} bv_sim_result;
+
+/* Simulates one run of x with model m on a fresh cloud of x's `cloud:` seeded by seed,
+ * with policy (NULL: the default decisions). metrics (NULL: none) receives a line per
+ * step and one per policy decision, in metrics.jsonl's format. */
+bv_status bv_sim_run(const bv_experiment *x, const bv_sim_model *m, uint64_t seed,
+                     bv_policy *policy, FILE *metrics, bv_sim_result *out, bv_error *err);
+
+#endif

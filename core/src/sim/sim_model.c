@@ -1,0 +1,216 @@
+/* The workload model of `bivouac simulate` (docs/simulation.md, "The workload model"):
+ * what a step costs at the layout the simulation runs, from a profile of a real run or the
+ * experiment's `simulate:` section, scaled by a written-down model of a 1F1B pipeline. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "input_file.h"
+#include "json_read.h"
+#include "sim.h"
+
+/* The median of v[0..n) (v is sorted); nan when empty. */
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, size_t n)
+{
+    if (!n)
+        return NAN;
+    qsort(v, n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* What a run directory says about the workload: its step time without a stage on a
+ * shadow (the median of the steps' durations in metrics.jsonl, an evaluation's step left
+ * out by the median), the same with one (over the first), the pause of its failovers
+ * (result.json's failover_seconds over failovers), its layout and its samples per step. */
+typedef struct profile {
+    double step, degraded, failover, samples_per_step;
+    int stages, pipelines;
+} profile;
+
+static bool read_profile(const char *dir, profile *p, bv_error *err)
+{
+    char path[4200];
+    char *text = NULL;
+    size_t len = 0;
+    bv_json r;
+    uint64_t max = 0;
+    snprintf(path, sizeof path, "%s/result.json", dir);
+    if (bv_input_limit("BIVOUAC_MAX_PROFILE_BYTES", (uint64_t)1 << 30, &max, err) != BV_OK ||
+        bv_input_read(path, max, "a profile", "BIVOUAC_MAX_PROFILE_BYTES", &text, &len,
+                      err) != BV_OK)
+        return false;
+    bool ok = bv_json_parse(text, len, &r);
+    free(text);
+    if (!ok) {
+        bv_error_set(err, BV_ERR_INVALID, "%s: not JSON", path);
+        return false;
+    }
+    double failovers = bv_json_num(&r, "failovers"), stages = bv_json_num(&r, "pipeline_stages"),
+           pipelines = bv_json_num(&r, "pipelines"), batch = bv_json_num(&r, "batch");
+    p->failover = failovers > 0 ? bv_json_num(&r, "failover_seconds") / failovers : NAN;
+    bv_json_free(&r);
+    if (!(stages >= 1) || !(pipelines >= 1) || !(batch >= 1)) {
+        bv_error_set(err, BV_ERR_INVALID, "%s: not a pipeline run's result (no "
+                     "pipeline_stages, pipelines or batch)", path);
+        return false;
+    }
+    p->stages = (int)stages;
+    p->pipelines = (int)pipelines;
+    p->samples_per_step = batch / pipelines;
+
+    snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+    if (bv_input_read(path, max, "a profile", "BIVOUAC_MAX_PROFILE_BYTES", &text, &len,
+                      err) != BV_OK)
+        return false;
+    size_t cap = 1024, n = 0, nd = 0;
+    double *normal = malloc(cap * sizeof *normal), *slow = malloc(cap * sizeof *slow);
+    double last = 0, degraded = 0;
+    ok = normal && slow;
+    for (char *line = text, *next; ok && line < text + len; line = next + 1) {
+        next = memchr(line, '\n', (size_t)(text + len - line));
+        if (!next)
+            next = text + len;
+        bv_json j;
+        if (next == line || !bv_json_parse(line, (size_t)(next - line), &j))
+            continue;
+        const char *series = bv_json_str(&j, "series");
+        double t = bv_json_num(&j, "seconds");
+        if (series && strcmp(series, "stages_degraded") == 0)
+            degraded = bv_json_num(&j, "value");
+        else if (!series && !bv_json_get(&j, "event") && isfinite(bv_json_num(&j, "train_loss")) &&
+                 isfinite(t)) {
+            double dt = t - last;
+            last = t;
+            if (n == cap || nd == cap) {
+                cap *= 2;
+                double *a = realloc(normal, cap * sizeof *a);
+                normal = a ? a : normal;
+                double *b = a ? realloc(slow, cap * sizeof *b) : NULL;
+                slow = b ? b : slow;
+                ok = a && b;
+            }
+            /* the degraded count a step reports comes after its own line: this step's
+             * state is the one the step before left */
+            if (ok && degraded > 0)
+                slow[nd++] = dt;
+            else if (ok)
+                normal[n++] = dt;
+        }
+        bv_json_free(&j);
+    }
+    free(text);
+    if (!ok)
+        bv_error_set(err, BV_ERR_NOMEM, "out of memory");
+    p->step = median(normal, n);
+    p->degraded = median(slow, nd);
+    free(normal);
+    free(slow);
+    if (ok && !(p->step > 0)) {
+        bv_error_set(err, BV_ERR_INVALID, "%s: no training steps", path);
+        return false;
+    }
+    return ok;
+}
+
+static const bv_opt_value *user_set(const bv_opts *o, const char *name)
+{
+    const bv_opt_value *v = bv_opts_find(o, name);
+    return v && v->from_user ? v : NULL;
+}
+
+/* The modelled all-reduce of one step across d pipelines: a ring's 2 (d - 1) / d of a
+ * stage's gradients each way, at the bandwidth between two nodes. */
+static double allreduce_seconds(const bv_sim_model *m, int d)
+{
+    return d > 1 ? 2.0 * (d - 1) / d * m->allreduce_mb * 8e-3 / m->bandwidth_gbps : 0;
+}
+
+bv_status bv_sim_model_load(const bv_experiment *x, bv_sim_model *m, bv_diag *diag)
+{
+    const bv_opts *s = &x->simulate;
+    const bv_pos *at = bv_experiment_value_pos(s, "profile", bv_node_get(x->root, "simulate"));
+    *m = (bv_sim_model){
+        .stages = (int)bv_opts_int(&x->pipeline, "stages"),
+        .pipelines = (int)bv_opts_int(&x->pipeline, "pipelines"),
+        .samples = bv_opts_float(s, "samples"),
+        .hours = bv_opts_float(s, "hours"),
+        .allreduce_mb = bv_opts_float(s, "allreduce_mb"),
+        .bandwidth_gbps = bv_opts_float(s, "bandwidth_gbps"),
+        .failover_seconds = bv_opts_float(s, "failover_seconds"),
+        .degraded_slowdown = bv_opts_float(s, "degraded_slowdown"),
+        .reconfigure_seconds = bv_opts_float(s, "reconfigure_seconds"),
+        .restart_seconds = bv_opts_float(s, "restart_seconds"),
+        .checkpoint_steps = bv_opts_int(s, "checkpoint_steps"),
+        .zones = 1,
+    };
+    size_t before = diag->count;
+    int profile_stages = (int)bv_opts_int(s, "profile_stages");
+    double step = bv_opts_float(s, "step_seconds");
+    double per_step = bv_opts_float(s, "samples_per_step");
+    const char *dir = bv_opts_str(s, "profile");
+    if (dir && dir[0]) {
+        profile p;
+        bv_error err = {0};
+        snprintf(m->profile, sizeof m->profile, "%s", dir);
+        if (!read_profile(dir, &p, &err)) {
+            bv_diag_add(diag, at, "simulate.profile: %s", err.msg);
+        } else {
+            /* the section's own values win over the profile's */
+            if (!user_set(s, "step_seconds"))
+                step = p.step;
+            if (!user_set(s, "profile_stages"))
+                profile_stages = p.stages;
+            if (!user_set(s, "samples_per_step"))
+                per_step = p.samples_per_step;
+            if (!user_set(s, "failover_seconds") && isfinite(p.failover))
+                m->failover_seconds = p.failover;
+            if (!user_set(s, "degraded_slowdown") && isfinite(p.degraded))
+                m->degraded_slowdown = fmax(1.0, p.degraded / p.step);
+            /* the profile's step had its own all-reduce: the model's is added back */
+            bv_sim_model tmp = *m;
+            step -= allreduce_seconds(&tmp, p.pipelines);
+        }
+    }
+    if (!(step > 0) && diag->count == before)
+        bv_diag_add(diag, bv_node_get(x->root, "simulate") ?
+                              &bv_node_get(x->root, "simulate")->pos : NULL,
+                    "simulate: needs step_seconds (a step's time) or a profile (a run's "
+                    "directory)");
+    if (!profile_stages)
+        profile_stages = m->stages;
+    int64_t batch = bv_opts_int(&x->train, "batch");
+    m->samples_per_step = per_step > 0 ? per_step : (double)batch / m->pipelines;
+    if (m->samples <= 0)
+        m->samples = (double)bv_opts_int(&x->train, "steps") * m->samples_per_step * m->pipelines;
+    /* 1F1B: M + P - 1 slots of a microbatch on one stage, a stage's work 1/P of the model */
+    double mb = (double)bv_opts_int(&x->pipeline, "microbatches");
+    m->pipe_seconds = step * ((double)profile_stages / m->stages) *
+                      (mb + m->stages - 1) / (mb + profile_stages - 1);
+    for (size_t i = 0; i < x->nresilience; i++) {
+        const char *name = x->resilience[i].plugin->name;
+        if (strcmp(name, "redundancy") == 0) {
+            m->redundancy = true;
+            m->pipe_seconds *= 1 + bv_opts_float(s, "rc_overhead");
+        }
+        if (strcmp(name, "checkpoint") == 0 && !m->checkpoint_steps)
+            m->checkpoint_steps = bv_opts_int(&x->resilience[i].opts, "every");
+    }
+    if (!m->checkpoint_steps)
+        m->checkpoint_steps = 10;
+    const bv_opt_value *zones = x->cloud.plugin ? bv_opts_find(&x->cloud.opts, "zones") : NULL;
+    if (zones)
+        m->zones = (int)bv_opts_int(&x->cloud.opts, "zones");
+    return diag->count == before ? BV_OK : BV_ERR_INVALID;
+}
+
+double bv_sim_step_seconds(const bv_sim_model *m, int d, bool degraded)
+{
+    return m->pipe_seconds * (degraded ? m->degraded_slowdown : 1) + allreduce_seconds(m, d);
+}

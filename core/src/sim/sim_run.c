@@ -1,0 +1,484 @@
+/* One simulated run (docs/simulation.md, "What a run simulates"): D pipelines of P stages
+ * on the nodes a `sim` cloud grants, stepping at the workload model's pace while the
+ * cloud's clock follows them from event to event.
+ *
+ *   - The run asks the cloud for D x P spot nodes and asks again for every node it loses,
+ *     as an autoscaling group keeps its size. A node that joins waits as a standby.
+ *   - Training starts (after a reconfiguration's pause) once P nodes are up, with as many
+ *     pipelines as the nodes fill, up to D; the rest stand by.
+ *   - A loss during a step: with `redundancy`, a stage whose shadow (the stage before it,
+ *     the last for the first) is up and runs only its own stage fails over, the policy's
+ *     `preempted` agreeing: the step pauses failover_seconds and goes on, and the steps
+ *     after run slower (degraded_slowdown) while a stage runs on its shadow. Two
+ *     consecutive stages lost, a shadow lost, or no `redundancy`: a restart from the last
+ *     checkpoint (restart_seconds, and the steps since are lost).
+ *   - At a step boundary the policy's decisions take effect: `joined` (replace: the
+ *     standbys take the stages shadows run; grow: more pipelines) and `degraded`
+ *     (reconfigure: a new layout of the nodes up; restart) are a reconfiguration, a pause
+ *     of reconfigure_seconds after which the nodes up are laid out afresh.
+ * Every node is paid for from its joining to its loss or the run's end, by the
+ * experiment's cost ledger. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "json_out.h"
+#include "ledger.h"
+#include "sim.h"
+
+typedef enum node_state { WAITING, STANDBY, ACTIVE, LOST } node_state;
+
+typedef struct sim_node {
+    int64_t id; /* the cloud's */
+    node_state state;
+    int zone;
+    double joined;
+} sim_node;
+
+typedef enum phase { IDLE, STEPPING, PAUSED } phase;
+
+typedef struct sim {
+    const bv_experiment *x;
+    const bv_sim_model *m;
+    const bv_cloud_ops *ops;
+    bv_cloud *cloud;
+    bv_ledger *ledger;
+    bv_policy *policy;
+    FILE *metrics;
+    bv_sim_result *r;
+    sim_node *nodes;
+    size_t count, cap;
+    int *host;   /* host[d * P + s]: the node that runs stage s of pipeline d */
+    bool *on_shadow; /* [d * P + s]: that node is the stage's shadow's (a failover) */
+    int d;       /* pipelines running */
+    int asked;   /* zone of the next request */
+    double now, phase_end, step_start, last_preemption, paid_since, node_seconds;
+    phase phase;
+    bool pause_holds_state; /* a reconfiguration's pause: the state is on the nodes (a
+                               restart's or the start's comes from a checkpoint) */
+    double steps, samples, kept_steps, kept_samples, kept_useful, useful;
+    double degraded_since;
+    int64_t steps_degraded;
+    bool replace, grow, relayout;
+    int paid; /* nodes paid for now */
+} sim;
+
+static const char *const preempted_choices[] = {"failover", "restart", NULL};
+static const char *const joined_choices[] = {"replace", "wait", "grow", NULL};
+static const char *const degraded_choices[] = {"continue", "restart", "reconfigure", NULL};
+
+static int stages(const sim *s)
+{
+    return s->m->stages;
+}
+
+/* Stages that run on their shadow's node (since a failover). */
+static int degraded(const sim *s)
+{
+    int k = 0;
+    for (int i = 0; i < s->d * s->m->stages; i++)
+        k += s->on_shadow[i];
+    return k;
+}
+
+static int count_state(const sim *s, node_state st)
+{
+    int k = 0;
+    for (size_t i = 0; i < s->count; i++)
+        k += s->nodes[i].state == st;
+    return k;
+}
+
+static void pay(sim *s, int delta)
+{
+    s->node_seconds += s->paid * (s->now - s->paid_since);
+    s->paid_since = s->now;
+    s->paid += delta;
+}
+
+static bv_status request(sim *s, bv_error *err)
+{
+    if (s->count == s->cap) {
+        size_t cap = s->cap ? 2 * s->cap : 128;
+        sim_node *grown = realloc(s->nodes, cap * sizeof *grown);
+        if (!grown)
+            return bv_error_set(err, BV_ERR_NOMEM, "out of memory");
+        s->nodes = grown;
+        s->cap = cap;
+    }
+    char zone[16];
+    int z = s->asked++ % s->m->zones;
+    snprintf(zone, sizeof zone, "%d", z);
+    bv_node_request req = {.size = sizeof req, .role = "stage",
+                           .node_type = bv_opts_str(&s->x->cost, "instance"),
+                           .spot = bv_opts_bool(&s->x->cost, "spot"), .zone = zone};
+    int64_t id = s->ops->launch(s->cloud, &req, NULL, 0, err);
+    if (id < 0)
+        return err->status ? err->status : BV_ERR_PLUGIN;
+    s->nodes[s->count++] = (sim_node){.id = id, .state = WAITING, .zone = z};
+    return BV_OK;
+}
+
+static sim_node *find(sim *s, int64_t id)
+{
+    for (size_t i = 0; i < s->count; i++)
+        if (s->nodes[i].id == id)
+            return &s->nodes[i];
+    return NULL;
+}
+
+/* A policy decision, written to metrics.jsonl as a real run's are (one of an event raised
+ * every step, `often`, only when it is not the first choice). */
+static bv_status decide(sim *s, const char *event, const bv_metric *mt, size_t n,
+                        const char *const *choices, bool often, const char **pick,
+                        bv_error *err)
+{
+    *pick = choices[0];
+    bv_policy_actions a = {0};
+    if (s->policy && bv_policy_has_handler(s->policy, event)) {
+        bv_status st = bv_policy_decide(s->policy, event, mt, n, choices, &a, pick, err);
+        if (st != BV_OK)
+            return st;
+    }
+    if (s->metrics && (!often || *pick != choices[0])) {
+        fprintf(s->metrics, "{\"step\": %.0f, \"event\": ", s->steps);
+        bv_json_string(s->metrics, event);
+        fputs(", \"decision\": ", s->metrics);
+        bv_json_string(s->metrics, *pick);
+        if (a.reason[0]) {
+            fputs(", \"reason\": ", s->metrics);
+            bv_json_string(s->metrics, a.reason);
+        }
+        for (size_t i = 0; i < n; i++)
+            bv_json_field(s->metrics, mt[i].name, mt[i].value);
+        bv_json_field(s->metrics, "seconds", s->now);
+        fputs("}\n", s->metrics);
+    }
+    return BV_OK;
+}
+
+/* The nodes up laid out afresh: as many pipelines as they fill (up to D), stage s of
+ * each on a node of zone s where one is free (consecutive stages apart), the rest
+ * standing by. */
+static void layout(sim *s)
+{
+    int p = stages(s), up = 0;
+    for (size_t i = 0; i < s->count; i++)
+        if (s->nodes[i].state == ACTIVE || s->nodes[i].state == STANDBY) {
+            s->nodes[i].state = STANDBY;
+            up++;
+        }
+    s->d = up / p < s->m->pipelines ? up / p : s->m->pipelines;
+    for (int i = 0; i < s->d * p; i++) {
+        int pick = -1;
+        for (size_t k = 0; k < s->count && pick < 0; k++)
+            if (s->nodes[k].state == STANDBY && s->nodes[k].zone == (i % p) % s->m->zones)
+                pick = (int)k;
+        for (size_t k = 0; k < s->count && pick < 0; k++)
+            if (s->nodes[k].state == STANDBY)
+                pick = (int)k;
+        s->nodes[pick].state = ACTIVE;
+        s->host[i] = pick;
+        s->on_shadow[i] = false;
+    }
+    s->replace = s->grow = s->relayout = false;
+}
+
+static void start_step(sim *s)
+{
+    s->phase = STEPPING;
+    s->step_start = s->now;
+    s->phase_end = s->now + bv_sim_step_seconds(s->m, s->d, degraded(s) > 0);
+}
+
+/* A pause after which the nodes up are laid out afresh and the steps go on; holds_state:
+ * a reconfiguration's, whose state is on the nodes until it ends. */
+static void pause_for(sim *s, double seconds, bool holds_state)
+{
+    s->phase = PAUSED;
+    s->phase_end = s->now + seconds;
+    s->pause_holds_state = holds_state;
+}
+
+static void restart(sim *s)
+{
+    s->r->fatal++;
+    s->steps = s->kept_steps;
+    s->samples = s->kept_samples;
+    s->useful = s->kept_useful;
+    pause_for(s, s->m->restart_seconds, false);
+}
+
+/* Stage i's shadow: the stage before it in its pipeline (the last for the first). */
+static int shadow_of(const sim *s, int i)
+{
+    int p = stages(s);
+    return i % p ? i - 1 : i + p - 1;
+}
+
+/* Nodes lost at one time: failovers where shadows cover them, else a restart. During a
+ * reconfiguration's pause a covered loss needs no failover (the new layout takes the
+ * stage's state from its replica), and an uncovered one is as fatal as during a step: a
+ * stage on its shadow has no replica until the reconfiguration has ended. */
+static bv_status lost(sim *s, bv_error *err)
+{
+    int p = stages(s), n = s->d * p;
+    bool any = false, fatal = false, stepping = s->phase == STEPPING;
+    for (int i = 0; i < n; i++)
+        any |= s->nodes[s->host[i]].state == LOST;
+    if (!any || (s->phase == PAUSED && !s->pause_holds_state))
+        return BV_OK; /* the layout after the pause has the nodes up */
+    for (int i = 0; i < n && !fatal; i++) {
+        if (s->nodes[s->host[i]].state != LOST)
+            continue;
+        /* covered: its node ran only it, its shadow's node is up and runs only that */
+        int sh = shadow_of(s, i), host = s->host[sh];
+        bool alone = true, shadow_alone = true;
+        for (int k = i - i % p; k < i - i % p + p; k++) {
+            alone &= k == i || s->host[k] != s->host[i];
+            shadow_alone &= k == sh || s->host[k] != host;
+        }
+        int coverable = s->m->redundancy && p > 1 && alone && shadow_alone &&
+                        s->nodes[host].state == ACTIVE;
+        bv_metric mt[] = {{"stage", i % p}, {"pipeline", i / p}, {"coverable", coverable},
+                          {"degraded", degraded(s)},
+                          {"offered", count_state(s, STANDBY)}};
+        const char *pick = preempted_choices[0];
+        if (coverable && stepping) {
+            bv_status st = decide(s, "preempted", mt, 5, preempted_choices, false, &pick, err);
+            if (st != BV_OK)
+                return st;
+        }
+        if (!coverable || strcmp(pick, "restart") == 0) {
+            fatal = true;
+        } else {
+            s->host[i] = host;
+            s->on_shadow[i] = true;
+            s->r->failovers += stepping;
+        }
+    }
+    if (fatal)
+        restart(s);
+    else if (stepping)
+        s->phase_end += s->m->failover_seconds;
+    return BV_OK;
+}
+
+/* The cloud's events at the current time. */
+static bv_status cloud_events(sim *s, bv_error *err)
+{
+    bool any_lost = false;
+    for (;;) {
+        bv_cloud_event ev = {.size = sizeof ev};
+        int n = s->ops->poll(s->cloud, &ev, 1, err);
+        if (n < 0)
+            return err->status ? err->status : BV_ERR_PLUGIN;
+        if (n == 0)
+            break;
+        sim_node *node = find(s, ev.node);
+        if (!node)
+            continue;
+        if (ev.kind == BV_CLOUD_PREEMPTED && node->state != LOST) {
+            s->r->preemptions++;
+            if (s->r->preemptions > 1)
+                s->r->interval_hours += (s->now - s->last_preemption) / 3600;
+            s->last_preemption = s->now;
+            if (node->state == STANDBY || node->state == ACTIVE) {
+                s->r->lifetime_hours += (s->now - node->joined) / 3600;
+                bv_ledger_stop_node(s->ledger, node->id, s->now);
+                pay(s, -1);
+            }
+            any_lost |= node->state == ACTIVE;
+            node->state = LOST;
+            bv_status st = request(s, err);
+            if (st != BV_OK)
+                return st;
+        } else if (ev.kind == BV_CLOUD_JOINED && node->state == WAITING) {
+            node->state = STANDBY;
+            node->joined = s->now;
+            bv_ledger_start(s->ledger, NULL, node->id, s->now);
+            pay(s, 1);
+        }
+    }
+    bv_status st = any_lost ? lost(s, err) : BV_OK;
+    if (st != BV_OK)
+        return st;
+    int standby = count_state(s, STANDBY), p = stages(s);
+    if (s->phase == IDLE && standby >= p) {
+        pause_for(s, s->m->reconfigure_seconds, false);
+        s->relayout = true;
+    } else if (s->phase == STEPPING && standby > 0) {
+        int deg = degraded(s), possible = (s->d * p - deg + standby) / p;
+        if (possible > s->m->pipelines)
+            possible = s->m->pipelines;
+        if (deg > 0 || possible > s->d) {
+            bv_metric mt[] = {{"offered", standby}, {"degraded", deg}, {"pipelines", s->d},
+                              {"pipelines_possible", possible}, {"reconfigurable", 1}};
+            const char *pick;
+            st = decide(s, "joined", mt, 5, joined_choices, false, &pick, err);
+            s->replace |= st == BV_OK && strcmp(pick, "replace") == 0;
+            s->grow |= st == BV_OK && strcmp(pick, "grow") == 0;
+        }
+    }
+    return st;
+}
+
+static void write_step(sim *s, double dt)
+{
+    if (!s->metrics)
+        return;
+    fprintf(s->metrics, "{\"step\": %.0f", s->steps);
+    bv_json_field(s->metrics, "samples_per_second", s->d * s->m->samples_per_step / dt);
+    bv_json_field(s->metrics, "seconds", s->now);
+    bv_json_field(s->metrics, "cost_usd", bv_ledger_usd(s->ledger, s->now));
+    bv_json_field(s->metrics, "instances", s->paid);
+    fputs("}\n", s->metrics);
+    fprintf(s->metrics, "{\"step\": %.0f, \"series\": \"pipelines\", \"unit\": \"pipelines\", "
+            "\"value\": %d", s->steps, s->d);
+    bv_json_field(s->metrics, "seconds", s->now);
+    fprintf(s->metrics, "}\n{\"step\": %.0f, \"series\": \"stages_degraded\", \"unit\": "
+            "\"stages\", \"value\": %d", s->steps, degraded(s));
+    bv_json_field(s->metrics, "seconds", s->now);
+    fputs("}\n", s->metrics);
+}
+
+/* A step ended: its samples count, a checkpoint every checkpoint_steps, then the
+ * policy's reconfigurations take effect, or the next step starts. */
+static bv_status step_done(sim *s, bv_error *err)
+{
+    double dt = s->now - s->step_start;
+    s->steps++;
+    s->samples += s->d * s->m->samples_per_step;
+    s->useful += dt;
+    write_step(s, dt);
+    if (fmod(s->steps, (double)s->m->checkpoint_steps) == 0) {
+        s->kept_steps = s->steps;
+        s->kept_samples = s->samples;
+        s->kept_useful = s->useful;
+    }
+    if (s->samples >= s->m->samples) {
+        s->phase = IDLE;
+        s->r->finished = true;
+        return BV_OK;
+    }
+    int deg = degraded(s);
+    if (deg == 0) {
+        s->steps_degraded = 0;
+        s->degraded_since = s->now;
+    } else {
+        s->steps_degraded++;
+        bv_metric mt[] = {{"degraded", deg}, {"steps_degraded", (double)s->steps_degraded},
+                          {"seconds_degraded", s->now - s->degraded_since},
+                          {"offered", count_state(s, STANDBY)},
+                          {"stages_active", s->d * stages(s) - deg},
+                          {"pipelines", s->d}, {"reconfigurable", 1}};
+        const char *pick;
+        bv_status st = decide(s, "degraded", mt, 7, degraded_choices, true, &pick, err);
+        if (st != BV_OK)
+            return st;
+        if (strcmp(pick, "restart") == 0) {
+            restart(s);
+            return BV_OK;
+        }
+        s->relayout |= strcmp(pick, "reconfigure") == 0;
+    }
+    if (s->replace || s->grow || s->relayout) {
+        s->r->reconfigurations++;
+        s->relayout = true;
+        pause_for(s, s->m->reconfigure_seconds, true);
+        return BV_OK;
+    }
+    start_step(s);
+    return BV_OK;
+}
+
+static bv_status pause_done(sim *s)
+{
+    layout(s);
+    if (s->d > 0) {
+        s->steps_degraded = 0;
+        s->degraded_since = s->now;
+        start_step(s);
+    } else {
+        s->phase = IDLE;
+    }
+    return BV_OK;
+}
+
+static bv_status simulate(sim *s, bv_error *err)
+{
+    double end = s->m->hours * 3600;
+    bv_status st = BV_OK;
+    for (int i = 0; st == BV_OK && i < s->m->pipelines * stages(s); i++)
+        st = request(s, err);
+    while (st == BV_OK && !s->r->finished) {
+        double mine = s->phase == IDLE ? INFINITY : s->phase_end;
+        double theirs = s->ops->next_event(s->cloud);
+        double t = fmin(fmin(mine, theirs), end);
+        if (t >= end && !(mine <= end) && !(theirs <= end)) {
+            s->now = end;
+            break;
+        }
+        st = s->ops->advance(s->cloud, t, err);
+        s->now = t;
+        if (st == BV_OK && theirs <= mine)
+            st = cloud_events(s, err);
+        else if (st == BV_OK && s->phase == STEPPING)
+            st = step_done(s, err);
+        else if (st == BV_OK && s->phase == PAUSED)
+            st = pause_done(s);
+    }
+    return st;
+}
+
+bv_status bv_sim_run(const bv_experiment *x, const bv_sim_model *m, uint64_t seed,
+                     bv_policy *policy, FILE *metrics, bv_sim_result *out, bv_error *err)
+{
+    memset(out, 0, sizeof *out);
+    sim s = {.x = x, .m = m, .ops = &x->cloud_ops, .policy = policy, .metrics = metrics,
+             .r = out};
+    char dir[4096];
+    bv_experiment_dir(x, dir, sizeof dir);
+    bv_run_info info = {NULL, dir, seed};
+    s.host = calloc((size_t)m->pipelines * (size_t)m->stages, sizeof *s.host);
+    s.on_shadow = calloc((size_t)m->pipelines * (size_t)m->stages, sizeof *s.on_shadow);
+    s.ledger = bv_ledger_new(&x->prices, bv_opts_str(&x->cost, "instance"),
+                             bv_opts_bool(&x->cost, "spot"));
+    if (!s.host || !s.on_shadow || !s.ledger) {
+        free(s.host);
+        free(s.on_shadow);
+        bv_ledger_free(s.ledger);
+        return bv_error_set(err, BV_ERR_NOMEM, "out of memory");
+    }
+    s.cloud = x->cloud_ops.create(&x->cloud.opts, &info, err);
+    bv_status st = s.cloud ? simulate(&s, err) : (err->status ? err->status : BV_ERR_PLUGIN);
+    if (st == BV_OK) {
+        pay(&s, 0);
+        double seconds = s.now > 0 ? s.now : 1e-9;
+        for (size_t i = 0; i < s.count; i++)
+            if (s.nodes[i].state == STANDBY || s.nodes[i].state == ACTIVE)
+                out->lifetime_hours += (s.now - s.nodes[i].joined) / 3600;
+        int joined = 0;
+        for (size_t i = 0; i < s.count; i++)
+            joined += s.nodes[i].state != WAITING;
+        out->lifetime_hours = joined ? out->lifetime_hours / joined : 0;
+        out->interval_hours = out->preemptions > 1 ? out->interval_hours / (out->preemptions - 1)
+                                                   : 0;
+        out->hours = s.now / 3600;
+        out->steps = s.steps;
+        out->samples = s.samples;
+        out->nodes = s.node_seconds / seconds;
+        out->throughput = s.samples / seconds;
+        out->usd = bv_ledger_usd(s.ledger, s.now);
+        out->cost_per_hour = out->usd / (seconds / 3600);
+        out->value = out->cost_per_hour > 0 ? out->throughput / out->cost_per_hour : 0;
+        out->useful_fraction = s.useful / seconds;
+    }
+    if (s.cloud)
+        x->cloud_ops.destroy(s.cloud);
+    bv_ledger_free(s.ledger);
+    free(s.host);
+    free(s.on_shadow);
+    free(s.nodes);
+    return st;
+}

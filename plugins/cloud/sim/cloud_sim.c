@@ -1,0 +1,579 @@
+/* The `sim` cloud: a discrete-event market of spot and on-demand instances on a simulated
+ * clock (issue 16; docs/simulation.md). Nothing runs: a launched node is a request the
+ * market grants some time later, and a granted spot node is taken away some time after.
+ * The caller (`bivouac simulate`) moves the clock from event to event (ABI 1.14
+ * next_event and advance), so a day of a 64-node cluster passes in milliseconds.
+ *
+ * Two ways the market decides:
+ *   - drawn (no `trace`): Bamboo's simulator's inputs (NSDI '23, section 6.2). A spot node
+ *     is preempted at a constant rate: `preemption` is the probability that it is gone
+ *     within an hour. A request is granted at the rate of the hour of the day it waits in:
+ *     `creation` is the probability that it is granted within that hour, one for every
+ *     hour, 24 of them, or `random` (each hour's drawn from the seed, as the paper did).
+ *     A preemption takes up to `bulk` nodes of one zone at once (the size uniform in
+ *     [1, bulk]; the rate of each node stays `preemption`).
+ *   - replayed (`trace`, the files of ../shared/traces/: `ms,add|remove,nodeN`), as the
+ *     `local` cloud replays one: the trace's nodes there at `trace_start` and the ones it
+ *     adds are capacity, which the next request takes (or the first request waiting, when
+ *     it comes); a node the trace removes is preempted when a launched node stands for it.
+ * Either way a granted node joins `boot_seconds` later (Bamboo's simulator: 45 s), and an
+ * on-demand request is granted at once and never preempted.
+ *
+ * Single-threaded: the ops are called from the simulation's thread only. */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bivouac/cloud.h"
+#include "bivouac/plugin.h"
+
+#define NAME_MAX_LEN 32
+#define HOUR 3600.0
+#define NEVER_AFTER (7 * 24 * HOUR) /* a request the market has not granted in a week */
+
+typedef enum node_state { PENDING, BOOTING, UP, GONE } node_state;
+
+typedef struct node {
+    node_state state;
+    bool spot;
+    int zone;
+    char trace_name[NAME_MAX_LEN]; /* the trace's node it stands for ("": none) */
+} node;
+
+typedef enum due_kind { GRANT, JOIN, PREEMPT, TRACE } due_kind;
+
+/* Something due at a time: a heap entry. seq breaks ties in the order they were made, so
+ * a run does not depend on the heap's layout. */
+typedef struct due {
+    double t;
+    uint64_t seq;
+    due_kind kind;
+    int64_t node; /* TRACE: the trace event's index */
+} due;
+
+typedef struct trace_event {
+    double t; /* seconds since the clock's start */
+    bool add;
+    int zone; /* an add's: the nodes there at the start in contiguous blocks of the order
+                 they were added, the later ones in turn (as the `local` cloud places them) */
+    char name[NAME_MAX_LEN];
+} trace_event;
+
+struct bv_cloud {
+    double now;
+    node *nodes;
+    size_t count, cap;
+    due *heap;
+    size_t nheap, heap_cap;
+    uint64_t seq, rng;
+    bv_cloud_event *events;
+    size_t nevents, events_cap, events_read;
+    /* the drawn market */
+    double preemption_rate; /* per hour */
+    double creation[24];    /* probability of a grant within the hour, by hour of the day */
+    int start_hour, bulk, zones, next_zone;
+    double boot;
+    /* the replayed one: the trace, the capacity there to take (names, zones), the
+     * requests waiting for capacity (oldest first) */
+    trace_event *trace;
+    size_t ntrace;
+    char (*free_names)[NAME_MAX_LEN];
+    int *free_zones;
+    size_t nfree;
+    int64_t *waiting;
+    size_t nwaiting;
+};
+
+static const bv_option sim_options[] = {
+    BV_OPT_FLOAT_RANGE("preemption", "0", 0, 0.999,
+                       "probability that a spot node is preempted within an hour (a "
+                       "constant rate; Bamboo's Table 3a: 0.01 to 0.5)"),
+    BV_OPT_STR("creation", "1",
+               "probability that a waiting request is granted within an hour: one number, "
+               "24 comma-separated ones (hours 0 to 23 of the day), or 'random' (each "
+               "hour's drawn from the seed, Bamboo section 6.2)"),
+    BV_OPT_INT_RANGE("start_hour", "0", -1, 23,
+                     "hour of the day the simulation starts at (-1: drawn from the seed)"),
+    BV_OPT_INT_RANGE("bulk", "1", 1, 1024,
+                     "a preemption takes up to this many nodes of one zone at once (the "
+                     "size uniform in [1, bulk])"),
+    BV_OPT_INT_RANGE("zones", "1", 1, 64,
+                     "availability zones; a request names one (the pipeline engine asks "
+                     "zone s for stage s) or takes the next in turn"),
+    BV_OPT_FLOAT_RANGE("boot_seconds", "45", 0, 86400,
+                       "from a grant to the node's joining (Bamboo's simulator: 45 s)"),
+    BV_OPT_FILE("trace", "",
+                "a spot-instance trace to replay (ms,add|remove,nodeN) instead of drawing "
+                "preemptions and grants (../shared/traces/)"),
+    BV_OPT_FLOAT_RANGE("trace_start", "0", 0, 1e9, "where in the trace the clock starts (s)"),
+    BV_OPT_INT_RANGE("seed", "0", 0, 4294967295.0,
+                     "the market's seed; each simulated run adds its own seed to it"),
+    BV_OPT_END,
+};
+
+/* splitmix64, uniform in [0, 1) */
+static double uniform(bv_cloud *c)
+{
+    uint64_t z = (c->rng += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    return (double)(z >> 11) * 0x1.0p-53;
+}
+
+/* An exponential draw of mean 1. */
+static double exp1(bv_cloud *c)
+{
+    return -log1p(-uniform(c));
+}
+
+static bool due_before(const due *a, const due *b)
+{
+    return a->t < b->t || (a->t == b->t && a->seq < b->seq);
+}
+
+static bool schedule(bv_cloud *c, double t, due_kind kind, int64_t id)
+{
+    if (c->nheap == c->heap_cap) {
+        size_t cap = c->heap_cap ? 2 * c->heap_cap : 256;
+        due *grown = realloc(c->heap, cap * sizeof *grown);
+        if (!grown)
+            return false;
+        c->heap = grown;
+        c->heap_cap = cap;
+    }
+    size_t i = c->nheap++;
+    c->heap[i] = (due){t, c->seq++, kind, id};
+    while (i > 0 && due_before(&c->heap[i], &c->heap[(i - 1) / 2])) {
+        due tmp = c->heap[i];
+        c->heap[i] = c->heap[(i - 1) / 2];
+        c->heap[(i - 1) / 2] = tmp;
+        i = (i - 1) / 2;
+    }
+    return true;
+}
+
+static due pop(bv_cloud *c)
+{
+    due top = c->heap[0];
+    c->heap[0] = c->heap[--c->nheap];
+    for (size_t i = 0;;) {
+        size_t l = 2 * i + 1, r = l + 1, m = i;
+        if (l < c->nheap && due_before(&c->heap[l], &c->heap[m]))
+            m = l;
+        if (r < c->nheap && due_before(&c->heap[r], &c->heap[m]))
+            m = r;
+        if (m == i)
+            break;
+        due tmp = c->heap[i];
+        c->heap[i] = c->heap[m];
+        c->heap[m] = tmp;
+        i = m;
+    }
+    return top;
+}
+
+static bool emit(bv_cloud *c, uint32_t kind, int64_t id)
+{
+    if (c->nevents == c->events_cap) {
+        size_t cap = c->events_cap ? 2 * c->events_cap : 64;
+        bv_cloud_event *grown = realloc(c->events, cap * sizeof *grown);
+        if (!grown)
+            return false;
+        c->events = grown;
+        c->events_cap = cap;
+    }
+    c->events[c->nevents++] = (bv_cloud_event){
+        .size = sizeof(bv_cloud_event), .kind = kind, .node = id, .time = c->now,
+        .wait_status = -1};
+    return true;
+}
+
+/* When a request waiting from `from` is granted: the rate of each hour of the day is
+ * -ln(1 - creation) per hour, so the grant comes within the hour with that probability.
+ * INFINITY: not within a week. */
+static double grant_time(bv_cloud *c, double from)
+{
+    double need = exp1(c), t = from;
+    while (t < from + NEVER_AFTER) {
+        double hour_end = (floor(t / HOUR) + 1) * HOUR;
+        int h = (int)((long long)floor(t / HOUR) + c->start_hour) % 24;
+        double p = c->creation[h];
+        if (p >= 1)
+            return t;
+        double rate = p > 0 ? -log1p(-p) / HOUR : 0, have = rate * (hour_end - t);
+        if (rate > 0 && need <= have)
+            return t + need / rate;
+        need -= have;
+        t = hour_end;
+    }
+    return INFINITY;
+}
+
+/* A granted node boots; a spot one of the drawn market gets its preemption time (the
+ * rate of a bulk's first node is the node rate over the mean bulk size, so that each
+ * node's stays `preemption`). */
+static bool grant(bv_cloud *c, int64_t id)
+{
+    node *n = &c->nodes[id];
+    n->state = BOOTING;
+    if (n->spot && !c->trace && c->preemption_rate > 0 &&
+        !schedule(c, c->now + exp1(c) * HOUR * (c->bulk + 1) / 2.0 / c->preemption_rate,
+                  PREEMPT, id))
+        return false;
+    return schedule(c, c->now + c->boot, JOIN, id);
+}
+
+static bool preempt_one(bv_cloud *c, int64_t id)
+{
+    c->nodes[id].state = GONE;
+    return emit(c, BV_CLOUD_PREEMPTED, id);
+}
+
+/* Node `id` is preempted, with up to bulk - 1 other live spot nodes of its zone. */
+static bool preempt(bv_cloud *c, int64_t id)
+{
+    int zone = c->nodes[id].zone;
+    int more = c->bulk > 1 ? (int)(uniform(c) * c->bulk) : 0;
+    if (!preempt_one(c, id))
+        return false;
+    for (size_t i = 0; more > 0 && i < c->count; i++) {
+        node *n = &c->nodes[i];
+        if (n->spot && n->zone == zone && (n->state == BOOTING || n->state == UP)) {
+            if (!preempt_one(c, (int64_t)i))
+                return false;
+            more--;
+        }
+    }
+    return true;
+}
+
+/* The trace's event `i`: capacity comes (the oldest waiting request takes it) or goes
+ * (the node standing for it is preempted). */
+static bool replay(bv_cloud *c, size_t i)
+{
+    const trace_event *e = &c->trace[i];
+    if (e->add) {
+        int zone = e->zone;
+        if (c->nwaiting) {
+            int64_t id = c->waiting[0];
+            memmove(c->waiting, c->waiting + 1, --c->nwaiting * sizeof *c->waiting);
+            node *n = &c->nodes[id];
+            n->zone = zone;
+            snprintf(n->trace_name, NAME_MAX_LEN, "%s", e->name);
+            return grant(c, id);
+        }
+        snprintf(c->free_names[c->nfree], NAME_MAX_LEN, "%s", e->name);
+        c->free_zones[c->nfree++] = zone;
+        return emit(c, BV_CLOUD_OFFERED, -1);
+    }
+    for (size_t k = 0; k < c->count; k++)
+        if ((c->nodes[k].state == BOOTING || c->nodes[k].state == UP) &&
+            strcmp(c->nodes[k].trace_name, e->name) == 0)
+            return preempt_one(c, (int64_t)k);
+    for (size_t k = 0; k < c->nfree; k++) /* no longer there to take */
+        if (strcmp(c->free_names[k], e->name) == 0) {
+            memmove(c->free_names + k, c->free_names + k + 1,
+                    (c->nfree - k - 1) * sizeof *c->free_names);
+            memmove(c->free_zones + k, c->free_zones + k + 1,
+                    (c->nfree - k - 1) * sizeof *c->free_zones);
+            c->nfree--;
+            break;
+        }
+    return true;
+}
+
+/* The zones of the trace's adds: the nodes there at `start` (removals at it included) in
+ * contiguous blocks of the order they were added, each later one the next in turn. */
+static bv_status place_trace(bv_cloud *c, double start, bv_error *err)
+{
+    size_t *there = calloc(c->ntrace, sizeof *there), n = 0, i = 0;
+    if (!there)
+        return bv_error_set(err, BV_ERR_NOMEM, "out of memory");
+    for (; i < c->ntrace && c->trace[i].t <= 0 && start >= 0; i++) {
+        if (c->trace[i].add) {
+            there[n++] = i;
+            continue;
+        }
+        for (size_t k = 0; k < n; k++)
+            if (strcmp(c->trace[there[k]].name, c->trace[i].name) == 0) {
+                memmove(there + k, there + k + 1, (n - k - 1) * sizeof *there);
+                n--;
+                break;
+            }
+    }
+    for (size_t k = 0; k < n; k++)
+        c->trace[there[k]].zone = (int)(k * (size_t)c->zones / n);
+    for (size_t added = 0; i < c->ntrace; i++)
+        if (c->trace[i].add)
+            c->trace[i].zone = (int)(added++ % (size_t)c->zones);
+    free(there);
+    return BV_OK;
+}
+
+static bv_status read_trace(bv_cloud *c, const char *path, double start, bv_error *err)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return bv_error_set(err, BV_ERR_INVALID, "sim cloud: trace %s: %s", path,
+                            strerror(errno));
+    char line[256];
+    size_t cap = 0;
+    bv_status st = BV_OK;
+    double last = 0;
+    for (int no = 1; st == BV_OK && fgets(line, sizeof line, f); no++) {
+        long long ms;
+        char kind[8], name[NAME_MAX_LEN], extra;
+        if (sscanf(line, "%lld,%7[a-z],%31[A-Za-z0-9_.-] %c", &ms, kind, name, &extra) != 3 ||
+            ms < 0 || (strcmp(kind, "add") != 0 && strcmp(kind, "remove") != 0) ||
+            1e-3 * (double)ms < last) {
+            st = bv_error_set(err, BV_ERR_INVALID, "%s:%d: not 'ms,add|remove,node' after "
+                              "the line before", path, no);
+            break;
+        }
+        last = 1e-3 * (double)ms;
+        if (c->ntrace == cap) {
+            cap = cap ? 2 * cap : 256;
+            trace_event *grown = realloc(c->trace, cap * sizeof *grown);
+            if (!grown) {
+                st = bv_error_set(err, BV_ERR_NOMEM, "out of memory");
+                break;
+            }
+            c->trace = grown;
+        }
+        trace_event *e = &c->trace[c->ntrace++];
+        *e = (trace_event){.t = last - start < 0 ? 0 : last - start, .add = kind[0] == 'a'};
+        snprintf(e->name, NAME_MAX_LEN, "%s", name);
+    }
+    fclose(f);
+    if (st == BV_OK && c->ntrace == 0)
+        st = bv_error_set(err, BV_ERR_INVALID, "sim cloud: trace %s has no events", path);
+    if (st == BV_OK)
+        st = place_trace(c, start, err);
+    if (st == BV_OK && (!(c->free_names = calloc(c->ntrace, sizeof *c->free_names)) ||
+                        !(c->free_zones = calloc(c->ntrace, sizeof *c->free_zones))))
+        st = bv_error_set(err, BV_ERR_NOMEM, "out of memory");
+    return st;
+}
+
+/* `creation`: one probability, 24 of them, or "random". */
+static bv_status parse_creation(bv_cloud *c, const char *text, bv_error *err)
+{
+    if (strcmp(text, "random") == 0) {
+        for (int h = 0; h < 24; h++)
+            c->creation[h] = uniform(c);
+        return BV_OK;
+    }
+    int n = 0;
+    const char *s = text;
+    while (*s && n < 25) {
+        char *end;
+        errno = 0;
+        double p = strtod(s, &end);
+        if (end == s || errno || !(p >= 0 && p <= 1))
+            break;
+        c->creation[n < 24 ? n : 23] = p;
+        n++;
+        s = end + strspn(end, " ");
+        if (*s != ',')
+            break;
+        s++;
+    }
+    if (*s || (n != 1 && n != 24))
+        return bv_error_set(err, BV_ERR_INVALID, "sim cloud: creation '%s': not a "
+                            "probability, 24 of them separated by commas, or 'random'",
+                            text);
+    for (int h = 1; n == 1 && h < 24; h++)
+        c->creation[h] = c->creation[0];
+    return BV_OK;
+}
+
+static void sim_destroy(bv_cloud *c);
+
+static bv_cloud *sim_create(const bv_opts *opts, const bv_run_info *info, bv_error *err)
+{
+    bv_cloud *c = calloc(1, sizeof *c);
+    if (!c) {
+        bv_error_set(err, BV_ERR_NOMEM, "out of memory");
+        return NULL;
+    }
+    uint64_t seed = (uint64_t)bv_opts_int(opts, "seed") + (info ? info->seed : 0);
+    c->rng = seed * 0x9E3779B97F4A7C15ull ^ 0x5A17C10Dull;
+    double p = bv_opts_float(opts, "preemption");
+    c->preemption_rate = -log1p(-p);
+    c->bulk = (int)bv_opts_int(opts, "bulk");
+    c->zones = (int)bv_opts_int(opts, "zones");
+    c->boot = bv_opts_float(opts, "boot_seconds");
+    c->start_hour = (int)bv_opts_int(opts, "start_hour");
+    if (c->start_hour < 0)
+        c->start_hour = (int)(uniform(c) * 24);
+    const char *trace = bv_opts_str(opts, "trace");
+    bv_status st = parse_creation(c, bv_opts_str(opts, "creation"), err);
+    if (st == BV_OK && trace && trace[0])
+        st = read_trace(c, trace, bv_opts_float(opts, "trace_start"), err);
+    for (size_t i = 0; st == BV_OK && i < c->ntrace; i++)
+        if (!schedule(c, c->trace[i].t, TRACE, (int64_t)i))
+            st = bv_error_set(err, BV_ERR_NOMEM, "out of memory");
+    if (st != BV_OK) {
+        sim_destroy(c);
+        return NULL;
+    }
+    return c;
+}
+
+static void sim_destroy(bv_cloud *c)
+{
+    if (!c)
+        return;
+    free(c->nodes);
+    free(c->heap);
+    free(c->events);
+    free(c->trace);
+    free(c->free_names);
+    free(c->free_zones);
+    free(c->waiting);
+    free(c);
+}
+
+static int64_t sim_launch(bv_cloud *c, const bv_node_request *req, char *address,
+                          size_t address_len, bv_error *err)
+{
+    if (c->count == c->cap) {
+        size_t cap = c->cap ? 2 * c->cap : 64;
+        node *grown = realloc(c->nodes, cap * sizeof *grown);
+        if (grown)
+            c->nodes = grown;
+        int64_t *waiting = grown ? realloc(c->waiting, cap * sizeof *waiting) : NULL;
+        if (!waiting) {
+            bv_error_set(err, BV_ERR_NOMEM, "out of memory");
+            return -1;
+        }
+        c->waiting = waiting;
+        c->cap = cap;
+    }
+    int64_t id = (int64_t)c->count++;
+    node *n = &c->nodes[id];
+    const char *zone = req->size > offsetof(bv_node_request, zone) ? req->zone : NULL;
+    *n = (node){.state = PENDING, .spot = req->spot,
+                .zone = zone && zone[0] ? atoi(zone) % c->zones : c->next_zone++ % c->zones};
+    if (address && address_len)
+        address[0] = '\0';
+    bool ok = true;
+    if (!n->spot) {
+        ok = grant(c, id);
+    } else if (c->trace) { /* capacity there now: the first of the zone asked, else any */
+        size_t pick = c->nfree;
+        for (size_t k = 0; k < c->nfree && pick == c->nfree; k++)
+            if (c->free_zones[k] == n->zone)
+                pick = k;
+        if (pick == c->nfree && c->nfree)
+            pick = 0;
+        if (pick < c->nfree) {
+            snprintf(n->trace_name, NAME_MAX_LEN, "%s", c->free_names[pick]);
+            n->zone = c->free_zones[pick];
+            memmove(c->free_names + pick, c->free_names + pick + 1,
+                    (c->nfree - pick - 1) * sizeof *c->free_names);
+            memmove(c->free_zones + pick, c->free_zones + pick + 1,
+                    (c->nfree - pick - 1) * sizeof *c->free_zones);
+            c->nfree--;
+            ok = grant(c, id);
+        } else {
+            c->waiting[c->nwaiting++] = id;
+        }
+    } else {
+        double t = grant_time(c, c->now);
+        ok = isinf(t) || schedule(c, t, GRANT, id);
+    }
+    if (!ok) {
+        bv_error_set(err, BV_ERR_NOMEM, "out of memory");
+        return -1;
+    }
+    return id;
+}
+
+static bv_status sim_terminate(bv_cloud *c, int64_t id, bv_error *err)
+{
+    if (id < 0 || (size_t)id >= c->count || c->nodes[id].state == GONE)
+        return bv_error_set(err, BV_ERR_INVALID, "sim cloud: no node %lld", (long long)id);
+    for (size_t k = 0; k < c->nwaiting; k++)
+        if (c->waiting[k] == id) {
+            memmove(c->waiting + k, c->waiting + k + 1, (c->nwaiting - k - 1) * sizeof *c->waiting);
+            c->nwaiting--;
+            break;
+        }
+    c->nodes[id].state = GONE;
+    return BV_OK;
+}
+
+static int sim_poll(bv_cloud *c, bv_cloud_event *events, int max, bv_error *err)
+{
+    (void)err;
+    int n = 0;
+    for (; n < max && c->events_read < c->nevents; n++) {
+        size_t size = events[n].size < sizeof events[n] ? events[n].size : sizeof events[n];
+        memcpy(&events[n], &c->events[c->events_read++], size);
+        events[n].size = size;
+    }
+    if (c->events_read == c->nevents)
+        c->events_read = c->nevents = 0;
+    return n;
+}
+
+static double sim_next_event(bv_cloud *c)
+{
+    return c->nheap ? c->heap[0].t : INFINITY;
+}
+
+static bv_status sim_advance(bv_cloud *c, double t, bv_error *err)
+{
+    if (t < c->now)
+        return bv_error_set(err, BV_ERR_INVALID, "sim cloud: the clock cannot go back from "
+                            "%.3f s to %.3f s", c->now, t);
+    bool ok = true;
+    while (ok && c->nheap && c->heap[0].t <= t) {
+        due d = pop(c);
+        c->now = d.t;
+        node *n = d.kind == TRACE ? NULL : &c->nodes[d.node];
+        switch (d.kind) {
+        case GRANT:
+            ok = n->state != PENDING || grant(c, d.node);
+            break;
+        case JOIN:
+            if (n->state == BOOTING) {
+                n->state = UP;
+                ok = emit(c, BV_CLOUD_JOINED, d.node);
+            }
+            break;
+        case PREEMPT:
+            ok = (n->state != BOOTING && n->state != UP) || preempt(c, d.node);
+            break;
+        case TRACE:
+            ok = replay(c, (size_t)d.node);
+            break;
+        }
+    }
+    c->now = t;
+    return ok ? BV_OK : bv_error_set(err, BV_ERR_NOMEM, "out of memory");
+}
+
+static const bv_cloud_ops sim_ops = {
+    .create = sim_create,
+    .destroy = sim_destroy,
+    .launch = sim_launch,
+    .terminate = sim_terminate,
+    .poll = sim_poll,
+    .next_event = sim_next_event,
+    .advance = sim_advance,
+};
+
+static const bv_plugin sim_plugin = {
+    BV_PLUGIN_HEADER(BV_KIND_CLOUD, "sim", "0.1.0",
+                     "a discrete-event spot market on a simulated clock (bivouac simulate)"),
+    .options = sim_options,
+    .ops = &sim_ops,
+    .ops_size = sizeof sim_ops,
+};
+
+BV_PLUGIN_ENTRY(cloud, sim, sim_plugin)

@@ -1,0 +1,178 @@
+#!/usr/bin/env bash
+# `bivouac simulate` (docs/simulation.md): a pipeline's training on the `sim` cloud's
+# simulated market. Small runs whose every figure is worked out by hand from the
+# semantics (a replayed trace: a failover, a reconfiguration to no pipeline, a join, a
+# restart from the checkpoint without redundancy), the same runs again (the same numbers),
+# the workload read from a real run's directory, the drawn market (seeded), and the errors
+# (file:line:column, exit 2).
+# Environment (set by ctest): BIVOUAC, BIVOUAC_SOURCE_DIR, BIVOUAC_DATA_DIR.
+set -euo pipefail
+: "${BIVOUAC:?BIVOUAC must name the bivouac binary}"
+BIVOUAC_SOURCE_DIR=${BIVOUAC_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
+# shellcheck source=check_lib.bash
+source "$(dirname "${BASH_SOURCE[0]}")/check_lib.bash"
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/bivouac-sim.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+src=$BIVOUAC_SOURCE_DIR
+
+# A 2-stage pipeline of the tiny transformer: 20 steps of 4 samples, each 10 s; a failover
+# pauses 1 s, a step on a shadow takes twice as long, a reconfiguration 5 s.
+printf '0,add,node1\n0,add,node2\n100000,remove,node2\n200000,add,node3\n' >"$tmp/trace.csv"
+cat >"$tmp/exp.yaml" <<YAML
+name: sim-test
+model: {plugin: transformer, layers: 2, heads: 2, width: 32}
+dataset: {name: tinyshakespeare}
+train: {steps: 20, batch: 4, block: 16, seed: 3}
+compute: {plugin: cpu, threads: 1}
+pipeline: {stages: 2, microbatches: 1}
+resilience: [{plugin: redundancy}, {plugin: checkpoint, every: 5}]
+policy: {file: $src/scripts/lua/reconfigure.lua}
+cost: {instance: p3.2xlarge, spot: true}
+cloud: {plugin: sim, trace: trace.csv, boot_seconds: 0}
+simulate: {step_seconds: 10, failover_seconds: 1, degraded_slowdown: 2,
+           reconfigure_seconds: 5, restart_seconds: 30}
+YAML
+
+# run 0 of summary.json: name=value for every figure, then the expected ones
+figures() {
+    python3 - "$1" <<'EOF'
+import json, sys
+r = json.load(open(sys.argv[1] + "/summary.json"))["per_run"][0]
+print(" ".join("%s=%.9g" % (k, r[k]) for k in ("hours", "preemptions", "fatal_failures",
+      "failovers", "reconfigurations", "nodes", "throughput", "cost_per_hour", "value",
+      "useful_fraction", "lifetime_hours", "usd")), r["finished"])
+EOF
+}
+# want END_S NODE_SECONDS USEFUL_S PREEMPTIONS FATAL FAILOVERS RECONFIGURATIONS
+want() {
+    python3 - "$@" <<'EOF'
+import sys
+end, node_s, useful, pre, fatal, fo, rc = map(float, sys.argv[1:])
+usd = node_s / 3600 * 0.918          # p3.2xlarge spot
+cph = usd / (end / 3600)
+tput = 80 / end                      # 20 steps of 4 samples
+print(" ".join("%s=%.9g" % kv for kv in (("hours", end / 3600), ("preemptions", pre),
+      ("fatal_failures", fatal), ("failovers", fo), ("reconfigurations", rc),
+      ("nodes", node_s / end), ("throughput", tput), ("cost_per_hour", cph),
+      ("value", tput / cph), ("useful_fraction", useful / end),
+      ("lifetime_hours", node_s / 3 / 3600), ("usd", usd))), True)
+EOF
+}
+
+# 1. Bamboo's policy. Both nodes join at 0: a 5 s reconfiguration starts the pipeline at
+#    5 s, so step k ends at 5 + 10k. node2 (stage 1) is lost at 100 s, in step 10: its
+#    shadow (stage 0's node) takes it over, the step ends at 106. The policy reconfigures
+#    (2 of 1 active stages without a replica) to no pipeline (one node up) at 111; node3
+#    joins at 200, a reconfiguration starts the pipeline at 205: steps 11 to 20 end at
+#    305. Useful: 9 steps of 10 s, step 10's 11 s, 10 more; paid: node1 305 s, node2
+#    100 s, node3 105 s.
+"$BIVOUAC" simulate "$tmp/exp.yaml" --runs 1 --out "$tmp/a" --no-plot >"$tmp/a.out" 2>"$tmp/a.err"
+check "Bamboo's policy: every figure" "$(figures "$tmp/a")" "$(want 305 510 201 1 0 1 1)"
+check "the policy's decisions in metrics.jsonl, at their steps and times" \
+    "$(python3 - "$tmp/a/metrics.jsonl" <<'EOF'
+import json, sys
+for l in open(sys.argv[1]):
+    r = json.loads(l)
+    if "event" in r:
+        print(r["step"], r["event"], r["decision"], r.get("reason", ""), r["seconds"])
+EOF
+)" "9 preempted failover  100
+10 degraded reconfigure 2 of 1 active stages without a replica 106"
+check "a line per step: its throughput, cost so far and instances" \
+    "$(python3 - "$tmp/a/metrics.jsonl" <<'EOF'
+import json, sys
+steps = [json.loads(l) for l in open(sys.argv[1]) if '"samples_per_second"' in l]
+print(len(steps), [s["step"] for s in steps][:3], steps[9]["seconds"], steps[9]["instances"],
+      round(steps[9]["samples_per_second"], 9), round(steps[10]["cost_usd"], 9))
+EOF
+)" "20 [1, 2, 3] 106 1 0.363636364 $(python3 -c 'print(round((215 + 100 + 15) / 3600 * 0.918, 9))')"
+check "the summary's table" "$(sed -n 1p "$tmp/a.out")" \
+    "sim-test: 1 simulated run (seeds 3 to 3), 1 finished"
+check "the summary: fatal failures and failovers" \
+    "$(grep -E '^  (fatal failures|failovers) ' "$tmp/a.out" | awk '{print $(NF-3)}' | tr '\n' ' ')" \
+    "0 1 "
+
+# 2. The same, reconfiguring never (reconfigure_at above any fraction): steps 11 to 15 run
+#    on the shadow, 20 s each (126 ... 206); node3 joins at 200 and the policy replaces,
+#    at step 15's end: 5 s, then steps 16 to 20 end at 261.
+"$BIVOUAC" simulate "$tmp/exp.yaml" --runs 1 --out "$tmp/b" --no-plot \
+    -s 'policy.params={reconfigure_at: 1e9}' >/dev/null 2>&1
+check "running on the shadow until a node joins: every figure" "$(figures "$tmp/b")" \
+    "$(want 261 422 251 1 0 1 1)"
+check "the join's decision" \
+    "$(grep -c '"event": "joined", "decision": "replace", "reason": "full pipelines first"' "$tmp/b/metrics.jsonl")" 1
+
+# 3. Without redundancy the loss at 100 s is a restart from step 5's checkpoint (at 55 s):
+#    30 s, then no pipeline until node3 joins; 205 s on, steps 6 to 20 end at 355.
+"$BIVOUAC" simulate "$tmp/exp.yaml" --runs 1 --out "$tmp/c" --no-plot \
+    -s 'resilience=[{plugin: checkpoint, every: 5}]' >/dev/null 2>&1
+check "checkpoints alone: a restart, every figure" "$(figures "$tmp/c")" \
+    "$(want 355 610 200 1 1 0 0)"
+
+# 4. The same runs again give the same numbers; the drawn market (seeded) too, and
+#    another seed another market.
+"$BIVOUAC" simulate "$tmp/exp.yaml" --runs 1 --out "$tmp/a2" --no-plot >/dev/null 2>&1
+check "a run again: the same summary.json" "$(cmp -s "$tmp/a/summary.json" "$tmp/a2/summary.json" && echo same)" same
+drawn=(-s 'cloud={plugin: sim, preemption: 0.5, creation: random, boot_seconds: 45}'
+       -s train.steps=20000 -s pipeline.pipelines=2)
+"$BIVOUAC" simulate "$tmp/exp.yaml" --runs 5 --out "$tmp/d1" --no-plot "${drawn[@]}" >/dev/null 2>&1
+"$BIVOUAC" simulate "$tmp/exp.yaml" --runs 5 --out "$tmp/d2" --no-plot "${drawn[@]}" >/dev/null 2>&1
+"$BIVOUAC" simulate "$tmp/exp.yaml" --runs 5 --seed 4 --out "$tmp/d3" --no-plot "${drawn[@]}" >/dev/null 2>&1
+check "the drawn market: the same seeds, the same runs" \
+    "$(cmp -s "$tmp/d1/summary.json" "$tmp/d2/summary.json" && echo same)" same
+check "runs 2 to 5 of seed 3 are runs 1 to 4 of seed 4" "$(python3 - "$tmp/d1" "$tmp/d3" <<'EOF'
+import json, sys
+a, b = (json.load(open(d + "/summary.json"))["per_run"] for d in sys.argv[1:])
+print(a[1:] == b[:4], a[0] != b[0])
+EOF
+)" "True True"
+check "the drawn market at 0.5 an hour: preemptions, failovers, lives of about 1.4 h" \
+    "$(python3 - "$tmp/d1" <<'EOF'
+import json, sys
+r = json.load(open(sys.argv[1] + "/summary.json"))
+print(r["finished"], r["preemptions"] > 10, r["failovers"] > 0, 0.5 < r["lifetime_hours"] < 3,
+      all(abs(p["usd"] - p["cost_per_hour"] * p["hours"]) < 1e-6 * p["usd"]
+          for p in r["per_run"]))
+EOF
+)" "5 True True True True"
+
+# 5. The workload from a real run's directory: its median step, its layout's batch.
+"$BIVOUAC" run "$src/tests/data/transformer/tiny.yaml" --out "$tmp/real" --quiet --no-plot \
+    -s pipeline.stages=2 -s train.steps=12 >/dev/null 2>&1
+"$BIVOUAC" simulate "$tmp/exp.yaml" --runs 1 --out "$tmp/p" --no-plot \
+    -s "simulate={profile: $tmp/real}" >/dev/null 2>&1
+check "the profile's step: the median of the run's steps" "$(python3 - "$tmp/real" "$tmp/p" <<'EOF'
+import json, statistics, sys
+t, last = [], 0
+for l in open(sys.argv[1] + "/metrics.jsonl"):
+    r = json.loads(l)
+    if "train_loss" in r:
+        t.append(r["seconds"] - last)
+        last = r["seconds"]
+s = json.load(open(sys.argv[2] + "/summary.json"))
+print(abs(s["step_seconds"] - statistics.median(t)) < 1e-9, s["profile"] == sys.argv[1])
+EOF
+)" "True True"
+
+# 6. Errors: where, and exit 2.
+err() { "$BIVOUAC" "$@" >/dev/null 2>"$tmp/err" && echo 0 || echo "$?"; }
+check "run refuses the simulated cloud" "$(err run "$tmp/exp.yaml" --out "$tmp/r")" 2
+check "run refuses the simulated cloud: why" "$(cat "$tmp/err")" \
+    "bivouac: error: cloud 'sim' has a simulated clock: bivouac simulate $tmp/exp.yaml runs the experiment on it"
+sed 's/^cloud: .*/cloud: {plugin: local}/' "$tmp/exp.yaml" >"$tmp/local.yaml"
+check "a cloud in real time" "$(err simulate "$tmp/local.yaml")" 2
+check "a cloud in real time: why, where" "$(cat "$tmp/err")" \
+    "$tmp/local.yaml:10:8: error: simulate needs a cloud with a simulated clock, cloud: {plugin: sim}; cloud 'local' runs in real time"
+check "no step time" "$(err simulate "$tmp/exp.yaml" -s 'simulate={reconfigure_seconds: 5}')" 2
+check "no step time: why, where (an override's place)" "$(cat "$tmp/err")" \
+    "<command line>:1:10: error: simulate: needs step_seconds (a step's time) or a profile (a run's directory)"
+sed 's/boot_seconds: 0}/boot_seconds: 0, creation: often}/' "$tmp/exp.yaml" >"$tmp/often.yaml"
+check "a malformed creation" "$(err simulate "$tmp/often.yaml")" 2
+check "a malformed creation: why, where" "$(cat "$tmp/err")" \
+    "$tmp/often.yaml:10:8: error: sim cloud: creation 'often': not a probability, 24 of them separated by commas, or 'random'"
+check "a misspelt simulate key" "$(err simulate "$tmp/exp.yaml" -s simulate.step_second=3)" 2
+check "a misspelt simulate key: the suggestion" "$(grep -c "did you mean 'step_seconds'" "$tmp/err")" 1
+check "--runs 0" "$(err simulate "$tmp/exp.yaml" --runs 0)" 2
+check "a profile that is not a run" "$(err simulate "$tmp/exp.yaml" -s "simulate.profile=$tmp")" 2
+check "a profile that is not a run: why" "$(grep -c "simulate.profile: cannot read $tmp/result.json" "$tmp/err")" 1
+finish
