@@ -92,6 +92,17 @@ check "the summary: fatal failures and failovers" \
     "$(grep -E '^  (fatal failures|failovers) ' "$tmp/a.out" | awk '{print $(NF-3)}' | tr '\n' ' ')" \
     "0 1 "
 
+# The same market as a zone's live instances over time (seconds,count: the fall at 100 s
+# removes the newest node, stage 1's), and as a trace twice as slow replayed at speedup 2.
+printf '0,2\n100,1\n200,2\n' >"$tmp/counts.csv"
+"$BIVOUAC" simulate "$tmp/exp.yaml" --runs 1 --out "$tmp/a3" --no-plot \
+    -s "cloud={plugin: sim, trace: $tmp/counts.csv, boot_seconds: 0}" >/dev/null 2>&1
+check "a step-function trace: the same run" "$(figures "$tmp/a3")" "$(figures "$tmp/a")"
+printf '0,add,node1\n0,add,node2\n200000,remove,node2\n400000,add,node3\n' >"$tmp/slow.csv"
+"$BIVOUAC" simulate "$tmp/exp.yaml" --runs 1 --out "$tmp/a4" --no-plot \
+    -s "cloud={plugin: sim, trace: $tmp/slow.csv, speedup: 2, boot_seconds: 0}" >/dev/null 2>&1
+check "a trace at speedup 2: the same run" "$(figures "$tmp/a4")" "$(figures "$tmp/a")"
+
 # 2. The same, reconfiguring never (reconfigure_at above any fraction): steps 11 to 15 run
 #    on the shadow, 20 s each (126 ... 206); node3 joins at 200 and the policy replaces,
 #    at step 15's end: 5 s, then steps 16 to 20 end at 261.

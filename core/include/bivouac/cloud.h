@@ -53,6 +53,9 @@ typedef struct bv_cloud_event {
     /* ABI 1.6: BV_CLOUD_EXITED: how the node ended, as waitpid(2) reports it (WIFEXITED,
      * WTERMSIG...); -1 when the cloud cannot tell. */
     int32_t wait_status;
+    /* ABI 1.14: BV_CLOUD_JOINED: the availability zone the node runs in, as the cloud
+     * numbers its zones (the caller sets -1 before poll: the cloud does not say) */
+    int32_t zone;
 } bv_cloud_event;
 
 /* ABI 1.12: serverless functions. A launch whose node_type is "lambda" starts a

@@ -34,7 +34,8 @@ extern "C" {
  *        inside a stage's schedule, not only at its end.
  *   1.10: bv_compute_ops.mem_alloc and mem_free (compute.h): a backend's own memory, which
  *        bv_alloc_aligned then hands out (the cuda plugin's managed memory).
- *   1.14: bv_cloud_ops.next_event and advance (cloud.h): a cloud with a simulated clock. */
+ *   1.14: bv_cloud_ops.next_event and advance (cloud.h): a cloud with a simulated clock;
+ *        bv_cloud_event.zone. */
 #define BV_ABI_MAJOR 1
 #define BV_ABI_MINOR 14
 

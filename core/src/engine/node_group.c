@@ -209,7 +209,7 @@ int bv_node_group_poll(const bv_cloud_ops *ops, bv_cloud *cloud, int64_t *nodes,
                        int *member, int64_t *id, int32_t *status, bv_error *err)
 {
     for (;;) { /* one event at a time: none is read and dropped */
-        bv_cloud_event ev = {.size = sizeof ev};
+        bv_cloud_event ev = {.size = sizeof ev, .zone = -1};
         int n = ops->poll(cloud, &ev, 1, err);
         if (n <= 0)
             return n < 0 ? -1 : 0;

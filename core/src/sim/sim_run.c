@@ -269,7 +269,7 @@ static bv_status cloud_events(sim *s, bv_error *err)
 {
     bool any_lost = false;
     for (;;) {
-        bv_cloud_event ev = {.size = sizeof ev};
+        bv_cloud_event ev = {.size = sizeof ev, .zone = -1};
         int n = s->ops->poll(s->cloud, &ev, 1, err);
         if (n < 0)
             return err->status ? err->status : BV_ERR_PLUGIN;
@@ -296,6 +296,8 @@ static bv_status cloud_events(sim *s, bv_error *err)
         } else if (ev.kind == BV_CLOUD_JOINED && node->state == WAITING) {
             node->state = STANDBY;
             node->joined = s->now;
+            if (ev.zone >= 0) /* where the cloud put it, which may not be where it was asked */
+                node->zone = ev.zone % s->m->zones;
             bv_ledger_start(s->ledger, NULL, node->id, s->now);
             pay(s, 1);
         }

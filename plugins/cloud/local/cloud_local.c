@@ -228,7 +228,7 @@ static void push_event(bv_cloud *c, uint32_t kind, int64_t id, int32_t status)
         c->nevents++;
     c->events[c->nevents - 1] = (bv_cloud_event){
         .size = sizeof(bv_cloud_event), .kind = kind, .node = id, .time = since_start(c),
-        .wait_status = status};
+        .wait_status = status, .zone = -1};
 }
 
 /* Copies the node's output to stderr a line at a time, each line one write(2) so lines of

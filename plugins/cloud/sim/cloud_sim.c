@@ -12,10 +12,11 @@
  *     hour, 24 of them, or `random` (each hour's drawn from the seed, as the paper did).
  *     A preemption takes up to `bulk` nodes of one zone at once (the size uniform in
  *     [1, bulk]; the rate of each node stays `preemption`).
- *   - replayed (`trace`, the files of ../shared/traces/: `ms,add|remove,nodeN`), as the
- *     `local` cloud replays one: the trace's nodes there at `trace_start` and the ones it
- *     adds are capacity, which the next request takes (or the first request waiting, when
- *     it comes); a node the trace removes is preempted when a launched node stands for it.
+ *   - replayed (`trace`, the files of ../shared/traces/: `ms,add|remove,nodeN`, or a
+ *     zone's live instances over time, `seconds,count`), as the `local` cloud replays
+ *     one: the trace's nodes there at `trace_start` and the ones it adds are capacity,
+ *     which the next request takes (or the first request waiting, when it comes); a node
+ *     the trace removes is preempted when a launched node stands for it.
  * Either way a granted node joins `boot_seconds` later (Bamboo's simulator: 45 s), and an
  * on-demand request is granted at once and never preempted.
  *
@@ -56,8 +57,7 @@ typedef struct due {
 typedef struct trace_event {
     double t; /* seconds since the clock's start */
     bool add;
-    int zone; /* an add's: the nodes there at the start in contiguous blocks of the order
-                 they were added, the later ones in turn (as the `local` cloud places them) */
+    int zone; /* an add's (place_trace) */
     char name[NAME_MAX_LEN];
 } trace_event;
 
@@ -108,6 +108,9 @@ static const bv_option sim_options[] = {
                 "a spot-instance trace to replay (ms,add|remove,nodeN) instead of drawing "
                 "preemptions and grants (../shared/traces/)"),
     BV_OPT_FLOAT_RANGE("trace_start", "0", 0, 1e9, "where in the trace the clock starts (s)"),
+    BV_OPT_FLOAT_RANGE("speedup", "1", 1e-3, 1e9,
+                       "trace seconds that pass in one simulated second (as the local "
+                       "cloud's, to simulate a run that replayed a trace faster)"),
     BV_OPT_INT_RANGE("seed", "0", 0, 4294967295.0,
                      "the market's seed; each simulated run adds its own seed to it"),
     BV_OPT_END,
@@ -187,7 +190,7 @@ static bool emit(bv_cloud *c, uint32_t kind, int64_t id)
     }
     c->events[c->nevents++] = (bv_cloud_event){
         .size = sizeof(bv_cloud_event), .kind = kind, .node = id, .time = c->now,
-        .wait_status = -1};
+        .wait_status = -1, .zone = id >= 0 ? c->nodes[id].zone : -1};
     return true;
 }
 
@@ -285,14 +288,15 @@ static bool replay(bv_cloud *c, size_t i)
     return true;
 }
 
-/* The zones of the trace's adds: the nodes there at `start` (removals at it included) in
- * contiguous blocks of the order they were added, each later one the next in turn. */
-static bv_status place_trace(bv_cloud *c, double start, bv_error *err)
+/* The zones of the trace's adds: the nodes there at the start (removals at it included) in
+ * contiguous blocks of the order they were added; the later ones by instant (a bulk
+ * allocation in one zone, as a bulk preemption takes nodes of one zone, Bamboo section 3). */
+static bv_status place_trace(bv_cloud *c, bv_error *err)
 {
     size_t *there = calloc(c->ntrace, sizeof *there), n = 0, i = 0;
     if (!there)
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory");
-    for (; i < c->ntrace && c->trace[i].t <= 0 && start >= 0; i++) {
+    for (; i < c->ntrace && c->trace[i].t <= 0; i++) {
         if (c->trace[i].add) {
             there[n++] = i;
             continue;
@@ -306,52 +310,93 @@ static bv_status place_trace(bv_cloud *c, double start, bv_error *err)
     }
     for (size_t k = 0; k < n; k++)
         c->trace[there[k]].zone = (int)(k * (size_t)c->zones / n);
-    for (size_t added = 0; i < c->ntrace; i++)
-        if (c->trace[i].add)
-            c->trace[i].zone = (int)(added++ % (size_t)c->zones);
+    /* the later adds: all of one instant (an allocation in bulk) in one zone, the next
+     * instant's in the next zone */
+    for (size_t bulk = 0; i < c->ntrace; i++)
+        if (c->trace[i].add) {
+            bool same = i > 0 && c->trace[i - 1].add && c->trace[i - 1].t == c->trace[i].t;
+            bulk += !same && i > 0;
+            c->trace[i].zone = (int)(bulk % (size_t)c->zones);
+        }
     free(there);
     return BV_OK;
 }
 
-static bv_status read_trace(bv_cloud *c, const char *path, double start, bv_error *err)
+static bool add_event(bv_cloud *c, size_t *cap, double t, bool add, const char *name)
+{
+    if (c->ntrace == *cap) {
+        *cap = *cap ? 2 * *cap : 256;
+        trace_event *grown = realloc(c->trace, *cap * sizeof *grown);
+        if (!grown)
+            return false;
+        c->trace = grown;
+    }
+    trace_event *e = &c->trace[c->ntrace++];
+    *e = (trace_event){.t = t, .add = add};
+    snprintf(e->name, NAME_MAX_LEN, "%s", name);
+    return true;
+}
+
+/* Reads a trace in either format of ../shared/traces/: events ("ms,add|remove,node") or
+ * the live instances of one zone over time ("seconds,count", a step function: each rise
+ * adds nodes i1, i2, ..., each fall removes the newest ones). Times are scaled by
+ * speedup and start at `start` (trace seconds); what came before is at 0. */
+static bv_status read_trace(bv_cloud *c, const char *path, double start, double speedup,
+                            bv_error *err)
 {
     FILE *f = fopen(path, "r");
     if (!f)
         return bv_error_set(err, BV_ERR_INVALID, "sim cloud: trace %s: %s", path,
                             strerror(errno));
     char line[256];
-    size_t cap = 0;
+    size_t cap = 0, live = 0, named = 0;
+    size_t *stack = NULL; /* the step function's live nodes, by number */
     bv_status st = BV_OK;
     double last = 0;
+    int format = 0; /* 3: events, 2: counts */
     for (int no = 1; st == BV_OK && fgets(line, sizeof line, f); no++) {
-        long long ms;
+        long long a, n;
         char kind[8], name[NAME_MAX_LEN], extra;
-        if (sscanf(line, "%lld,%7[a-z],%31[A-Za-z0-9_.-] %c", &ms, kind, name, &extra) != 3 ||
-            ms < 0 || (strcmp(kind, "add") != 0 && strcmp(kind, "remove") != 0) ||
-            1e-3 * (double)ms < last) {
-            st = bv_error_set(err, BV_ERR_INVALID, "%s:%d: not 'ms,add|remove,node' after "
-                              "the line before", path, no);
+        int fields = sscanf(line, "%lld,%7[a-z],%31[A-Za-z0-9_.-] %c", &a, kind, name, &extra);
+        bool events = fields == 3 && (!strcmp(kind, "add") || !strcmp(kind, "remove"));
+        bool counts = !events && sscanf(line, "%lld,%lld %c", &a, &n, &extra) == 2 && n >= 0 &&
+                      n <= 100000;
+        double t = events ? 1e-3 * (double)a : (double)a;
+        if ((!events && !counts) || a < 0 || t < last || (format && format != (events ? 3 : 2))) {
+            st = bv_error_set(err, BV_ERR_INVALID, "%s:%d: not 'ms,add|remove,node' (nor "
+                              "'seconds,instances') after the line before", path, no);
             break;
         }
-        last = 1e-3 * (double)ms;
-        if (c->ntrace == cap) {
-            cap = cap ? 2 * cap : 256;
-            trace_event *grown = realloc(c->trace, cap * sizeof *grown);
-            if (!grown) {
+        format = events ? 3 : 2;
+        last = t;
+        double at = t - start < 0 ? 0 : (t - start) / speedup;
+        if (events && !add_event(c, &cap, at, kind[0] == 'a', name))
+            st = bv_error_set(err, BV_ERR_NOMEM, "out of memory");
+        if (counts && (size_t)n > live) {
+            size_t *grown = realloc(stack, (size_t)n * sizeof *stack);
+            if (!grown)
                 st = bv_error_set(err, BV_ERR_NOMEM, "out of memory");
-                break;
-            }
-            c->trace = grown;
+            else
+                stack = grown;
         }
-        trace_event *e = &c->trace[c->ntrace++];
-        *e = (trace_event){.t = last - start < 0 ? 0 : last - start, .add = kind[0] == 'a'};
-        snprintf(e->name, NAME_MAX_LEN, "%s", name);
+        for (; st == BV_OK && counts && live != (size_t)n;) {
+            bool add = (size_t)n > live;
+            size_t id = add ? ++named : stack[live - 1];
+            snprintf(name, sizeof name, "i%zu", id);
+            if (!add_event(c, &cap, at, add, name))
+                st = bv_error_set(err, BV_ERR_NOMEM, "out of memory");
+            else if (add)
+                stack[live++] = id;
+            else
+                live--;
+        }
     }
     fclose(f);
+    free(stack);
     if (st == BV_OK && c->ntrace == 0)
         st = bv_error_set(err, BV_ERR_INVALID, "sim cloud: trace %s has no events", path);
     if (st == BV_OK)
-        st = place_trace(c, start, err);
+        st = place_trace(c, err);
     if (st == BV_OK && (!(c->free_names = calloc(c->ntrace, sizeof *c->free_names)) ||
                         !(c->free_zones = calloc(c->ntrace, sizeof *c->free_zones))))
         st = bv_error_set(err, BV_ERR_NOMEM, "out of memory");
@@ -412,7 +457,8 @@ static bv_cloud *sim_create(const bv_opts *opts, const bv_run_info *info, bv_err
     const char *trace = bv_opts_str(opts, "trace");
     bv_status st = parse_creation(c, bv_opts_str(opts, "creation"), err);
     if (st == BV_OK && trace && trace[0])
-        st = read_trace(c, trace, bv_opts_float(opts, "trace_start"), err);
+        st = read_trace(c, trace, bv_opts_float(opts, "trace_start"),
+                        bv_opts_float(opts, "speedup"), err);
     for (size_t i = 0; st == BV_OK && i < c->ntrace; i++)
         if (!schedule(c, c->trace[i].t, TRACE, (int64_t)i))
             st = bv_error_set(err, BV_ERR_NOMEM, "out of memory");
