@@ -157,6 +157,21 @@ static bv_status decide(sim *s, const char *event, const bv_metric *mt, size_t n
     return BV_OK;
 }
 
+/* A standby node for stage i (the i-th of the layout): one of its zone where there is
+ * one (consecutive stages apart), else any; -1: none stands by. */
+static int standby_for(const sim *s, int i)
+{
+    int zone = (i % stages(s)) % s->m->zones, any = -1;
+    for (size_t k = 0; k < s->count; k++)
+        if (s->nodes[k].state == STANDBY) {
+            if (s->nodes[k].zone == zone)
+                return (int)k;
+            if (any < 0)
+                any = (int)k;
+        }
+    return any;
+}
+
 /* The nodes up laid out afresh: as many pipelines as they fill (up to D), stage s of
  * each on a node of zone s where one is free (consecutive stages apart), the rest
  * standing by. */
@@ -170,13 +185,7 @@ static void layout(sim *s)
         }
     s->d = up / p < s->m->pipelines ? up / p : s->m->pipelines;
     for (int i = 0; i < s->d * p; i++) {
-        int pick = -1;
-        for (size_t k = 0; k < s->count && pick < 0; k++)
-            if (s->nodes[k].state == STANDBY && s->nodes[k].zone == (i % p) % s->m->zones)
-                pick = (int)k;
-        for (size_t k = 0; k < s->count && pick < 0; k++)
-            if (s->nodes[k].state == STANDBY)
-                pick = (int)k;
+        int pick = standby_for(s, i);
         s->nodes[pick].state = ACTIVE;
         s->host[i] = pick;
         s->on_shadow[i] = false;
@@ -206,7 +215,23 @@ static void restart(sim *s)
     s->steps = s->kept_steps;
     s->samples = s->kept_samples;
     s->useful = s->kept_useful;
+    s->relayout = true;
     pause_for(s, s->m->restart_seconds, false);
+}
+
+/* `replace`: each stage that runs on its shadow gets a standby node of its own (its zone's
+ * where there is one), the layout otherwise kept. */
+static void replace(sim *s)
+{
+    int p = stages(s);
+    for (int i = 0; i < s->d * p; i++) {
+        int pick = s->on_shadow[i] ? standby_for(s, i) : -1;
+        if (pick >= 0) {
+            s->nodes[pick].state = ACTIVE;
+            s->host[i] = pick;
+            s->on_shadow[i] = false;
+        }
+    }
 }
 
 /* Stage i's shadow: the stage before it in its pipeline (the last for the first). */
@@ -384,9 +409,10 @@ static bv_status step_done(sim *s, bv_error *err)
         }
         s->relayout |= strcmp(pick, "reconfigure") == 0;
     }
+    s->replace &= degraded(s) > 0 && count_state(s, STANDBY) > 0;
     if (s->replace || s->grow || s->relayout) {
         s->r->reconfigurations++;
-        s->relayout = true;
+        s->relayout |= s->grow;
         pause_for(s, s->m->reconfigure_seconds, true);
         return BV_OK;
     }
@@ -394,9 +420,16 @@ static bv_status step_done(sim *s, bv_error *err)
     return BV_OK;
 }
 
+/* After a pause: the nodes up laid out afresh where the pause was for that (a start, a
+ * restart, grow, reconfigure), or the stages on shadows given the nodes standing by (a
+ * replacement: the state moved to them during the pause), then the steps. */
 static bv_status pause_done(sim *s)
 {
-    layout(s);
+    if (s->relayout)
+        layout(s);
+    else if (s->replace)
+        replace(s);
+    s->replace = false;
     if (s->d > 0) {
         s->steps_degraded = 0;
         s->degraded_since = s->now;
