@@ -15,13 +15,16 @@
 #                       [--trace ../shared/traces/aws-p3-events.csv] [--trace-start 2000]
 #                       [--speedup 50] [--checkpoint-every 10]
 #                       [--strategies "checkpoint redundancy lflb"] [--zones 1]
+#                       [--keep DIR]
+# --keep DIR: the runs' directories are left in DIR (whole/ uninterrupted, traced-S/ per
+# strategy) and the table in DIR/table.md (bench/sim_validate.sh simulates them).
 # --zones Z: the local cloud's zones (the trace's nodes in Z zones; the pipeline engine puts
 # consecutive stages in different ones, as Bamboo does).
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build=build steps=100 stages=3 pipelines=2 trace="$here/../shared/traces/aws-p3-events.csv"
-start=2000 speedup=50 every=10 strategies="checkpoint redundancy lflb" zones=1
+start=2000 speedup=50 every=10 strategies="checkpoint redundancy lflb" zones=1 keep=
 while [ $# -gt 0 ]; do
     case "$1" in
     --build-dir) build=$2 ;;
@@ -34,6 +37,7 @@ while [ $# -gt 0 ]; do
     --checkpoint-every) every=$2 ;;
     --strategies) strategies=$2 ;;
     --zones) zones=$2 ;;
+    --keep) keep=$2 ;;
     -h | --help) sed -n '2,/^set /{/^#/p}' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "preemption.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
     esac
@@ -44,7 +48,9 @@ bivouac="$build/bivouac"
 export BIVOUAC_DATA_DIR=${BIVOUAC_DATA_DIR:-$here/../shared/data}
 tmp=$(mktemp -d)
 # BIVOUAC_BENCH_KEEP=DIR: each strategy's whole log is copied there
-trap '[ -n "${BIVOUAC_BENCH_KEEP:-}" ] && cp "$tmp"/*.log "$BIVOUAC_BENCH_KEEP"/ 2>/dev/null; rm -rf "$tmp"' EXIT
+trap '[ -n "${BIVOUAC_BENCH_KEEP:-}" ] && cp "$tmp"/*.log "$BIVOUAC_BENCH_KEEP"/ 2>/dev/null
+      [ -n "$keep" ] && mkdir -p "$keep" && cp -r "$tmp"/whole "$tmp"/traced-* "$tmp"/table.md "$keep"/ 2>/dev/null
+      rm -rf "$tmp"' EXIT
 echo "machine: $(nproc) cores; $pipelines x $stages stage processes, $steps steps, trace $(basename "$trace") from ${start} s at ${speedup}x, $zones zone(s)"
 
 cfg=(-s train.steps="$steps" -s train.eval_interval="$every" -s train.eval_iters=1
@@ -110,7 +116,7 @@ traced() {
 }
 for s in $strategies; do traced "$s"; done
 
-python3 - "$steps" "$step" "$tmp/rows" <<'EOF'
+python3 - "$steps" "$step" "$tmp/rows" <<'EOF' | tee "$tmp/table.md"
 import sys
 steps, step = int(sys.argv[1]), float(sys.argv[2])
 label = {"checkpoint": "checkpoint alone", "redundancy": "redundancy (eflb) + checkpoint",

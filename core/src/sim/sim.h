@@ -21,7 +21,12 @@ typedef struct bv_sim_model {
     double samples;              /* a run ends once it has trained on this many */
     double hours;                /* or when this much simulated time has passed */
     double samples_per_step;     /* one pipeline's, per step */
-    double pipe_seconds;         /* one pipeline's step at depth `stages`, no preemption */
+    double profile_step;         /* one pipeline's step at profile_stages, no preemption */
+    int profile_stages;
+    double microbatches;         /* M, of every layout */
+    int layers;                  /* L, the model's (`model.layers`; 0: unknown, the work
+                                    divides evenly among any number of stages) */
+    double rc_factor;            /* 1 + what redundant computation adds (1 without it) */
     double allreduce_mb, bandwidth_gbps;
     double failover_seconds;     /* the pause of a failover */
     double degraded_slowdown;    /* a step with a stage on its shadow, over a normal one */
@@ -38,8 +43,9 @@ typedef struct bv_sim_model {
  * strategies. Problems go to diag with the YAML's positions; BV_ERR_INVALID then. */
 bv_status bv_sim_model_load(const bv_experiment *x, bv_sim_model *m, bv_diag *diag);
 
-/* The time of one step of d pipelines, `degraded` when a stage runs on its shadow. */
-double bv_sim_step_seconds(const bv_sim_model *m, int d, bool degraded);
+/* The time of one step of d pipelines of p stages, `degraded` when a stage runs on its
+ * shadow. */
+double bv_sim_step_seconds(const bv_sim_model *m, int p, int d, bool degraded);
 
 /* What one simulated run came to (the columns of Bamboo's Table 3). */
 typedef struct bv_sim_result {

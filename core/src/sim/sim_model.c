@@ -162,9 +162,10 @@ bv_status bv_sim_model_load(const bv_experiment *x, bv_sim_model *m, bv_diag *di
         if (!read_profile(dir, &p, &err)) {
             bv_diag_add(diag, at, "simulate.profile: %s", err.msg);
         } else {
-            /* the section's own values win over the profile's */
+            /* the section's own values win over the profile's; the profile's step had
+             * its own all-reduce, which the model adds back */
             if (!user_set(s, "step_seconds"))
-                step = p.step;
+                step = p.step - allreduce_seconds(m, p.pipelines);
             if (!user_set(s, "profile_stages"))
                 profile_stages = p.stages;
             if (!user_set(s, "samples_per_step"))
@@ -173,9 +174,6 @@ bv_status bv_sim_model_load(const bv_experiment *x, bv_sim_model *m, bv_diag *di
                 m->failover_seconds = p.failover;
             if (!user_set(s, "degraded_slowdown") && isfinite(p.degraded))
                 m->degraded_slowdown = fmax(1.0, p.degraded / p.step);
-            /* the profile's step had its own all-reduce: the model's is added back */
-            bv_sim_model tmp = *m;
-            step -= allreduce_seconds(&tmp, p.pipelines);
         }
     }
     if (!(step > 0) && diag->count == before)
@@ -189,15 +187,17 @@ bv_status bv_sim_model_load(const bv_experiment *x, bv_sim_model *m, bv_diag *di
     m->samples_per_step = per_step > 0 ? per_step : (double)batch / m->pipelines;
     if (m->samples <= 0)
         m->samples = (double)bv_opts_int(&x->train, "steps") * m->samples_per_step * m->pipelines;
-    /* 1F1B: M + P - 1 slots of a microbatch on one stage, a stage's work 1/P of the model */
-    double mb = (double)bv_opts_int(&x->pipeline, "microbatches");
-    m->pipe_seconds = step * ((double)profile_stages / m->stages) *
-                      (mb + m->stages - 1) / (mb + profile_stages - 1);
+    m->profile_step = step;
+    m->profile_stages = profile_stages;
+    m->microbatches = (double)bv_opts_int(&x->pipeline, "microbatches");
+    if (bv_opts_find(&x->model.opts, "layers"))
+        m->layers = (int)bv_opts_int(&x->model.opts, "layers");
+    m->rc_factor = 1;
     for (size_t i = 0; i < x->nresilience; i++) {
         const char *name = x->resilience[i].plugin->name;
         if (strcmp(name, "redundancy") == 0) {
             m->redundancy = true;
-            m->pipe_seconds *= 1 + bv_opts_float(s, "rc_overhead");
+            m->rc_factor = 1 + bv_opts_float(s, "rc_overhead");
         }
         if (strcmp(name, "checkpoint") == 0 && !m->checkpoint_steps)
             m->checkpoint_steps = bv_opts_int(&x->resilience[i].opts, "every");
@@ -210,7 +210,15 @@ bv_status bv_sim_model_load(const bv_experiment *x, bv_sim_model *m, bv_diag *di
     return diag->count == before ? BV_OK : BV_ERR_INVALID;
 }
 
-double bv_sim_step_seconds(const bv_sim_model *m, int d, bool degraded)
+double bv_sim_step_seconds(const bv_sim_model *m, int p, int d, bool degraded)
 {
-    return m->pipe_seconds * (degraded ? m->degraded_slowdown : 1) + allreduce_seconds(m, d);
+    /* 1F1B: M + P - 1 slots of a microbatch on the slowest stage, whose work is its
+     * layers': ceil(L / P) of L (1 / P where L is unknown) */
+    double share = m->layers > 0 ? ceil((double)m->layers / p) /
+                                       ceil((double)m->layers / m->profile_stages)
+                                 : (double)m->profile_stages / p;
+    double pipe = m->profile_step * share * (m->microbatches + p - 1) /
+                  (m->microbatches + m->profile_stages - 1);
+    return pipe * m->rc_factor * (degraded ? m->degraded_slowdown : 1) +
+           allreduce_seconds(m, d);
 }

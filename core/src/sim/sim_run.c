@@ -50,7 +50,8 @@ typedef struct sim {
     size_t count, cap;
     int *host;   /* host[d * P + s]: the node that runs stage s of pipeline d */
     bool *on_shadow; /* [d * P + s]: that node is the stage's shadow's (a failover) */
-    int d;       /* pipelines running */
+    int d, p;    /* pipelines running, their stages */
+    int nodes_asked; /* D x P of the experiment: the cluster the run keeps asking for */
     int asked;   /* zone of the next request */
     double now, phase_end, step_start, last_preemption, paid_since, node_seconds;
     phase phase;
@@ -69,14 +70,14 @@ static const char *const degraded_choices[] = {"continue", "restart", "reconfigu
 
 static int stages(const sim *s)
 {
-    return s->m->stages;
+    return s->p;
 }
 
 /* Stages that run on their shadow's node (since a failover). */
 static int degraded(const sim *s)
 {
     int k = 0;
-    for (int i = 0; i < s->d * s->m->stages; i++)
+    for (int i = 0; i < s->d * s->p; i++)
         k += s->on_shadow[i];
     return k;
 }
@@ -172,18 +173,67 @@ static int standby_for(const sim *s, int i)
     return any;
 }
 
-/* The nodes up laid out afresh: as many pipelines as they fill (up to D), stage s of
- * each on a node of zone s where one is free (consecutive stages apart), the rest
- * standing by. */
-static void layout(sim *s)
+/* The figures of the layout and the workload model every reconfiguration event carries,
+ * so that a policy can weigh another layout (scripts/lua/value.lua). */
+#define LAYOUT_METRICS 14
+static void layout_metrics(const sim *s, int up, bv_metric *mt)
 {
-    int p = stages(s), up = 0;
-    for (size_t i = 0; i < s->count; i++)
-        if (s->nodes[i].state == ACTIVE || s->nodes[i].state == STANDBY) {
-            s->nodes[i].state = STANDBY;
-            up++;
+    const bv_sim_model *m = s->m;
+    bv_metric all[LAYOUT_METRICS] = {
+        {"nodes", up}, {"stages", s->p}, {"pipelines", s->d}, {"stages_asked", m->stages},
+        {"pipelines_asked", m->pipelines}, {"nodes_asked", s->nodes_asked},
+        {"profile_step", m->profile_step},
+        {"profile_stages", m->profile_stages}, {"microbatches", m->microbatches},
+        {"layers", m->layers},
+        {"rc_factor", m->rc_factor}, {"samples_per_step", m->samples_per_step},
+        {"allreduce_mb", m->allreduce_mb}, {"bandwidth_gbps", m->bandwidth_gbps}};
+    memcpy(mt, all, sizeof all);
+}
+
+static int nodes_up(const sim *s)
+{
+    return count_state(s, ACTIVE) + count_state(s, STANDBY);
+}
+
+/* The nodes up laid out afresh: the layout the policy's on_layout sets ({set = {stages =
+ * P, pipelines = D}}, D x P no more than the nodes up), or as many pipelines of the
+ * experiment's depth as the nodes fill, up to its D; stage s of each on a node of zone s
+ * where one is free (consecutive stages apart), the rest standing by. */
+static bv_status layout(sim *s, bv_error *err)
+{
+    int up = nodes_up(s), p = s->m->stages, d = -1;
+    if (s->policy && bv_policy_has_handler(s->policy, "layout")) {
+        bv_metric mt[LAYOUT_METRICS];
+        layout_metrics(s, up, mt);
+        bv_policy_actions a;
+        bv_status st = bv_policy_call(s->policy, "layout", mt, LAYOUT_METRICS, &a, err);
+        for (size_t i = 0; st == BV_OK && i < a.nsets; i++) {
+            double v = a.sets[i].value;
+            bool pipelines = strcmp(a.sets[i].name, "pipelines") == 0;
+            if ((strcmp(a.sets[i].name, "stages") != 0 && !pipelines) || v != floor(v) ||
+                v < !pipelines || v > s->nodes_asked)
+                st = bv_error_set(err, BV_ERR_INVALID, "%s: on_layout sets %s = %g; it sets "
+                                  "stages (1 to %d) and pipelines (0 to %d) only",
+                                  bv_policy_path(s->policy), a.sets[i].name, v,
+                                  s->nodes_asked, s->nodes_asked);
+            else if (pipelines)
+                d = (int)v;
+            else
+                p = (int)v;
         }
-    s->d = up / p < s->m->pipelines ? up / p : s->m->pipelines;
+        if (st == BV_OK && (a.stop || a.set_lr || a.reconfigure[0]))
+            st = bv_error_set(err, BV_ERR_INVALID, "%s: on_layout returns set only",
+                              bv_policy_path(s->policy));
+        if (st != BV_OK)
+            return st;
+    }
+    for (size_t i = 0; i < s->count; i++)
+        if (s->nodes[i].state == ACTIVE)
+            s->nodes[i].state = STANDBY;
+    s->p = p;
+    if (d < 0 || d > up / p)
+        d = d < 0 && up / p > s->m->pipelines ? s->m->pipelines : up / p;
+    s->d = d;
     for (int i = 0; i < s->d * p; i++) {
         int pick = standby_for(s, i);
         s->nodes[pick].state = ACTIVE;
@@ -191,13 +241,14 @@ static void layout(sim *s)
         s->on_shadow[i] = false;
     }
     s->replace = s->grow = s->relayout = false;
+    return BV_OK;
 }
 
 static void start_step(sim *s)
 {
     s->phase = STEPPING;
     s->step_start = s->now;
-    s->phase_end = s->now + bv_sim_step_seconds(s->m, s->d, degraded(s) > 0);
+    s->phase_end = s->now + bv_sim_step_seconds(s->m, s->p, s->d, degraded(s) > 0);
 }
 
 /* A pause after which the nodes up are laid out afresh and the steps go on; holds_state:
@@ -339,10 +390,13 @@ static bv_status cloud_events(sim *s, bv_error *err)
         if (possible > s->m->pipelines)
             possible = s->m->pipelines;
         if (deg > 0 || possible > s->d) {
-            bv_metric mt[] = {{"offered", standby}, {"degraded", deg}, {"pipelines", s->d},
-                              {"pipelines_possible", possible}, {"reconfigurable", 1}};
+            bv_metric mt[4 + LAYOUT_METRICS] = {
+                {"offered", standby}, {"degraded", deg}, {"pipelines_possible", possible},
+                {"reconfigurable", 1}};
+            layout_metrics(s, nodes_up(s), mt + 4);
             const char *pick;
-            st = decide(s, "joined", mt, 5, joined_choices, false, &pick, err);
+            st = decide(s, "joined", mt, 4 + LAYOUT_METRICS, joined_choices, false, &pick,
+                        err);
             s->replace |= st == BV_OK && strcmp(pick, "replace") == 0;
             s->grow |= st == BV_OK && strcmp(pick, "grow") == 0;
         }
@@ -394,13 +448,15 @@ static bv_status step_done(sim *s, bv_error *err)
         s->degraded_since = s->now;
     } else {
         s->steps_degraded++;
-        bv_metric mt[] = {{"degraded", deg}, {"steps_degraded", (double)s->steps_degraded},
-                          {"seconds_degraded", s->now - s->degraded_since},
-                          {"offered", count_state(s, STANDBY)},
-                          {"stages_active", s->d * stages(s) - deg},
-                          {"pipelines", s->d}, {"reconfigurable", 1}};
+        bv_metric mt[6 + LAYOUT_METRICS] = {
+            {"degraded", deg}, {"steps_degraded", (double)s->steps_degraded},
+            {"seconds_degraded", s->now - s->degraded_since},
+            {"offered", count_state(s, STANDBY)}, {"stages_active", s->d * stages(s) - deg},
+            {"reconfigurable", 1}};
+        layout_metrics(s, nodes_up(s), mt + 6);
         const char *pick;
-        bv_status st = decide(s, "degraded", mt, 7, degraded_choices, true, &pick, err);
+        bv_status st = decide(s, "degraded", mt, 6 + LAYOUT_METRICS, degraded_choices, true,
+                              &pick, err);
         if (st != BV_OK)
             return st;
         if (strcmp(pick, "restart") == 0) {
@@ -423,11 +479,12 @@ static bv_status step_done(sim *s, bv_error *err)
 /* After a pause: the nodes up laid out afresh where the pause was for that (a start, a
  * restart, grow, reconfigure), or the stages on shadows given the nodes standing by (a
  * replacement: the state moved to them during the pause), then the steps. */
-static bv_status pause_done(sim *s)
+static bv_status pause_done(sim *s, bv_error *err)
 {
-    if (s->relayout)
-        layout(s);
-    else if (s->replace)
+    bv_status st = s->relayout ? layout(s, err) : BV_OK;
+    if (st != BV_OK)
+        return st;
+    if (!s->relayout && s->replace)
         replace(s);
     s->replace = false;
     if (s->d > 0) {
@@ -444,7 +501,7 @@ static bv_status simulate(sim *s, bv_error *err)
 {
     double end = s->m->hours * 3600;
     bv_status st = BV_OK;
-    for (int i = 0; st == BV_OK && i < s->m->pipelines * stages(s); i++)
+    for (int i = 0; st == BV_OK && i < s->nodes_asked; i++)
         st = request(s, err);
     while (st == BV_OK && !s->r->finished) {
         double mine = s->phase == IDLE ? INFINITY : s->phase_end;
@@ -461,7 +518,7 @@ static bv_status simulate(sim *s, bv_error *err)
         else if (st == BV_OK && s->phase == STEPPING)
             st = step_done(s, err);
         else if (st == BV_OK && s->phase == PAUSED)
-            st = pause_done(s);
+            st = pause_done(s, err);
     }
     return st;
 }
@@ -471,12 +528,12 @@ bv_status bv_sim_run(const bv_experiment *x, const bv_sim_model *m, uint64_t see
 {
     memset(out, 0, sizeof *out);
     sim s = {.x = x, .m = m, .ops = &x->cloud_ops, .policy = policy, .metrics = metrics,
-             .r = out};
+             .r = out, .p = m->stages, .nodes_asked = m->pipelines * m->stages};
     char dir[4096];
     bv_experiment_dir(x, dir, sizeof dir);
     bv_run_info info = {NULL, dir, seed};
-    s.host = calloc((size_t)m->pipelines * (size_t)m->stages, sizeof *s.host);
-    s.on_shadow = calloc((size_t)m->pipelines * (size_t)m->stages, sizeof *s.on_shadow);
+    s.host = calloc((size_t)s.nodes_asked, sizeof *s.host);
+    s.on_shadow = calloc((size_t)s.nodes_asked, sizeof *s.on_shadow);
     s.ledger = bv_ledger_new(&x->prices, bv_opts_str(&x->cost, "instance"),
                              bv_opts_bool(&x->cost, "spot"));
     if (!s.host || !s.on_shadow || !s.ledger) {
