@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The simulated market (issue 16; docs/simulation.md). Two tables:
+# The simulated market (issue 16; docs/simulation.md). Three tables:
 #   1. Bamboo's Table 3a: configs/sim/bamboo-bert-large.yaml at the paper's five
 #      preemption probabilities, --runs simulations each, beside the paper's rows (and
 #      each figure's difference), and the on-demand baseline (the paper's value 1.1).
@@ -7,6 +7,9 @@
 #      trace lasts: its value with redundancy (eflb + checkpoints), with checkpoints alone
 #      (every loss of a stage a restart) and on demand, at a restart of --restart seconds
 #      (and of --slow-restart: one that re-partitions and reloads the model, minutes).
+#   3. scripts/lua/value.lua against Bamboo's policy (fixed P = 1.5 x P_demand, eager FRC)
+#      on Table 3a's market, --runs simulations per rate: value, throughput, cost; and
+#      value.lua with lazy FRC's pause ten times as long (how much the gain rests on it).
 #   bench/simulate.sh [--build-dir build] [--runs 1000] [--restart 30] [--slow-restart 300]
 #                     [--zones 1]
 set -euo pipefail
@@ -117,5 +120,26 @@ f = lambda s, k: float(s.split()[k])
 print(f"| {name} | {float(hours):.1f} | {f(demand, 7):.3f} | {f(cases[0], 7):.3f} | "
       f"{f(cases[0], 3):.0f} | {f(cases[1], 7):.3f} | {f(cases[1], 3):.0f} | "
       f"{f(cases[2], 7):.3f} | {f(cases[3], 7):.3f} |")
+EOF
+done
+
+# 3. a policy that raises value
+echo
+echo "scripts/lua/value.lua against Bamboo's policy: mean over $runs runs (value in samples/s per \$/h)"
+echo "| P | Bamboo: value | throughput | \$/h | fatal | value.lua: value | throughput | \$/h | fatal | gain | gain, lazy pause x10 |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|"
+value=(-s "policy.file=$here/scripts/lua/value.lua" -s 'policy.params={lazy_min_stages: 8}')
+for p in 0.01 0.05 0.10 0.25 0.50; do
+    "$bivouac" simulate "$exp" --runs "$runs" --out "$tmp/v$p" --no-plot --quiet \
+        -s cloud.preemption=$p "${value[@]}" >/dev/null 2>&1
+    "$bivouac" simulate "$exp" --runs "$runs" --out "$tmp/w$p" --no-plot --quiet \
+        -s cloud.preemption=$p "${value[@]}" -s simulate.lflb_failover_seconds=17 >/dev/null 2>&1
+    python3 - "$p" "$(row "$tmp/p$p")" "$(row "$tmp/v$p")" "$(row "$tmp/w$p")" <<'EOF'
+import sys
+p, *rows = sys.argv[1:]
+b, v, w = ([float(x) for x in r.split()] for r in rows)
+cells = lambda r: f"{r[7]:.3f} | {r[5]:.1f} | {r[6]:.2f} | {r[3]:.2f}"
+print(f"| {p} | {cells(b)} | {cells(v)} | {100 * (v[7] / b[7] - 1):+.1f} % | "
+      f"{100 * (w[7] / b[7] - 1):+.1f} % |")
 EOF
 done

@@ -4,24 +4,30 @@
 --
 -- Every node up is paid for, used or not, so the value of the nodes one has is highest
 -- in the layout that trains the most samples a second on them. Bamboo fixes the depth at
--- P = 1.5 x P_demand and runs as many such pipelines as the nodes fill: with N nodes up,
--- N mod P of them stand by, paid and idle, and after a loss the pipelines shrink by a
--- whole P. This policy lays the nodes out in whichever depth (at least min_stages, the
--- depth whose memory holds the model and its replicas) and width give the most samples a
--- second, by the workload model `bivouac simulate` uses (its inputs come with every
--- event), and reconfigures when a join or a loss makes another layout faster by more
--- than `gain` (a reconfiguration pauses the pipelines). Otherwise it decides as Bamboo's
--- policy does (scripts/lua/reconfigure.lua): fail over what the replicas cover, give a
--- stage on a shadow a node that joined.
+-- P = 1.5 x P_demand, so that each node's memory holds its stage and the replica eager
+-- FRC keeps of the next one, and runs as many such pipelines as the nodes fill. This
+-- policy lays the nodes up out in whichever depth, width and redundancy mode give the
+-- most samples a second by the workload model `bivouac simulate` uses (its inputs come
+-- with every event): eager FRC at min_stages or more, or, where the model has lazy FRC's
+-- figures (simulate.lflb_rc_overhead), lazy FRC, which keeps no replica in memory, at
+-- lazy_min_stages (P_demand) or more. It reconfigures when a join or a loss makes another
+-- layout faster by more than `gain` (a reconfiguration pauses the pipelines), and
+-- otherwise decides as Bamboo's policy does (scripts/lua/reconfigure.lua): fail over what
+-- the replicas cover, give a stage on a shadow a node that joined, reconfigure a
+-- pipeline close to a fatal failure.
 --
 -- Events (bivouac simulate; a real run raises preempted, joined and degraded without the
 -- layout figures, and this policy then decides as reconfigure.lua does):
---   on_layout(m)     the nodes up are laid out afresh: {set = {stages = P, pipelines = D}}
+--   on_layout(m)     the nodes up are laid out afresh:
+--                    {set = {stages = P, pipelines = D, lazy = 0|1}}
 --   on_preempted(m), on_joined(m), on_degraded(m): as reconfigure.lua's
 --
 -- params (policy.params in the run's YAML):
---   min_stages   the smallest depth that holds the model      (default: the experiment's)
---   max_stages   the largest depth worth trying                (default: 4 x min_stages)
+--   min_stages   the smallest depth that holds the model and eager FRC's replicas
+--                                                               (default: the experiment's)
+--   lazy_min_stages  the smallest that holds the model alone (P_demand); unset: lazy FRC
+--                is not considered
+--   max_stages   the largest depth worth trying             (default: 4 x the smallest)
 --   gain         how much faster another layout must be to reconfigure for it (0.05)
 --   reconfigure_at  as reconfigure.lua's: the fraction of active stages without a replica
 --                above which the pipelines are reconfigured (0.05)
@@ -30,48 +36,56 @@ local gain = params.gain or 0.05
 local reconfigure_at = params.reconfigure_at or 0.05
 
 -- A step of d pipelines of p stages (docs/simulation.md, "The workload model"): the
--- slowest stage holds ceil(L / p) of the model's L layers.
-local function step(m, p, d)
+-- slowest stage holds ceil(L / p) of the model's L layers; lazy: under lazy FRC.
+local function step(m, p, d, lazy)
   local share = m.profile_stages / p
   if m.layers > 0 then
     share = math.ceil(m.layers / p) / math.ceil(m.layers / m.profile_stages)
   end
   local t = m.profile_step * share * (m.microbatches + p - 1) /
-            (m.microbatches + m.profile_stages - 1) * m.rc_factor
+            (m.microbatches + m.profile_stages - 1)
+  t = t * (lazy == 1 and m.lflb_rc_factor or m.rc_factor)
   if d > 1 then
     t = t + 2 * (d - 1) / d * m.allreduce_mb * 8 / 1000 / m.bandwidth_gbps
   end
   return t
 end
 
-local function throughput(m, p, d)
+local function throughput(m, p, d, lazy)
   if d < 1 then return 0 end
-  return d * m.samples_per_step / step(m, p, d)
+  return d * m.samples_per_step / step(m, p, d, lazy)
 end
 
--- The fastest layout of n nodes: its depth, width and samples per second.
+-- The fastest layout of n nodes: its depth, width, mode (lazy: 1) and samples per second.
+-- Eager FRC keeps a replica of the next stage's layers on each node: it needs
+-- min_stages; lazy FRC keeps none, and needs lazy_min_stages.
 local function best(m, n)
-  local lo = params.min_stages or m.stages_asked
-  local hi = params.max_stages or 4 * lo
-  local bp, bd, bt = lo, 0, 0
-  for p = lo, math.min(hi, n) do
-    local d = n // p
-    local t = throughput(m, p, d)
-    if t > bt then bp, bd, bt = p, d, t end
+  local bp, bd, bl, bt = m.stages_asked, 0, 0, 0
+  local modes = {{0, params.min_stages or m.stages_asked}}
+  if m.lflb_rc_factor > 0 and params.lazy_min_stages then
+    modes[2] = {1, params.lazy_min_stages}
   end
-  return bp, bd, bt
+  for _, mode in ipairs(modes) do
+    local lazy, lo = mode[1], mode[2]
+    for p = lo, math.min(params.max_stages or 4 * lo, n) do
+      local d = n // p
+      local t = throughput(m, p, d, lazy)
+      if t > bt then bp, bd, bl, bt = p, d, lazy, t end
+    end
+  end
+  return bp, bd, bl, bt
 end
 
 -- Whether the nodes up would train faster enough in another layout.
 local function better(m)
   if m.profile_step == nil then return false end -- a real run: no layout figures
-  local _, _, t = best(m, m.nodes)
-  return t > (1 + gain) * throughput(m, m.stages, m.pipelines)
+  local _, _, _, t = best(m, m.nodes)
+  return t > (1 + gain) * throughput(m, m.stages, m.pipelines, m.lazy)
 end
 
 function on_layout(m)
-  local p, d = best(m, m.nodes)
-  return {set = {stages = p, pipelines = d}}
+  local p, d, lazy = best(m, m.nodes)
+  return {set = {stages = p, pipelines = d, lazy = lazy}}
 end
 
 function on_preempted(m)

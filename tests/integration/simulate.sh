@@ -43,6 +43,7 @@ print(" ".join("%s=%.9g" % (k, r[k]) for k in ("hours", "preemptions", "fatal_fa
       "useful_fraction", "lifetime_hours", "usd")), r["finished"])
 EOF
 }
+err() { "$BIVOUAC" "$@" >/dev/null 2>"$tmp/err" && echo 0 || echo "$?"; }
 # want END_S NODE_SECONDS USEFUL_S PREEMPTIONS FATAL FAILOVERS RECONFIGURATIONS
 want() {
     python3 - "$@" <<'EOF'
@@ -120,6 +121,26 @@ check "the join's decision" \
 check "checkpoints alone: a restart, every figure" "$(figures "$tmp/c")" \
     "$(want 355 610 200 1 1 0 0)"
 
+# A policy's layout (on_layout): two pipelines of one stage each, 8 samples a step of 10 s
+# (one stage holds both layers, with one microbatch: twice the work, half the slots).
+# Step 10 (95 to 105 s) loses node2 at 100 s: one stage has no shadow, so a restart from
+# step 5 (40 samples): 30 s, then one pipeline on node1 from 130 s, 10 steps to 230 s.
+printf 'function on_layout(m)\n  return {set = {stages = 1, pipelines = 2}}\nend\n' >"$tmp/layout.lua"
+"$BIVOUAC" simulate "$tmp/exp.yaml" --runs 1 --out "$tmp/l" --no-plot \
+    -s "policy.file=$tmp/layout.lua" >/dev/null 2>&1
+check "on_layout: the pipelines it sets, then what the nodes up allow" "$(python3 - "$tmp/l" <<'EOF'
+import json, sys
+r = json.load(open(sys.argv[1] + "/summary.json"))["per_run"][0]
+d = [json.loads(l)["value"] for l in open(sys.argv[1] + "/metrics.jsonl") if '"series": "pipelines"' in l]
+print(round(r["hours"] * 3600, 6), r["fatal_failures"], d[0], d[-1], len(d))
+EOF
+)" "230.0 1 2 1 19"
+printf 'function on_layout(m)\n  return {set = {depth = 3}}\nend\n' >"$tmp/bad_layout.lua"
+check "on_layout setting what is not a layout" \
+    "$(err simulate "$tmp/exp.yaml" -s "policy.file=$tmp/bad_layout.lua")" 2
+check "on_layout setting what is not a layout: why" "$(cat "$tmp/err")" \
+    "bivouac: error: simulated run 1 (seed 3): $tmp/bad_layout.lua: on_layout sets depth = 3; it sets stages (1 to 2), pipelines (0 to 2) and lazy (0: no lflb figures) only"
+
 # 4. The same runs again give the same numbers; the drawn market (seeded) too, and
 #    another seed another market.
 "$BIVOUAC" simulate "$tmp/exp.yaml" --runs 1 --out "$tmp/a2" --no-plot >/dev/null 2>&1
@@ -166,7 +187,6 @@ EOF
 )" "True True"
 
 # 6. Errors: where, and exit 2.
-err() { "$BIVOUAC" "$@" >/dev/null 2>"$tmp/err" && echo 0 || echo "$?"; }
 check "run refuses the simulated cloud" "$(err run "$tmp/exp.yaml" --out "$tmp/r")" 2
 check "run refuses the simulated cloud: why" "$(cat "$tmp/err")" \
     "bivouac: error: cloud 'sim' has a simulated clock: bivouac simulate $tmp/exp.yaml runs the experiment on it"

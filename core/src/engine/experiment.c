@@ -134,6 +134,11 @@ static const bv_option simulate_schema[] = {
                        "across the pipelines every step (MB)"),
     BV_OPT_FLOAT_RANGE("bandwidth_gbps", "10", 0.001, 1e6, "between two nodes"),
     BV_OPT_FLOAT_RANGE("failover_seconds", "0", 0, 1e7, "the pause of a failover"),
+    BV_OPT_FLOAT_RANGE("lflb_rc_overhead", "-1", -1, 100, "with `redundancy`: what lazy "
+                       "FRC (lflb) adds to a step, where a policy may switch to it (set "
+                       "lazy = 1 in on_layout); -1: it may not"),
+    BV_OPT_FLOAT_RANGE("lflb_failover_seconds", "0", 0, 1e7, "the pause of a failover "
+                       "under lazy FRC"),
     BV_OPT_FLOAT_RANGE("degraded_slowdown", "1", 1, 100, "a step with a stage on its "
                        "shadow, over a normal step"),
     BV_OPT_FLOAT_RANGE("reconfigure_seconds", "20", 0, 1e7, "a reconfiguration at a step "

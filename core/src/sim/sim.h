@@ -27,6 +27,9 @@ typedef struct bv_sim_model {
     int layers;                  /* L, the model's (`model.layers`; 0: unknown, the work
                                     divides evenly among any number of stages) */
     double rc_factor;            /* 1 + what redundant computation adds (1 without it) */
+    double lflb_rc_factor;       /* the same under lazy FRC, which a policy may switch to;
+                                    0: it may not */
+    double lflb_failover_seconds;
     double allreduce_mb, bandwidth_gbps;
     double failover_seconds;     /* the pause of a failover */
     double degraded_slowdown;    /* a step with a stage on its shadow, over a normal one */
@@ -44,8 +47,8 @@ typedef struct bv_sim_model {
 bv_status bv_sim_model_load(const bv_experiment *x, bv_sim_model *m, bv_diag *diag);
 
 /* The time of one step of d pipelines of p stages, `degraded` when a stage runs on its
- * shadow. */
-double bv_sim_step_seconds(const bv_sim_model *m, int p, int d, bool degraded);
+ * shadow, `lazy` under lazy FRC (the lflb figures). */
+double bv_sim_step_seconds(const bv_sim_model *m, int p, int d, bool degraded, bool lazy);
 
 /* What one simulated run came to (the columns of Bamboo's Table 3). */
 typedef struct bv_sim_result {

@@ -198,6 +198,9 @@ bv_status bv_sim_model_load(const bv_experiment *x, bv_sim_model *m, bv_diag *di
         if (strcmp(name, "redundancy") == 0) {
             m->redundancy = true;
             m->rc_factor = 1 + bv_opts_float(s, "rc_overhead");
+            if (bv_opts_float(s, "lflb_rc_overhead") >= 0)
+                m->lflb_rc_factor = 1 + bv_opts_float(s, "lflb_rc_overhead");
+            m->lflb_failover_seconds = bv_opts_float(s, "lflb_failover_seconds");
         }
         if (strcmp(name, "checkpoint") == 0 && !m->checkpoint_steps)
             m->checkpoint_steps = bv_opts_int(&x->resilience[i].opts, "every");
@@ -210,7 +213,7 @@ bv_status bv_sim_model_load(const bv_experiment *x, bv_sim_model *m, bv_diag *di
     return diag->count == before ? BV_OK : BV_ERR_INVALID;
 }
 
-double bv_sim_step_seconds(const bv_sim_model *m, int p, int d, bool degraded)
+double bv_sim_step_seconds(const bv_sim_model *m, int p, int d, bool degraded, bool lazy)
 {
     /* 1F1B: M + P - 1 slots of a microbatch on the slowest stage, whose work is its
      * layers': ceil(L / P) of L (1 / P where L is unknown) */
@@ -219,6 +222,7 @@ double bv_sim_step_seconds(const bv_sim_model *m, int p, int d, bool degraded)
                                  : (double)m->profile_stages / p;
     double pipe = m->profile_step * share * (m->microbatches + p - 1) /
                   (m->microbatches + m->profile_stages - 1);
-    return pipe * m->rc_factor * (degraded ? m->degraded_slowdown : 1) +
+    return pipe * (lazy ? m->lflb_rc_factor : m->rc_factor) *
+               (degraded ? m->degraded_slowdown : 1) +
            allreduce_seconds(m, d);
 }

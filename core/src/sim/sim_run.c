@@ -51,6 +51,7 @@ typedef struct sim {
     int *host;   /* host[d * P + s]: the node that runs stage s of pipeline d */
     bool *on_shadow; /* [d * P + s]: that node is the stage's shadow's (a failover) */
     int d, p;    /* pipelines running, their stages */
+    bool lazy;   /* under lazy FRC (a policy's choice, the lflb figures) */
     int nodes_asked; /* D x P of the experiment: the cluster the run keeps asking for */
     int asked;   /* zone of the next request */
     double now, phase_end, step_start, last_preemption, paid_since, node_seconds;
@@ -175,7 +176,7 @@ static int standby_for(const sim *s, int i)
 
 /* The figures of the layout and the workload model every reconfiguration event carries,
  * so that a policy can weigh another layout (scripts/lua/value.lua). */
-#define LAYOUT_METRICS 14
+#define LAYOUT_METRICS 17
 static void layout_metrics(const sim *s, int up, bv_metric *mt)
 {
     const bv_sim_model *m = s->m;
@@ -186,7 +187,9 @@ static void layout_metrics(const sim *s, int up, bv_metric *mt)
         {"profile_stages", m->profile_stages}, {"microbatches", m->microbatches},
         {"layers", m->layers},
         {"rc_factor", m->rc_factor}, {"samples_per_step", m->samples_per_step},
-        {"allreduce_mb", m->allreduce_mb}, {"bandwidth_gbps", m->bandwidth_gbps}};
+        {"allreduce_mb", m->allreduce_mb}, {"bandwidth_gbps", m->bandwidth_gbps},
+        {"lazy", s->lazy}, {"lflb_rc_factor", m->lflb_rc_factor},
+        {"lflb_failover_seconds", m->lflb_failover_seconds}};
     memcpy(mt, all, sizeof all);
 }
 
@@ -196,7 +199,8 @@ static int nodes_up(const sim *s)
 }
 
 /* The nodes up laid out afresh: the layout the policy's on_layout sets ({set = {stages =
- * P, pipelines = D}}, D x P no more than the nodes up), or as many pipelines of the
+ * P, pipelines = D, lazy = 0|1}}, D x P no more than the nodes up; lazy: lazy FRC, where
+ * the model has its figures), or as many pipelines of the
  * experiment's depth as the nodes fill, up to its D; stage s of each on a node of zone s
  * where one is free (consecutive stages apart), the rest standing by. */
 static bv_status layout(sim *s, bv_error *err)
@@ -208,18 +212,23 @@ static bv_status layout(sim *s, bv_error *err)
         bv_policy_actions a;
         bv_status st = bv_policy_call(s->policy, "layout", mt, LAYOUT_METRICS, &a, err);
         for (size_t i = 0; st == BV_OK && i < a.nsets; i++) {
+            const char *name = a.sets[i].name;
             double v = a.sets[i].value;
-            bool pipelines = strcmp(a.sets[i].name, "pipelines") == 0;
-            if ((strcmp(a.sets[i].name, "stages") != 0 && !pipelines) || v != floor(v) ||
-                v < !pipelines || v > s->nodes_asked)
+            int k = !strcmp(name, "stages") ? 0 : !strcmp(name, "pipelines") ? 1
+                                                : !strcmp(name, "lazy") ? 2 : -1;
+            double hi = k == 2 ? (s->m->lflb_rc_factor > 0) : s->nodes_asked;
+            if (k < 0 || v != floor(v) || v < (k == 0) || v > hi)
                 st = bv_error_set(err, BV_ERR_INVALID, "%s: on_layout sets %s = %g; it sets "
-                                  "stages (1 to %d) and pipelines (0 to %d) only",
-                                  bv_policy_path(s->policy), a.sets[i].name, v,
-                                  s->nodes_asked, s->nodes_asked);
-            else if (pipelines)
+                                  "stages (1 to %d), pipelines (0 to %d) and lazy (0%s) "
+                                  "only", bv_policy_path(s->policy), name, v,
+                                  s->nodes_asked, s->nodes_asked,
+                                  s->m->lflb_rc_factor > 0 ? " or 1" : ": no lflb figures");
+            else if (k == 0)
+                p = (int)v;
+            else if (k == 1)
                 d = (int)v;
             else
-                p = (int)v;
+                s->lazy = v > 0;
         }
         if (st == BV_OK && (a.stop || a.set_lr || a.reconfigure[0]))
             st = bv_error_set(err, BV_ERR_INVALID, "%s: on_layout returns set only",
@@ -248,7 +257,7 @@ static void start_step(sim *s)
 {
     s->phase = STEPPING;
     s->step_start = s->now;
-    s->phase_end = s->now + bv_sim_step_seconds(s->m, s->p, s->d, degraded(s) > 0);
+    s->phase_end = s->now + bv_sim_step_seconds(s->m, s->p, s->d, degraded(s) > 0, s->lazy);
 }
 
 /* A pause after which the nodes up are laid out afresh and the steps go on; holds_state:
@@ -336,7 +345,7 @@ static bv_status lost(sim *s, bv_error *err)
     if (fatal)
         restart(s);
     else if (stepping)
-        s->phase_end += s->m->failover_seconds;
+        s->phase_end += s->lazy ? s->m->lflb_failover_seconds : s->m->failover_seconds;
     return BV_OK;
 }
 
@@ -386,8 +395,10 @@ static bv_status cloud_events(sim *s, bv_error *err)
         pause_for(s, s->m->reconfigure_seconds, false);
         s->relayout = true;
     } else if (s->phase == STEPPING && standby > 0) {
+        /* without a policy's layout, no more than the experiment's D */
         int deg = degraded(s), possible = (s->d * p - deg + standby) / p;
-        if (possible > s->m->pipelines)
+        if (possible > s->m->pipelines &&
+            !(s->policy && bv_policy_has_handler(s->policy, "layout")))
             possible = s->m->pipelines;
         if (deg > 0 || possible > s->d) {
             bv_metric mt[4 + LAYOUT_METRICS] = {
