@@ -136,10 +136,15 @@ print(round(r["hours"] * 3600, 6), r["fatal_failures"], d[0], d[-1], len(d))
 EOF
 )" "230.0 1 2 1 19"
 printf 'function on_layout(m)\n  return {set = {depth = 3}}\nend\n' >"$tmp/bad_layout.lua"
-check "on_layout setting what is not a layout" \
-    "$(err simulate "$tmp/exp.yaml" -s "policy.file=$tmp/bad_layout.lua")" 2
+check "on_layout setting what is not a layout (on_error: stop)" \
+    "$(err simulate "$tmp/exp.yaml" -s "policy={file: $tmp/bad_layout.lua, on_error: stop}")" 2
 check "on_layout setting what is not a layout: why" "$(cat "$tmp/err")" \
     "bivouac: error: simulated run 1 (seed 3): $tmp/bad_layout.lua: on_layout sets depth = 3; it sets stages (1 to 2), pipelines (0 to 2) and lazy (0: no lflb figures) only"
+"$BIVOUAC" simulate "$tmp/exp.yaml" --runs 1 --out "$tmp/bl" --no-plot \
+    -s "policy.file=$tmp/bad_layout.lua" >/dev/null 2>"$tmp/bl.err"
+check "on_error: continue: a warning, the run without a policy (the default decisions: run 2's)" \
+    "$(grep -c "on_layout sets depth = 3;.*; the simulated run goes on without the policy" "$tmp/bl.err") $(figures "$tmp/bl")" \
+    "1 $(figures "$tmp/b")"
 
 # 4. The same runs again give the same numbers; the drawn market (seeded) too, and
 #    another seed another market.

@@ -126,7 +126,7 @@ static const bv_option simulate_schema[] = {
     BV_OPT_INT_RANGE("profile_stages", "0", 0, 4096, "the depth step_seconds was measured "
                      "at; 0: pipeline.stages"),
     BV_OPT_FLOAT_RANGE("samples_per_step", "0", 0, 1e12, "samples one pipeline trains on in "
-                       "a step; 0: train.batch"),
+                       "a step; 0: train.batch / pipeline.pipelines"),
     BV_OPT_FLOAT_RANGE("rc_overhead", "0", 0, 100, "what redundant computation adds to a "
                        "step, as a fraction, where the profiled step had none (with "
                        "`redundancy`)"),

@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bivouac/log.h"
 #include "json_out.h"
 #include "ledger.h"
 #include "sim.h"
@@ -129,6 +130,18 @@ static sim_node *find(sim *s, int64_t id)
     return NULL;
 }
 
+/* A policy's error: the run's (policy.on_error: stop), or a warning and the rest of the
+ * run without the policy (continue), as in a real run. */
+static bv_status policy_failed(sim *s, bv_status st, bv_error *err)
+{
+    if (strcmp(bv_opts_str(&s->x->policy, "on_error"), "stop") == 0)
+        return st;
+    bv_log(BV_LOG_WARN, "%s; the simulated run goes on without the policy", err->msg);
+    bv_error_clear(err);
+    s->policy = NULL;
+    return BV_OK;
+}
+
 /* A policy decision, written to metrics.jsonl as a real run's are (one of an event raised
  * every step, `often`, only when it is not the first choice). */
 static bv_status decide(sim *s, const char *event, const bv_metric *mt, size_t n,
@@ -139,7 +152,7 @@ static bv_status decide(sim *s, const char *event, const bv_metric *mt, size_t n
     bv_policy_actions a = {0};
     if (s->policy && bv_policy_has_handler(s->policy, event)) {
         bv_status st = bv_policy_decide(s->policy, event, mt, n, choices, &a, pick, err);
-        if (st != BV_OK)
+        if (st != BV_OK && (st = policy_failed(s, st, err)) != BV_OK)
             return st;
     }
     if (s->metrics && (!often || *pick != choices[0])) {
@@ -233,8 +246,13 @@ static bv_status layout(sim *s, bv_error *err)
         if (st == BV_OK && (a.stop || a.set_lr || a.reconfigure[0]))
             st = bv_error_set(err, BV_ERR_INVALID, "%s: on_layout returns set only",
                               bv_policy_path(s->policy));
-        if (st != BV_OK)
+        if (st != BV_OK && (st = policy_failed(s, st, err)) != BV_OK)
             return st;
+        if (!s->policy) { /* dropped: the default layout */
+            p = s->m->stages;
+            d = -1;
+            s->lazy = false;
+        }
     }
     for (size_t i = 0; i < s->count; i++)
         if (s->nodes[i].state == ACTIVE)
