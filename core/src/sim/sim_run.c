@@ -63,7 +63,8 @@ typedef struct sim {
     double degraded_since;
     int64_t steps_degraded;
     bool replace, grow, relayout;
-    int paid; /* nodes paid for now */
+    int paid;   /* nodes paid for now */
+    int joined; /* nodes that ever joined */
 } sim;
 
 static const char *const preempted_choices[] = {"failover", "restart", NULL};
@@ -399,6 +400,7 @@ static bv_status cloud_events(sim *s, bv_error *err)
         } else if (ev.kind == BV_CLOUD_JOINED && node->state == WAITING) {
             node->state = STANDBY;
             node->joined = s->now;
+            s->joined++;
             if (ev.zone >= 0) /* where the cloud put it, which may not be where it was asked */
                 node->zone = ev.zone % s->m->zones;
             bv_ledger_start(s->ledger, NULL, node->id, s->now);
@@ -579,10 +581,7 @@ bv_status bv_sim_run(const bv_experiment *x, const bv_sim_model *m, uint64_t see
         for (size_t i = 0; i < s.count; i++)
             if (s.nodes[i].state == STANDBY || s.nodes[i].state == ACTIVE)
                 out->lifetime_hours += (s.now - s.nodes[i].joined) / 3600;
-        int joined = 0;
-        for (size_t i = 0; i < s.count; i++)
-            joined += s.nodes[i].state != WAITING;
-        out->lifetime_hours = joined ? out->lifetime_hours / joined : 0;
+        out->lifetime_hours = s.joined ? out->lifetime_hours / s.joined : 0;
         out->interval_hours = out->preemptions > 1 ? out->interval_hours / (out->preemptions - 1)
                                                    : 0;
         out->hours = s.now / 3600;
