@@ -173,6 +173,25 @@ print(r["finished"], r["preemptions"] > 10, r["failovers"] > 0, 0.5 < r["lifetim
 EOF
 )" "5 True True True True"
 
+# The drawn market's laws, on 128 nodes for 10 hours (no redundancy: a loss is a restart,
+# which does not change who is paid): preempted at 0.3 an hour, each replaced at once,
+# the losses are Poisson with mean 128 x 10 x -ln(0.7) = 456.5 (sd 21.4); granted at 0.5
+# an hour, the nodes up average 128 x (1 - (1 - 0.5^10) / (10 ln 2)) = 109.55.
+law=(--runs 1 --no-plot -s pipeline.pipelines=64 -s train.batch=64 -s 'resilience=[]' -s simulate.hours=10
+     -s simulate.samples=1e15)
+"$BIVOUAC" simulate "$tmp/exp.yaml" "${law[@]}" --out "$tmp/m1" \
+    -s 'cloud={plugin: sim, preemption: 0.3, boot_seconds: 0}' >/dev/null 2>&1
+"$BIVOUAC" simulate "$tmp/exp.yaml" "${law[@]}" --out "$tmp/m2" \
+    -s 'cloud={plugin: sim, creation: 0.5, boot_seconds: 0}' >/dev/null 2>&1
+check "the market's laws: preemptions within 3 sd of 456.5, nodes within 5 % of 109.55" \
+    "$(python3 - "$tmp/m1" "$tmp/m2" <<'EOF'
+import json, sys
+a, b = (json.load(open(d + "/summary.json")) for d in sys.argv[1:])
+print(abs(a["preemptions"] - 456.5) < 3 * 21.4, abs(a["nodes"] - 128) < 0.5,
+      abs(b["nodes"] / 109.55 - 1) < 0.05, b["preemptions"])
+EOF
+)" "True True True 0"
+
 # 5. The workload from a real run's directory: its median step, its layout's batch.
 "$BIVOUAC" run "$src/tests/data/transformer/tiny.yaml" --out "$tmp/real" --quiet --no-plot \
     -s pipeline.stages=2 -s train.steps=12 >/dev/null 2>&1
