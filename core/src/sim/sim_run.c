@@ -5,17 +5,19 @@
  *   - The run asks the cloud for D x P spot nodes and asks again for every node it loses,
  *     as an autoscaling group keeps its size. A node that joins waits as a standby.
  *   - Training starts (after a reconfiguration's pause) once P nodes are up, with as many
- *     pipelines as the nodes fill, up to D; the rest stand by.
+ *     pipelines as the nodes fill, up to D, or the layout the policy's on_layout sets
+ *     (depth, width, lazy FRC); the rest stand by.
  *   - A loss during a step: with `redundancy`, a stage whose shadow (the stage before it,
  *     the last for the first) is up and runs only its own stage fails over, the policy's
  *     `preempted` agreeing: the step pauses failover_seconds and goes on, and the steps
  *     after run slower (degraded_slowdown) while a stage runs on its shadow. Two
  *     consecutive stages lost, a shadow lost, or no `redundancy`: a restart from the last
- *     checkpoint (restart_seconds, and the steps since are lost).
+ *     checkpoint (restart_seconds, and the steps since are lost). So is an uncovered loss
+ *     during a reconfiguration's pause.
  *   - At a step boundary the policy's decisions take effect: `joined` (replace: the
- *     standbys take the stages shadows run; grow: more pipelines) and `degraded`
- *     (reconfigure: a new layout of the nodes up; restart) are a reconfiguration, a pause
- *     of reconfigure_seconds after which the nodes up are laid out afresh.
+ *     standbys take the stages shadows run, at the end of the pause; grow: the nodes up
+ *     laid out afresh) and `degraded` (reconfigure: laid out afresh; restart) are a
+ *     reconfiguration, a pause of reconfigure_seconds.
  * Every node is paid for from its joining to its loss or the run's end, by the
  * experiment's cost ledger. */
 #include <math.h>
