@@ -163,6 +163,24 @@ a, b = (json.load(open(d + "/summary.json"))["per_run"] for d in sys.argv[1:])
 print(a[1:] == b[:4], a[0] != b[0])
 EOF
 )" "True True"
+check "the batch's distributions: every figure's values over the runs, sorted" \
+    "$(python3 - "$tmp/d1" <<'EOF'
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1] + "/distribution/metrics.jsonl")]
+s = json.load(open(sys.argv[1] + "/summary.json"))["per_run"]
+v = [l["value"] for l in lines if l["series"] == "value"]
+print(len(lines), v == sorted(r["value"] for r in s), [l["rank"] for l in lines[:5]])
+EOF
+)" "65 True [1, 2, 3, 4, 5]"
+check "result.json in a real run's terms: each run's value 1/(T C), and bivouac compare reads it" \
+    "$(python3 - "$tmp/d1" <<'EOF'
+import json, sys
+r = json.load(open(sys.argv[1] + "/result.json"))
+print(r["simulated"], len(r["runs"]), all(abs(p["value"] * p["wall_seconds"] * p["cost_usd"] - 1) < 1e-9
+                                        for p in r["runs"]))
+EOF
+) $("$BIVOUAC" compare "$tmp/d1" "$tmp/d3" --out "$tmp/cmp.png" 2>/dev/null | grep -c '^d[13] (5 seeds) ')" \
+    "True 5 True 2"
 check "the drawn market at 0.5 an hour: preemptions, failovers, lives of about 1.4 h" \
     "$(python3 - "$tmp/d1" <<'EOF'
 import json, sys

@@ -1,8 +1,9 @@
 /* `bivouac simulate EXP.yaml`: the experiment's pipeline training on a cloud with a
  * simulated clock (`cloud: {plugin: sim}`), run --runs times with seeds seed, seed + 1,
  * ...; prints the Table-3-style summary (Bamboo section 6.2: means and spreads over the
- * runs) and, with --out DIR, writes DIR/summary.json, DIR/result.json, the first run's
- * DIR/metrics.jsonl and its curves (docs/simulation.md). */
+ * runs) and, with --out DIR, writes DIR/summary.json, DIR/result.json (in a real run's
+ * terms), the first run's DIR/metrics.jsonl and its curves, and the runs' distributions
+ * (DIR/distribution/) (docs/simulation.md). */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -34,31 +35,37 @@ typedef struct sim_args {
 
 /* The columns of the summary: a result's field, how it is printed and named in JSON. */
 typedef struct column {
-    const char *key, *label;
+    const char *key, *label, *unit;
     size_t offset;
 } column;
 
-#define COL(key, label, field) {key, label, offsetof(bv_sim_result, field)}
+#define COL(key, label, unit, field) {key, label, unit, offsetof(bv_sim_result, field)}
 static const column columns[] = {
-    COL("preemptions", "preemptions", preemptions),
-    COL("interval_hours", "interval (h)", interval_hours),
-    COL("lifetime_hours", "lifetime (h)", lifetime_hours),
-    COL("fatal_failures", "fatal failures", fatal),
-    COL("nodes", "nodes", nodes),
-    COL("throughput", "throughput (samples/s)", throughput),
-    COL("cost_per_hour", "cost ($/h)", cost_per_hour),
-    COL("value", "value (samples/s per $/h)", value),
-    COL("hours", "time (h)", hours),
-    COL("useful_fraction", "useful time", useful_fraction),
-    COL("failovers", "failovers", failovers),
-    COL("reconfigurations", "reconfigurations", reconfigurations),
-    COL("usd", "cost ($)", usd),
+    COL("preemptions", "preemptions", "preemptions", preemptions),
+    COL("interval_hours", "interval (h)", "h between preemptions", interval_hours),
+    COL("lifetime_hours", "lifetime (h)", "h a node lives", lifetime_hours),
+    COL("fatal_failures", "fatal failures", "restarts", fatal),
+    COL("nodes", "nodes", "nodes", nodes),
+    COL("throughput", "throughput (samples/s)", "samples/s", throughput),
+    COL("cost_per_hour", "cost ($/h)", "USD/h", cost_per_hour),
+    COL("value", "value (samples/s per $/h)", "samples/s per USD/h", value),
+    COL("hours", "time (h)", "h a run takes", hours),
+    COL("useful_fraction", "useful time", "fraction", useful_fraction),
+    COL("failovers", "failovers", "failovers", failovers),
+    COL("reconfigurations", "reconfigurations", "reconfigurations", reconfigurations),
+    COL("usd", "cost ($)", "USD", usd),
 };
 #define NCOLUMNS (sizeof columns / sizeof columns[0])
 
 static double field(const bv_sim_result *r, const column *c)
 {
     return *(const double *)((const char *)r + c->offset);
+}
+
+static int compare_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
 }
 
 /* Mean, sample standard deviation, minimum and maximum of a column over n runs. */
@@ -234,15 +241,104 @@ static int write_json(const char *path, const bv_experiment *x, const bv_sim_mod
     return 0;
 }
 
+/* DIR/result.json in a real run's terms (a --repeat run's, the runs its seeds), so that
+ * bivouac compare and the scripts that read real runs read simulated ones: the steps, the
+ * (simulated) wall seconds, the cost, the value 1/(T C) as a real run's, Bamboo's value
+ * (samples/s per $/h) as bamboo_value. */
+static int write_result(const char *dir, const bv_experiment *x, const bv_sim_result *r,
+                        size_t n, unsigned long long seed)
+{
+    char path[4300], tmp[4400];
+    snprintf(path, sizeof path, "%s/result.json", dir);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    if (!f)
+        return -1;
+    double steps = 0, wall = 0, usd = 0, value = 0;
+    for (size_t i = 0; i < n; i++) {
+        double t = r[i].hours * 3600;
+        steps += r[i].steps / (double)n;
+        wall += t / (double)n;
+        usd += r[i].usd / (double)n;
+        value += (t > 0 && r[i].usd > 0 ? 1 / (t * r[i].usd) : 0) / (double)n;
+    }
+    fputs("{\"experiment\": ", f);
+    bv_json_string(f, x->name);
+    fputs(", \"model\": ", f);
+    bv_json_string(f, x->model.plugin->name);
+    fputs(", \"dataset\": ", f);
+    bv_json_string(f, x->dataset_label ? x->dataset_label : "?");
+    fprintf(f, ", \"simulated\": true, \"seed\": %llu", seed);
+    bv_json_field(f, "steps", steps);
+    bv_json_field(f, "wall_seconds", wall);
+    bv_json_field(f, "cost_usd", usd);
+    bv_json_field(f, "value", value);
+    fputs(", \"runs\": [", f);
+    for (size_t i = 0; i < n; i++) {
+        double t = r[i].hours * 3600;
+        fprintf(f, "%s{\"seed\": %llu", i ? ", " : "", seed + i);
+        bv_json_field(f, "steps", r[i].steps);
+        bv_json_field(f, "wall_seconds", t);
+        bv_json_field(f, "samples_per_second", r[i].throughput);
+        bv_json_field(f, "cost_usd", r[i].usd);
+        bv_json_field(f, "value", t > 0 && r[i].usd > 0 ? 1 / (t * r[i].usd) : 0);
+        bv_json_field(f, "bamboo_value", r[i].value);
+        fputc('}', f);
+    }
+    fputs("]}\n", f);
+    bool ok = !ferror(f);
+    ok &= fclose(f) == 0;
+    if (!ok || rename(tmp, path) != 0) {
+        unlink(tmp);
+        return -1;
+    }
+    return 0;
+}
+
+/* DIR/distribution/metrics.jsonl: each figure's values over the runs, sorted (the figure
+ * of rank k is the k-th smallest), which plot draws as the batch's distributions. */
+static int write_distribution(const char *dir, const bv_sim_result *r, size_t n)
+{
+    char path[4300];
+    snprintf(path, sizeof path, "%s/distribution", dir);
+    if (mkdir(path, 0777) != 0 && errno != EEXIST)
+        return -1;
+    snprintf(path, sizeof path, "%s/distribution/metrics.jsonl", dir);
+    FILE *f = fopen(path, "w");
+    double *v = malloc(n * sizeof *v);
+    bool ok = f && v;
+    for (size_t c = 0; ok && c < NCOLUMNS; c++) {
+        for (size_t i = 0; i < n; i++)
+            v[i] = field(&r[i], &columns[c]);
+        qsort(v, n, sizeof *v, compare_double);
+        for (size_t i = 0; i < n; i++) {
+            fprintf(f, "{\"rank\": %zu, \"series\": \"%s\", \"unit\": \"%s\"", i + 1,
+                    columns[c].key, columns[c].unit);
+            bv_json_field(f, "value", v[i]);
+            fprintf(f, ", \"seconds\": %zu}\n", i + 1);
+        }
+    }
+    free(v);
+    ok &= f && !ferror(f);
+    if (f)
+        ok &= fclose(f) == 0;
+    return ok ? 0 : -1;
+}
+
+/* The first run's curves (DIR/curves.png) and the runs' distributions
+ * (DIR/distribution/curves.png). */
 static void plot(const char *dir, const sim_args *a)
 {
     const char *why = "";
     const bv_plot_module *pm = a->no_plot ? NULL : bv_cli_plot_module(&why);
     bv_plot_options o = {.x = BV_PLOT_X_TIME};
     bv_error err = {0};
+    char dist[4300];
+    snprintf(dist, sizeof dist, "%s/distribution", dir);
+    bv_plot_options od = {.x = BV_PLOT_X_UNIT};
     if (!a->no_plot && !pm)
         bv_log(BV_LOG_WARN, "no curves drawn (the plot module cannot be loaded: %s)", why);
-    else if (pm && pm->plot_dir(dir, &o, &err) != BV_OK)
+    else if (pm && (pm->plot_dir(dir, &o, &err) != BV_OK || pm->plot_dir(dist, &od, &err) != BV_OK))
         bv_log(BV_LOG_WARN, "no curves drawn for %s: %s", dir, err.msg);
 }
 
@@ -297,6 +393,10 @@ static int simulate_all(bv_experiment *x, const bv_sim_model *m, const sim_args 
             snprintf(path, sizeof path, "%s/summary.json", a->out);
             if (write_json(path, x, m, r, n, seed) != 0)
                 code = bv_cli_fail(BV_EXIT_FAILED, "cannot write %s", path);
+            else if (write_result(a->out, x, r, n, seed) != 0)
+                code = bv_cli_fail(BV_EXIT_FAILED, "cannot write %s/result.json", a->out);
+            else if (write_distribution(a->out, r, n) != 0)
+                code = bv_cli_fail(BV_EXIT_FAILED, "cannot write %s/distribution", a->out);
             else
                 plot(a->out, a);
         }
