@@ -5,7 +5,9 @@
 # cloud with the same trace, segment and speedup, from what was measured apart from the
 # traced runs: an uninterrupted run per strategy (its time per step, evaluations
 # included), a run of one step (the time a restart or a start takes: its wall time less a
-# step), and the failover pause and slowdown on a shadow of the traced redundancy run.
+# step), and a calibration run with redundancy whose stage 1 of pipeline 1 is killed
+# mid-run (BIVOUAC_STAGE_FAULT), with no trace: its failover pause, and its steps on the
+# shadow against those before (the slowdown on a shadow).
 # Prints, per strategy, the real and simulated wall time, useful fraction (the steps x
 # the uninterrupted checkpoint-only run's median step, over the wall time, as
 # bench/preemption.sh reports it), failovers and restarts.
@@ -51,6 +53,10 @@ echo "== for real (bench/preemption.sh)"
 # the uninterrupted redundancy run (preemption.sh's whole/ is the checkpoint-only one)
 "$bivouac" run "$exp" --out "$tmp/whole-redundancy" --quiet --no-plot "${cfg[@]}" \
     -s "resilience=${res[redundancy]}" -s 'cloud={plugin: local}' 2>/dev/null
+# the calibration: one failover, then steps on the shadow to the end
+BIVOUAC_STAGE_FAULT="$((stages + 1)):$((steps / 4)):backward" "$bivouac" run "$exp" \
+    --out "$tmp/calibration" --quiet --no-plot "${cfg[@]}" -s "resilience=${res[redundancy]}" \
+    -s 'cloud={plugin: local}' 2>/dev/null
 # a start (or restart): a run of one step, less the step
 t0=$(date +%s.%N)
 "$bivouac" run "$exp" --out "$tmp/one" --quiet --no-plot "${cfg[@]}" -s train.steps=1 \
@@ -77,14 +83,15 @@ EOF
 }
 restart=$(measure restart)
 echo "measured: a step $(measure step-checkpoint) s (with redundancy $(measure step-redundancy) s)," \
-     "a start or restart ${restart} s"
+     "a start or restart ${restart} s; the calibration's failover and slowdown on a shadow:" \
+     "$(python3 -c "import json; r = json.load(open('$tmp/calibration/result.json')); print(r['failover_seconds'] / r['failovers'], 's')")"
 
 echo "== simulated"
 for strategy in checkpoint redundancy; do
     "$bivouac" simulate "$exp" --runs 1 --out "$tmp/sim-$strategy" --no-plot --quiet "${cfg[@]}" \
         -s "resilience=${res[$strategy]}" -s cost.spot=true \
         -s "cloud={plugin: sim, trace: $trace, trace_start: $start, speedup: $speedup, boot_seconds: 0}" \
-        -s "simulate={profile: $tmp/real/traced-$strategy, step_seconds: $(measure step-$strategy), restart_seconds: $restart, reconfigure_seconds: $restart}" \
+        -s "simulate={profile: $tmp/calibration, step_seconds: $(measure step-$strategy), restart_seconds: $restart, reconfigure_seconds: $restart}" \
         >/dev/null
 done
 python3 - "$tmp" "$steps" "$(measure median-checkpoint)" <<'EOF'
