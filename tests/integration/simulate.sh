@@ -246,6 +246,11 @@ check "a malformed creation: why, where" "$(cat "$tmp/err")" \
 check "a misspelt simulate key" "$(err simulate "$tmp/exp.yaml" -s simulate.step_second=3)" 2
 check "a misspelt simulate key: the suggestion" "$(grep -c "did you mean 'step_seconds'" "$tmp/err")" 1
 check "--runs 0" "$(err simulate "$tmp/exp.yaml" --runs 0)" 2
+check "--out DIR of a real run: refused" "$(err simulate "$tmp/exp.yaml" --out "$tmp/real")" 2
+check "--out DIR of a real run: why, and the run untouched" \
+    "$(cat "$tmp/err") $(grep -c '"simulated"' "$tmp/real/result.json")" \
+    "bivouac: error: $tmp/real holds a run of bivouac run: simulate writes its results elsewhere (another --out) 0"
+check "--out DIR of a simulation: written again" "$(err simulate "$tmp/exp.yaml" --runs 1 --out "$tmp/a" --no-plot)" 0
 check "a profile that is not a run" "$(err simulate "$tmp/exp.yaml" -s "simulate.profile=$tmp")" 2
 check "a profile that is not a run: why" "$(grep -c "simulate.profile: cannot read $tmp/result.json" "$tmp/err")" 1
 finish

@@ -16,7 +16,9 @@
 #include "cli.h"
 #include "clock.h"
 #include "experiment.h"
+#include "input_file.h"
 #include "json_out.h"
+#include "json_read.h"
 #include "plot.h"
 #include "registry.h"
 #include "sim.h"
@@ -342,6 +344,32 @@ static void plot(const char *dir, const sim_args *a)
         bv_log(BV_LOG_WARN, "no curves drawn for %s: %s", dir, err.msg);
 }
 
+/* Whether DIR holds a real run (its run.yaml, or a result.json that is not a
+ * simulation's): simulate does not write over one. */
+static bool holds_real_run(const char *dir)
+{
+    char path[4300], *text = NULL;
+    size_t len = 0;
+    bv_error err = {0};
+    snprintf(path, sizeof path, "%s/run.yaml", dir);
+    if (access(path, F_OK) == 0)
+        return true;
+    snprintf(path, sizeof path, "%s/result.json", dir);
+    if (access(path, F_OK) != 0)
+        return false;
+    if (bv_input_read(path, (uint64_t)1 << 30, "a result", "BIVOUAC_MAX_PROFILE_BYTES", &text,
+                      &len, &err) != BV_OK)
+        return true;
+    bv_json v;
+    bool parsed = bv_json_parse(text, len, &v);
+    const bv_json *flag = parsed ? bv_json_get(&v, "simulated") : NULL;
+    bool sim = flag && flag->type == BV_JSON_BOOL && flag->number == 1;
+    if (parsed)
+        bv_json_free(&v);
+    free(text);
+    return !sim;
+}
+
 static int simulate_all(bv_experiment *x, const bv_sim_model *m, const sim_args *a)
 {
     size_t n = a->runs ? (size_t)a->runs : (size_t)bv_opts_int(&x->simulate, "runs");
@@ -352,6 +380,11 @@ static int simulate_all(bv_experiment *x, const bv_sim_model *m, const sim_args 
         return bv_cli_fail(BV_EXIT_FAILED, "out of memory");
     char path[4200];
     FILE *metrics = NULL;
+    if (a->out && holds_real_run(a->out)) {
+        free(r);
+        return bv_cli_fail(BV_EXIT_USAGE, "%s holds a run of bivouac run: simulate writes "
+                           "its results elsewhere (another --out)", a->out);
+    }
     if (a->out) {
         if (mkdir(a->out, 0777) != 0 && errno != EEXIST) {
             free(r);
