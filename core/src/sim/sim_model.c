@@ -10,13 +10,13 @@
 #include "json_read.h"
 #include "sim.h"
 
-/* The median of v[0..n) (v is sorted); nan when empty. */
 static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
 }
 
+/* The median of v[0..n), which it sorts; nan when empty. */
 static double median(double *v, size_t n)
 {
     if (!n)
