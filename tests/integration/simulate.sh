@@ -228,6 +228,20 @@ print(abs(s["step_seconds"] - statistics.median(t)) < 1e-9, s["profile"] == sys.
 EOF
 )" "True True"
 
+# bivouac profile: a short real run (stages as local processes) whose directory simulate reads
+"$BIVOUAC" profile "$tmp/exp.yaml" --steps 12 --out "$tmp/prof" >"$tmp/prof.out" 2>"$tmp/prof.err"
+check "profile: what it measured, and how to use it" \
+    "$(sed -n '2,3p' "$tmp/prof.out" | sed 's/a step [0-9.]* s/a step S s/')" \
+    "profile $tmp/prof: a step S s at 2 stages x 1 pipeline, 4 samples a pipeline and step
+simulate it: bivouac simulate EXP.yaml -s simulate.profile=$tmp/prof"
+check "profile: 12 steps of 2 stage processes" \
+    "$(python3 -c "import json; r = json.load(open('$tmp/prof/result.json')); print(r['steps'], r['pipeline_stages'])")" "12 2"
+"$BIVOUAC" simulate "$tmp/exp.yaml" --runs 1 --out "$tmp/pp" --no-plot \
+    -s "simulate={profile: $tmp/prof}" >/dev/null 2>&1
+check "profile: simulate's step is the one it printed" \
+    "$(python3 -c "import json; print('%.4f' % json.load(open('$tmp/pp/summary.json'))['step_seconds'])")" \
+    "$(sed -n 2p "$tmp/prof.out" | grep -o 'a step [0-9.]*' | cut -d' ' -f3)"
+
 # 6. Errors: where, and exit 2.
 check "run refuses the simulated cloud" "$(err run "$tmp/exp.yaml" --out "$tmp/r")" 2
 check "run refuses the simulated cloud: why" "$(cat "$tmp/err")" \

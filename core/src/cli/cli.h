@@ -20,6 +20,7 @@ int bv_cli_schedule(int argc, char **argv); /* cli_schedule.c: a pipeline's inst
 int bv_cli_plot(int argc, char **argv);    /* cli_plot.c: a run's curves */
 int bv_cli_compare(int argc, char **argv); /* cli_plot.c: runs side by side */
 int bv_cli_simulate(int argc, char **argv); /* cli_simulate.c: training on a simulated cloud */
+int bv_cli_profile(int argc, char **argv);  /* cli_profile.c: a short real run to simulate */
 
 /* plot_loader.c: the plot module, opened once; NULL (and *reason why) without it. */
 struct bv_plot_module;

@@ -52,6 +52,13 @@ static const char usage[] =
     "      -s, --set KEY.PATH=VALUE   override a config value (repeatable)\n"
     "      --quiet                    no progress line\n"
     "      --no-plot                  draw no curves\n"
+    "  profile EXP.yaml [options]   a short real run of the experiment, its stages as\n"
+    "                           processes of the local cloud, whose directory is the\n"
+    "                           workload profile simulate reads (simulate.profile)\n"
+    "      --steps N                  steps to run, in [1, 1000000] (default 50)\n"
+    "      --out DIR                  the run's directory (default runs/profile-<time>)\n"
+    "      -s, --set KEY.PATH=VALUE   override a config value (repeatable); one of\n"
+    "                                 cloud keeps the experiment's cloud as it says\n"
     "  plugins [--json]          list the plugins found, their options, and failures\n"
     "  sample --checkpoint DIR [options]   generate text from a sequence model's checkpoint\n"
     "      --prompt TEXT              text to continue (default: a newline)\n"
@@ -156,7 +163,7 @@ int main(int argc, char **argv)
     bool known = !strcmp(cmd, "run") || !strcmp(cmd, "check") || !strcmp(cmd, "plugins") ||
                  !strcmp(cmd, "sample") || !strcmp(cmd, "partition") || !strcmp(cmd, "plot") ||
                  !strcmp(cmd, "compare") || !strcmp(cmd, "schedule") ||
-                 !strcmp(cmd, "simulate");
+                 !strcmp(cmd, "simulate") || !strcmp(cmd, "profile");
     for (int i = 2; known && i < argc; i++)
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             fputs(usage, stdout);
@@ -182,6 +189,8 @@ int main(int argc, char **argv)
         return bv_cli_compare(argc - 1, argv + 1);
     if (!strcmp(cmd, "simulate"))
         return bv_cli_simulate(argc - 1, argv + 1);
+    if (!strcmp(cmd, "profile"))
+        return bv_cli_profile(argc - 1, argv + 1);
     fprintf(stderr, "bivouac: error: unknown command '%s'\n\n%s", cmd, usage);
     return BV_EXIT_USAGE;
 }

@@ -41,6 +41,17 @@ typedef struct bv_sim_model {
     char profile[4096];          /* the run directory the figures came from ("": none) */
 } bv_sim_model;
 
+/* What a run directory says about the workload (`simulate.profile`, `bivouac profile`):
+ * its step without a stage on a shadow (the median of the steps' durations in
+ * metrics.jsonl; an evaluation's step is left out by the median), the same with one
+ * (nan: none), the pause of its failovers (result.json's failover_seconds over failovers;
+ * nan: none), its layout and one pipeline's samples per step. */
+typedef struct bv_sim_profile {
+    double step, degraded, failover, samples_per_step;
+    int stages, pipelines;
+} bv_sim_profile;
+bv_status bv_sim_profile_read(const char *dir, bv_sim_profile *out, bv_error *err);
+
 /* The model of x: its `simulate:` section over the profile it names (the section's own
  * values win), pipeline.stages and .pipelines, train.batch and .steps, the resilience
  * strategies. Problems go to diag with the YAML's positions; BV_ERR_INVALID then. */

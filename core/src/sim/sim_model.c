@@ -25,16 +25,7 @@ static double median(double *v, size_t n)
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-/* What a run directory says about the workload: its step time without a stage on a
- * shadow (the median of the steps' durations in metrics.jsonl, an evaluation's step left
- * out by the median), the same with one (over the first), the pause of its failovers
- * (result.json's failover_seconds over failovers), its layout and its samples per step. */
-typedef struct profile {
-    double step, degraded, failover, samples_per_step;
-    int stages, pipelines;
-} profile;
-
-static bool read_profile(const char *dir, profile *p, bv_error *err)
+static bool read_profile(const char *dir, bv_sim_profile *p, bv_error *err)
 {
     char path[4200];
     char *text = NULL;
@@ -156,7 +147,7 @@ bv_status bv_sim_model_load(const bv_experiment *x, bv_sim_model *m, bv_diag *di
     double per_step = bv_opts_float(s, "samples_per_step");
     const char *dir = bv_opts_str(s, "profile");
     if (dir && dir[0]) {
-        profile p;
+        bv_sim_profile p;
         bv_error err = {0};
         snprintf(m->profile, sizeof m->profile, "%s", dir);
         if (!read_profile(dir, &p, &err)) {
@@ -211,6 +202,11 @@ bv_status bv_sim_model_load(const bv_experiment *x, bv_sim_model *m, bv_diag *di
     if (zones)
         m->zones = (int)bv_opts_int(&x->cloud.opts, "zones");
     return diag->count == before ? BV_OK : BV_ERR_INVALID;
+}
+
+bv_status bv_sim_profile_read(const char *dir, bv_sim_profile *out, bv_error *err)
+{
+    return read_profile(dir, out, err) ? BV_OK : (err->status ? err->status : BV_ERR_INVALID);
 }
 
 double bv_sim_step_seconds(const bv_sim_model *m, int p, int d, bool degraded, bool lazy)
