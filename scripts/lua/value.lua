@@ -19,7 +19,9 @@
 -- Events (bivouac simulate; a real run raises preempted, joined and degraded without the
 -- layout figures, and this policy then decides as reconfigure.lua does):
 --   on_layout(m)     the nodes up are laid out afresh:
---                    {set = {stages = P, pipelines = D, lazy = 0|1}}
+--                    {set = {stages = P, pipelines = D, lazy = 0|1}}; in a graph run
+--                    (m.graph = 1), at every start: {set = {lambdas = L}}, the function
+--                    count whose epochs have the most value 1 / (T C) by the model
 --   on_preempted(m), on_joined(m), on_degraded(m): as reconfigure.lua's
 --
 -- params (policy.params in the run's YAML):
@@ -83,7 +85,40 @@ local function better(m)
   return t > (1 + gain) * throughput(m, m.stages, m.pipelines, m.lazy)
 end
 
+-- A graph run (Dorylus): an epoch with L functions per graph server, and what it costs:
+-- the servers for its time and the invocations for theirs, rounded up to the billing
+-- unit (docs/simulation.md, "Graph runs").
+local function epoch(m, l)
+  local task = m.task_seconds
+  if m.lambda_capacity > 0 and l > m.lambda_capacity then
+    task = task * l / m.lambda_capacity
+  end
+  local t = m.graph_seconds + m.tensor_stages * math.ceil(m.intervals / l) * task
+  local unit = m.lambda_billing_ms / 1000
+  local billed = unit > 0 and math.ceil(task / unit - 1e-9) * unit or task
+  local calls = m.graph_servers * m.tensor_stages * m.intervals
+  local usd = m.servers * m.server_usd_per_hour * t / 3600 +
+              calls * (m.lambda_usd_per_request + billed * m.lambda_memory_gb *
+                       m.lambda_usd_per_gb_second)
+  return t, usd
+end
+
+-- The function count of the most value, 1 / (T C) (Dorylus section 7): from 1 to
+-- params.max_lambdas (default: the intervals, a stage's tasks).
+local function best_lambdas(m)
+  local bl, bv = 1, 0
+  for l = 1, params.max_lambdas or m.intervals do
+    local t, usd = epoch(m, l)
+    local v = 1 / (t * usd)
+    if v > bv * (1 + 1e-9) then bl, bv = l, v end
+  end
+  return bl
+end
+
 function on_layout(m)
+  if m.graph == 1 then
+    return {set = {lambdas = best_lambdas(m)}}
+  end
   local p, d, lazy = best(m, m.nodes)
   return {set = {stages = p, pipelines = d, lazy = lazy}}
 end

@@ -242,6 +242,62 @@ check "profile: simulate's step is the one it printed" \
     "$(python3 -c "import json; print('%.4f' % json.load(open('$tmp/pp/summary.json'))['step_seconds'])")" \
     "$(sed -n 2p "$tmp/prof.out" | grep -o 'a step [0-9.]*' | cut -d' ' -f3)"
 
+# Graph runs (Dorylus): 1 graph server, 1 parameter server and the coordinator; an epoch
+# is 1 s of graph work and 2 stages of 4 tasks of 0.25 s at full speed on 4 functions,
+# of which a server serves 2 at full speed: each task 0.5 s, one wave per stage, 2 s an
+# epoch; 10 epochs after a 5 s start: 25 s. Billed: 8 invocations an epoch of 0.5 s at
+# 192 MB (the 2021 table: $0.20 per million, $0.0000166667 per GB-s), and three
+# c5n.2xlarge for 25 s.
+cat >"$tmp/graph.yaml" <<YAML
+name: sim-graph
+model: {plugin: gcn}
+dataset: {synthetic: communities, nodes: 300, features: 24, classes: 3, val: 60, test: 120}
+train: {epochs: 10}
+engine: {intervals: 4}
+compute: {plugin: lambda, lambdas: 4}
+cloud: {plugin: sim, boot_seconds: 0}
+simulate: {graph_seconds: 1, task_seconds: 0.25, tensor_stages: 2, lambda_capacity: 2,
+           reconfigure_seconds: 5}
+YAML
+gfig() {
+    python3 - "$1" <<'EOF'
+import json, sys
+r = json.load(open(sys.argv[1] + "/summary.json"))["per_run"][0]
+print(" ".join("%s=%.9g" % (k, r[k]) for k in ("hours", "fatal_failures", "nodes", "throughput",
+      "useful_fraction", "usd")))
+EOF
+}
+gwant() { # END_S NODE_SECONDS USEFUL_S FATAL EPOCHS_BILLED BILLED_S
+    python3 - "$@" <<'EOF'
+import sys
+end, node_s, useful, fatal, epochs, billed = map(float, sys.argv[1:])
+calls = 8 * epochs
+usd = node_s / 3600 * 0.432 + calls * 0.2e-6 + calls * billed * 192 / 1024 * 0.0000166667
+print(" ".join("%s=%.9g" % kv for kv in (("hours", end / 3600), ("fatal_failures", fatal),
+      ("nodes", node_s / end), ("throughput", 10 / end), ("useful_fraction", useful / end),
+      ("usd", usd))))
+EOF
+}
+"$BIVOUAC" simulate "$tmp/graph.yaml" --runs 1 --out "$tmp/g" --no-plot >/dev/null 2>&1
+check "a graph run: every figure" "$(gfig "$tmp/g")" "$(gwant 25 75 20 0 10 0.5)"
+# value.lua picks 2 functions: the same 2 s an epoch (two waves of 0.25 s), billed 0.3 s
+"$BIVOUAC" simulate "$tmp/graph.yaml" --runs 1 --out "$tmp/gv" --no-plot \
+    -s "policy.file=$src/scripts/lua/value.lua" >/dev/null 2>&1
+check "a graph run, value.lua: 2 functions, every figure" \
+    "$(grep -c '"series": "lambdas", "unit": "functions", "value": 2,' "$tmp/gv/metrics.jsonl") $(gfig "$tmp/gv")" \
+    "10 $(gwant 25 75 20 0 10 0.3)"
+# a server lost at 12 s (in epoch 4) on spot nodes: a restart from epoch 0 (no checkpoint
+# before epoch 10), 30 s, then the 10 epochs from 42 s once the replacement (20 s) is up
+printf '0,add,n1\n0,add,n2\n0,add,n3\n12000,remove,n2\n20000,add,n4\n' >"$tmp/gtrace.csv"
+"$BIVOUAC" simulate "$tmp/graph.yaml" --runs 1 --out "$tmp/gs" --no-plot -s cost.spot=true \
+    -s "cloud={plugin: sim, trace: $tmp/gtrace.csv, boot_seconds: 0}" >/dev/null 2>&1
+check "a graph run loses a server: a restart, every figure" "$(gfig "$tmp/gs")" \
+    "$(gwant 62 178 20 1 13 0.5)"
+sed 's/plugin: lambda, lambdas: 4/plugin: cpu/' "$tmp/graph.yaml" >"$tmp/graph_cpu.yaml"
+check "a graph run on tensor workers: refused" "$(err simulate "$tmp/graph_cpu.yaml")" 2
+check "a graph run on tensor workers: why, where" "$(cat "$tmp/err")" \
+    "$tmp/graph_cpu.yaml:6:10: error: simulate runs a graph model's tensor tasks on serverless functions (compute: {plugin: lambda}); compute 'cpu' runs them on tensor workers, which are not simulated"
+
 # 6. Errors: where, and exit 2.
 check "run refuses the simulated cloud" "$(err run "$tmp/exp.yaml" --out "$tmp/r")" 2
 check "run refuses the simulated cloud: why" "$(cat "$tmp/err")" \

@@ -19,7 +19,9 @@
 #include "input_file.h"
 #include "json_out.h"
 #include "json_read.h"
+#include "ledger.h"
 #include "plot.h"
+#include "plugin_defaults.h"
 #include "registry.h"
 #include "sim.h"
 
@@ -139,10 +141,14 @@ static bool simulable(const bv_experiment *x, bv_diag *d)
                     x->cloud.plugin ? "' runs in real time" : "");
         return false;
     }
-    if (strcmp(x->engine_ops->name, "sequence") != 0) {
-        bv_diag_add(d, NULL, "simulate runs pipelines of a sequence model; model %s runs on "
-                    "the %s engine, which is not simulated yet",
-                    x->model.plugin->name, x->engine_ops->name);
+    bv_compute_ops compute = {0};
+    bv_ops_copy(&compute, sizeof compute, x->compute.plugin);
+    if (strcmp(x->engine_ops->name, "graph") == 0 &&
+        compute.task_placement != BV_TASKS_ON_FUNCTIONS) {
+        const bv_node *c = bv_node_get(x->root, "compute");
+        bv_diag_add(d, c ? &c->pos : NULL, "simulate runs a graph model's tensor tasks on "
+                    "serverless functions (compute: {plugin: lambda}); compute '%s' runs "
+                    "them on tensor workers, which are not simulated", x->compute.plugin->name);
         return false;
     }
     /* a cloud that cannot be made (a malformed option, an unreadable trace) is the
@@ -454,6 +460,13 @@ int bv_cli_simulate(int argc, char **argv)
     bv_status st = bv_experiment_load(a.experiment, a.overrides, a.noverrides, reg, &x, &d);
     if (st == BV_OK && (!simulable(x, &d) || bv_sim_model_load(x, &m, &d) != BV_OK))
         st = BV_ERR_INVALID;
+    if (st == BV_OK && x->prices.ninstances == 0) { /* no cost: section: the defaults, as a
+                                                       run reads them when it starts */
+        bv_error err = {0};
+        if (bv_prices_load(bv_opts_str(&x->cost, "prices"), NULL, &x->prices, &err) != BV_OK)
+            bv_diag_add(&d, NULL, "%s", err.msg);
+        st = d.count ? BV_ERR_INVALID : BV_OK;
+    }
     if (st != BV_OK) {
         bv_cli_print_diag(&d);
         code = st == BV_ERR_NOMEM ? BV_EXIT_FAILED : BV_EXIT_USAGE;

@@ -147,6 +147,16 @@ static const bv_option simulate_schema[] = {
                        "besides the work lost since (Bamboo's simulator: 30 s)"),
     BV_OPT_INT_RANGE("checkpoint_steps", "0", 0, 1e9, "steps between checkpoints; 0: the "
                      "checkpoint strategy's `every`, else 10"),
+    /* graph runs (Dorylus): an epoch by graph servers and serverless functions */
+    BV_OPT_FLOAT_RANGE("graph_seconds", "0", 0, 1e7, "graph runs: a graph server's own "
+                       "work in an epoch"),
+    BV_OPT_FLOAT_RANGE("task_seconds", "0", 0, 1e7, "graph runs: a tensor task's time on a "
+                       "function that has its graph server's full attention"),
+    BV_OPT_INT_RANGE("tensor_stages", "0", 0, 1e6, "graph runs: the tensor stages of an "
+                     "epoch (forward, backward, evaluation), each a task per interval"),
+    BV_OPT_FLOAT_RANGE("lambda_capacity", "0", 0, 1e6, "graph runs: the functions a graph "
+                       "server serves at full speed at once (0: any number); beyond, every "
+                       "task takes longer in proportion"),
     BV_OPT_END,
 };
 

@@ -38,6 +38,12 @@ typedef struct bv_sim_model {
     int64_t checkpoint_steps;    /* steps between checkpoints */
     bool redundancy;             /* stages keep replicas: a covered loss fails over */
     int zones;                   /* the cloud's, for placing consecutive stages apart */
+    /* graph runs (Dorylus; bv_sim_run's graph part): G graph servers, P parameter servers and the
+     * coordinator, an epoch of graph work and tensor tasks on L functions per server */
+    bool graph;
+    int graph_servers, param_servers, intervals, lambdas, epochs;
+    double graph_seconds, task_seconds, lambda_capacity;
+    int tensor_stages;
     char profile[4096];          /* the run directory the figures came from ("": none) */
 } bv_sim_model;
 
@@ -56,6 +62,10 @@ bv_status bv_sim_profile_read(const char *dir, bv_sim_profile *out, bv_error *er
  * values win), pipeline.stages and .pipelines, train.batch and .steps, the resilience
  * strategies. Problems go to diag with the YAML's positions; BV_ERR_INVALID then. */
 bv_status bv_sim_model_load(const bv_experiment *x, bv_sim_model *m, bv_diag *diag);
+
+/* A graph run's epoch with L functions per graph server, and the time each of its tasks
+ * is billed for (before the platform's rounding). */
+double bv_sim_epoch_seconds(const bv_sim_model *m, int lambdas, double *task_seconds);
 
 /* The time of one step of d pipelines of p stages, `degraded` when a stage runs on its
  * shadow, `lazy` under lazy FRC (the lflb figures). */
@@ -78,7 +88,7 @@ typedef struct bv_sim_result {
     double useful_fraction;   /* time in steps whose work was kept, over the run's time */
 } bv_sim_result;
 
-/* Simulates one run of x with model m on a fresh cloud of x's `cloud:` seeded by seed,
+/* Simulates one run of x with model m (a pipeline run, or a graph run where m->graph) on a fresh cloud of x's `cloud:` seeded by seed,
  * with policy (NULL: the default decisions). metrics (NULL: none) receives a line per
  * step and one per policy decision, in metrics.jsonl's format. */
 bv_status bv_sim_run(const bv_experiment *x, const bv_sim_model *m, uint64_t seed,

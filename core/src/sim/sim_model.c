@@ -123,8 +123,54 @@ static double allreduce_seconds(const bv_sim_model *m, int d)
     return d > 1 ? 2.0 * (d - 1) / d * m->allreduce_mb * 8e-3 / m->bandwidth_gbps : 0;
 }
 
+/* A graph run's model: the `simulate:` section's graph figures, the cluster's servers,
+ * engine.intervals, the compute plugin's `lambdas`, train.epochs. */
+static bv_status graph_model_load(const bv_experiment *x, bv_sim_model *m, bv_diag *diag)
+{
+    const bv_opts *s = &x->simulate;
+    const bv_node *section = bv_node_get(x->root, "simulate");
+    const bv_opt_value *lambdas = bv_opts_find(&x->compute.opts, "lambdas");
+    *m = (bv_sim_model){
+        .graph = true,
+        .graph_servers = (int)bv_opts_int(&x->cluster, "graph_servers"),
+        .param_servers = (int)bv_opts_int(&x->cluster, "param_servers"),
+        .intervals = (int)bv_opts_int(&x->engine, "intervals"),
+        .lambdas = lambdas ? (int)bv_opts_int(&x->compute.opts, "lambdas") : 0,
+        .epochs = (int)bv_opts_int(&x->train, "epochs"),
+        .hours = bv_opts_float(s, "hours"),
+        .graph_seconds = bv_opts_float(s, "graph_seconds"),
+        .task_seconds = bv_opts_float(s, "task_seconds"),
+        .tensor_stages = (int)bv_opts_int(s, "tensor_stages"),
+        .lambda_capacity = bv_opts_float(s, "lambda_capacity"),
+        .reconfigure_seconds = bv_opts_float(s, "reconfigure_seconds"),
+        .restart_seconds = bv_opts_float(s, "restart_seconds"),
+        .checkpoint_steps = bv_opts_int(s, "checkpoint_steps"),
+        .zones = 1,
+    };
+    size_t before = diag->count;
+    if (!(m->task_seconds > 0) || m->tensor_stages < 1)
+        bv_diag_add(diag, section ? &section->pos : NULL, "simulate: a graph run needs "
+                    "task_seconds and tensor_stages (and graph_seconds: docs/simulation.md)");
+    if (m->intervals < 1)
+        bv_diag_add(diag, bv_experiment_value_pos(&x->engine, "intervals",
+                                                  bv_node_get(x->root, "engine")),
+                    "simulate: a graph run needs engine.intervals (the tasks of a stage on "
+                    "a graph server)");
+    if (m->lambdas < 1)
+        m->lambdas = m->intervals;
+    for (size_t i = 0; i < x->nresilience; i++)
+        if (strcmp(x->resilience[i].plugin->name, "checkpoint") == 0 && !m->checkpoint_steps)
+            m->checkpoint_steps = bv_opts_int(&x->resilience[i].opts, "every");
+    if (!m->checkpoint_steps)
+        m->checkpoint_steps = 10;
+    m->samples = m->epochs;
+    return diag->count == before ? BV_OK : BV_ERR_INVALID;
+}
+
 bv_status bv_sim_model_load(const bv_experiment *x, bv_sim_model *m, bv_diag *diag)
 {
+    if (strcmp(x->engine_ops->name, "graph") == 0)
+        return graph_model_load(x, m, diag);
     const bv_opts *s = &x->simulate;
     const bv_pos *at = bv_experiment_value_pos(s, "profile", bv_node_get(x->root, "simulate"));
     *m = (bv_sim_model){
@@ -202,6 +248,19 @@ bv_status bv_sim_model_load(const bv_experiment *x, bv_sim_model *m, bv_diag *di
     if (zones)
         m->zones = (int)bv_opts_int(&x->cloud.opts, "zones");
     return diag->count == before ? BV_OK : BV_ERR_INVALID;
+}
+
+double bv_sim_epoch_seconds(const bv_sim_model *m, int lambdas, double *task_seconds)
+{
+    /* a stage's tasks go out in waves of L; beyond the capacity a graph server serves
+     * at full speed, each task takes longer in proportion */
+    double slow = m->lambda_capacity > 0 && lambdas > m->lambda_capacity
+                      ? lambdas / m->lambda_capacity : 1;
+    double task = m->task_seconds * slow;
+    if (task_seconds)
+        *task_seconds = task;
+    double waves = ceil((double)m->intervals / lambdas);
+    return m->graph_seconds + m->tensor_stages * waves * task;
 }
 
 bv_status bv_sim_profile_read(const char *dir, bv_sim_profile *out, bv_error *err)

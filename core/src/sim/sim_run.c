@@ -65,6 +65,8 @@ typedef struct sim {
     double degraded_since;
     int64_t steps_degraded;
     bool replace, grow, relayout;
+    int lambdas;      /* a graph run's functions per graph server */
+    double lambda_gb; /* a function's memory, GB (what it is billed for) */
     int paid;   /* nodes paid for now */
     int joined; /* nodes that ever joined */
 } sim;
@@ -370,10 +372,11 @@ static bv_status lost(sim *s, bv_error *err)
     return BV_OK;
 }
 
-/* The cloud's events at the current time. */
-static bv_status cloud_events(sim *s, bv_error *err)
+/* The cloud's events at the current time: joins stand by, losses are asked for again;
+ * *any_lost: a node that ran something (ACTIVE) is among the lost. */
+static bv_status poll_events(sim *s, bool *any_lost, bv_error *err)
 {
-    bool any_lost = false;
+    *any_lost = false;
     for (;;) {
         bv_cloud_event ev = {.size = sizeof ev, .zone = -1};
         int n = s->ops->poll(s->cloud, &ev, 1, err);
@@ -394,7 +397,7 @@ static bv_status cloud_events(sim *s, bv_error *err)
                 bv_ledger_stop_node(s->ledger, node->id, s->now);
                 pay(s, -1);
             }
-            any_lost |= node->state == ACTIVE;
+            *any_lost |= node->state == ACTIVE;
             node->state = LOST;
             bv_status st = request(s, err);
             if (st != BV_OK)
@@ -409,7 +412,16 @@ static bv_status cloud_events(sim *s, bv_error *err)
             pay(s, 1);
         }
     }
-    bv_status st = any_lost ? lost(s, err) : BV_OK;
+    return BV_OK;
+}
+
+/* The cloud's events at the current time, for a pipeline run. */
+static bv_status cloud_events(sim *s, bv_error *err)
+{
+    bool any_lost;
+    bv_status st = poll_events(s, &any_lost, err);
+    if (st == BV_OK && any_lost)
+        st = lost(s, err);
     if (st != BV_OK)
         return st;
     int standby = count_state(s, STANDBY), p = stages(s);
@@ -530,6 +542,129 @@ static bv_status pause_done(sim *s, bv_error *err)
     return BV_OK;
 }
 
+/* ---- graph runs (Dorylus): servers, and tensor tasks on functions ----
+ * The run asks for its G graph servers, P parameter servers and coordinator, and trains
+ * once all are up (after a start's pause): epochs of graph_seconds of graph work and
+ * tensor_stages stages of tasks, one per interval, in waves over the L functions of each
+ * graph server (bv_sim_epoch_seconds). Each epoch's invocations are billed at its end, for
+ * their time rounded up to the price table's billing unit, at the functions' memory. A
+ * lost server is a restart from the last checkpoint (the graph engine keeps no
+ * replicas), once all are up again. The policy's on_layout sets L ({set = {lambdas = L}})
+ * at every start. */
+
+#define GRAPH_METRICS 15
+static void graph_metrics(const sim *s, bv_metric *mt)
+{
+    const bv_sim_model *m = s->m;
+    const bv_instance_price *price = bv_prices_find(&s->x->prices,
+                                                    bv_opts_str(&s->x->cost, "instance"));
+    bool spot = bv_opts_bool(&s->x->cost, "spot") && price && price->spot > 0;
+    bv_metric all[GRAPH_METRICS] = {
+        {"graph", 1}, {"lambdas", s->lambdas}, {"intervals", m->intervals},
+        {"tensor_stages", m->tensor_stages}, {"graph_seconds", m->graph_seconds},
+        {"task_seconds", m->task_seconds}, {"lambda_capacity", m->lambda_capacity},
+        {"graph_servers", m->graph_servers}, {"servers", s->nodes_asked},
+        {"server_usd_per_hour", price ? (spot ? price->spot : price->on_demand) : 0},
+        {"lambda_usd_per_request", s->x->prices.lambda_per_request},
+        {"lambda_usd_per_gb_second", s->x->prices.lambda_per_gb_second},
+        {"lambda_billing_ms", s->x->prices.lambda_billing_ms},
+        {"lambda_memory_gb", s->lambda_gb}, {"epochs", m->epochs}};
+    memcpy(mt, all, sizeof all);
+}
+
+/* A start (or a restart's end): with every server up, the policy's L, then epochs. */
+static bv_status graph_start(sim *s, bv_error *err)
+{
+    if (nodes_up(s) < s->nodes_asked) {
+        s->phase = IDLE;
+        return BV_OK;
+    }
+    for (size_t i = 0; i < s->count; i++)
+        if (s->nodes[i].state == STANDBY)
+            s->nodes[i].state = ACTIVE;
+    if (s->policy && bv_policy_has_handler(s->policy, "layout")) {
+        bv_metric mt[GRAPH_METRICS];
+        graph_metrics(s, mt);
+        bv_policy_actions a;
+        bv_status st = bv_policy_call(s->policy, "layout", mt, GRAPH_METRICS, &a, err);
+        for (size_t i = 0; st == BV_OK && i < a.nsets; i++) {
+            double v = a.sets[i].value;
+            if (strcmp(a.sets[i].name, "lambdas") != 0 || v != floor(v) || v < 1 || v > 1e6)
+                st = bv_error_set(err, BV_ERR_INVALID, "%s: on_layout sets %s = %g; in a "
+                                  "graph run it sets lambdas (1 to 1000000) only",
+                                  bv_policy_path(s->policy), a.sets[i].name, v);
+            else
+                s->lambdas = (int)v;
+        }
+        if (st == BV_OK && (a.stop || a.set_lr || a.reconfigure[0]))
+            st = bv_error_set(err, BV_ERR_INVALID, "%s: on_layout returns set only",
+                              bv_policy_path(s->policy));
+        if (st != BV_OK && (st = policy_failed(s, st, err)) != BV_OK)
+            return st;
+        if (!s->policy)
+            s->lambdas = s->m->lambdas;
+    }
+    s->phase = STEPPING;
+    s->step_start = s->now;
+    s->phase_end = s->now + bv_sim_epoch_seconds(s->m, s->lambdas, NULL);
+    return BV_OK;
+}
+
+static bv_status graph_events(sim *s, bv_error *err)
+{
+    bool any_lost;
+    bv_status st = poll_events(s, &any_lost, err);
+    if (st != BV_OK)
+        return st;
+    if (any_lost && (s->phase == STEPPING || s->phase == PAUSED)) {
+        for (size_t i = 0; i < s->count; i++) /* the survivors wait for the restart */
+            if (s->nodes[i].state == ACTIVE)
+                s->nodes[i].state = STANDBY;
+        restart(s);
+    } else if (s->phase == IDLE && nodes_up(s) == s->nodes_asked) {
+        pause_for(s, s->m->reconfigure_seconds, false);
+    }
+    return BV_OK;
+}
+
+/* An epoch ended: its invocations are billed, a checkpoint every checkpoint_steps. */
+static bv_status epoch_done(sim *s, bv_error *err)
+{
+    (void)err;
+    double task, dt = s->now - s->step_start;
+    bv_sim_epoch_seconds(s->m, s->lambdas, &task);
+    double unit = s->x->prices.lambda_billing_ms / 1000;
+    double billed = unit > 0 ? ceil(task / unit - 1e-9) * unit : task;
+    double invocations = (double)s->m->graph_servers * s->m->tensor_stages * s->m->intervals;
+    bv_ledger_charge_functions(s->ledger, invocations, invocations * billed * s->lambda_gb);
+    s->steps++;
+    s->samples++;
+    s->useful += dt;
+    if (s->metrics) {
+        fprintf(s->metrics, "{\"epoch\": %.0f", s->steps);
+        bv_json_field(s->metrics, "seconds", s->now);
+        bv_json_field(s->metrics, "cost_usd", bv_ledger_usd(s->ledger, s->now));
+        bv_json_field(s->metrics, "instances", s->paid);
+        fprintf(s->metrics, "}\n{\"epoch\": %.0f, \"series\": \"lambdas\", \"unit\": "
+                "\"functions\", \"value\": %d", s->steps, s->lambdas);
+        bv_json_field(s->metrics, "seconds", s->now);
+        fputs("}\n", s->metrics);
+    }
+    if (fmod(s->steps, (double)s->m->checkpoint_steps) == 0) {
+        s->kept_steps = s->steps;
+        s->kept_samples = s->samples;
+        s->kept_useful = s->useful;
+    }
+    if (s->samples >= s->m->samples) {
+        s->phase = IDLE;
+        s->r->finished = true;
+        return BV_OK;
+    }
+    s->step_start = s->now;
+    s->phase_end = s->now + bv_sim_epoch_seconds(s->m, s->lambdas, NULL);
+    return BV_OK;
+}
+
 static bv_status simulate(sim *s, bv_error *err)
 {
     double end = s->m->hours * 3600;
@@ -547,11 +682,11 @@ static bv_status simulate(sim *s, bv_error *err)
         st = s->ops->advance(s->cloud, t, err);
         s->now = t;
         if (st == BV_OK && theirs <= mine)
-            st = cloud_events(s, err);
+            st = s->m->graph ? graph_events(s, err) : cloud_events(s, err);
         else if (st == BV_OK && s->phase == STEPPING)
-            st = step_done(s, err);
+            st = s->m->graph ? epoch_done(s, err) : step_done(s, err);
         else if (st == BV_OK && s->phase == PAUSED)
-            st = pause_done(s, err);
+            st = s->m->graph ? graph_start(s, err) : pause_done(s, err);
     }
     return st;
 }
@@ -561,7 +696,12 @@ bv_status bv_sim_run(const bv_experiment *x, const bv_sim_model *m, uint64_t see
 {
     memset(out, 0, sizeof *out);
     sim s = {.x = x, .m = m, .ops = &x->cloud_ops, .policy = policy, .metrics = metrics,
-             .r = out, .p = m->stages, .nodes_asked = m->pipelines * m->stages};
+             .r = out, .p = m->stages, .nodes_asked = m->pipelines * m->stages,
+             .lambdas = m->lambdas};
+    if (m->graph) {
+        s.p = 1;
+        s.nodes_asked = m->graph_servers + m->param_servers + 1;
+    }
     char dir[4096];
     bv_experiment_dir(x, dir, sizeof dir);
     bv_run_info info = {NULL, dir, seed};
@@ -576,6 +716,10 @@ bv_status bv_sim_run(const bv_experiment *x, const bv_sim_model *m, uint64_t see
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory");
     }
     s.cloud = x->cloud_ops.create(&x->cloud.opts, &info, err);
+    bv_function_limits fn = {.size = sizeof fn};
+    if (s.cloud && x->cloud_ops.function_limits &&
+        x->cloud_ops.function_limits(s.cloud, &fn, err) == BV_OK)
+        s.lambda_gb = (fn.memory_mb > 0 ? fn.memory_mb : x->prices.lambda_memory_mb) / 1024;
     bv_status st = s.cloud ? simulate(&s, err) : (err->status ? err->status : BV_ERR_PLUGIN);
     if (st == BV_OK) {
         pay(&s, 0);

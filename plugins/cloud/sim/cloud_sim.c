@@ -75,6 +75,7 @@ struct bv_cloud {
     double creation[24];    /* probability of a grant within the hour, by hour of the day */
     int start_hour, bulk, zones, next_zone;
     double boot;
+    double lambda_memory_mb;
     /* the replayed one: the trace, the capacity there to take (names, zones), the
      * requests waiting for capacity (oldest first) */
     trace_event *trace;
@@ -113,6 +114,9 @@ static const bv_option sim_options[] = {
                        "cloud's, to simulate a run that replayed a trace faster)"),
     BV_OPT_INT_RANGE("seed", "0", 0, 4294967295.0,
                      "the market's seed; each simulated run adds its own seed to it"),
+    BV_OPT_FLOAT_RANGE("lambda_memory_mb", "192", 1, 1e6,
+                       "a serverless function's memory, MB: what its GB-seconds are billed "
+                       "for (Dorylus's Lambdas: 192)"),
     BV_OPT_END,
 };
 
@@ -451,6 +455,7 @@ static bv_cloud *sim_create(const bv_opts *opts, const bv_run_info *info, bv_err
     c->bulk = (int)bv_opts_int(opts, "bulk");
     c->zones = (int)bv_opts_int(opts, "zones");
     c->boot = bv_opts_float(opts, "boot_seconds");
+    c->lambda_memory_mb = bv_opts_float(opts, "lambda_memory_mb");
     c->start_hour = (int)bv_opts_int(opts, "start_hour");
     if (c->start_hour < 0)
         c->start_hour = (int)(uniform(c) * 24);
@@ -604,12 +609,31 @@ static bv_status sim_advance(bv_cloud *c, double t, bv_error *err)
     return ok ? BV_OK : bv_error_set(err, BV_ERR_NOMEM, "out of memory");
 }
 
+/* Serverless functions, as the platform bills them: the memory; the rest is the
+ * simulation's workload model (docs/simulation.md, "Graph runs"). */
+static bv_status sim_function_limits(bv_cloud *c, bv_function_limits *out, bv_error *err)
+{
+    (void)err;
+    size_t size = out->size;
+    *out = (bv_function_limits){.size = size, .memory_mb = c->lambda_memory_mb};
+    return BV_OK;
+}
+
+static int sim_invoke(bv_cloud *c, int64_t id)
+{
+    (void)c;
+    (void)id;
+    return BV_INVOKE_OK;
+}
+
 static const bv_cloud_ops sim_ops = {
     .create = sim_create,
     .destroy = sim_destroy,
     .launch = sim_launch,
     .terminate = sim_terminate,
     .poll = sim_poll,
+    .function_limits = sim_function_limits,
+    .invoke = sim_invoke,
     .next_event = sim_next_event,
     .advance = sim_advance,
 };
