@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The simulated market (issue 16; docs/simulation.md). Three tables:
+# The simulated market (issue 16; docs/simulation.md). Four tables:
 #   1. Bamboo's Table 3a: configs/sim/bamboo-bert-large.yaml at the paper's five
 #      preemption probabilities, --runs simulations each, beside the paper's rows (and
 #      each figure's difference), and the on-demand baseline (the paper's value 1.1).
@@ -10,6 +10,8 @@
 #   3. scripts/lua/value.lua against Bamboo's policy (fixed P = 1.5 x P_demand, eager FRC)
 #      on Table 3a's market, --runs simulations per rate: value, throughput, cost; and
 #      value.lua with lazy FRC's pause ten times as long (how much the gain rests on it).
+#   4. A Dorylus graph run (configs/sim/dorylus-gcn-1m.yaml): value.lua's function count
+#      against Dorylus's fixed min(#intervals, 100), on demand and on spot servers.
 #   bench/simulate.sh [--build-dir build] [--runs 1000] [--restart 30] [--slow-restart 300]
 #                     [--zones 1]
 set -euo pipefail
@@ -141,5 +143,33 @@ b, v, w = ([float(x) for x in r.split()] for r in rows)
 cells = lambda r: f"{r[7]:.3f} | {r[5]:.1f} | {r[6]:.2f} | {r[3]:.2f}"
 print(f"| {p} | {cells(b)} | {cells(v)} | {100 * (v[7] / b[7] - 1):+.1f} % | "
       f"{100 * (w[7] / b[7] - 1):+.1f} % |")
+EOF
+done
+
+# 4. graph runs: value.lua's function count against Dorylus's fixed min(#intervals, 100)
+echo
+graph="$here/configs/sim/dorylus-gcn-1m.yaml"
+echo "Graph runs (configs/sim/dorylus-gcn-1m.yaml): Dorylus's fixed 16 functions against value.lua, mean over $runs runs"
+echo "| servers | Dorylus: s/epoch | \$ | value 1/(T C) | value.lua: functions | s/epoch | \$ | value | gain |"
+echo "|---|---|---|---|---|---|---|---|---|"
+for market in "on demand|" "spot, 0.1 an hour|-s cost.spot=true -s cloud.preemption=0.1" \
+              "spot, 0.5 an hour|-s cost.spot=true -s cloud.preemption=0.5"; do
+    label=${market%%|*}
+    read -r -a extra <<<"${market#*|}"
+    "$bivouac" simulate "$graph" --runs "$runs" --out "$tmp/gd" --no-plot --quiet \
+        "${extra[@]}" >/dev/null 2>&1
+    "$bivouac" simulate "$graph" --runs "$runs" --out "$tmp/gvl" --no-plot --quiet \
+        "${extra[@]}" -s "policy.file=$here/scripts/lua/value.lua" >/dev/null 2>&1
+    python3 - "$label" "$tmp/gd" "$tmp/gvl" <<'EOF'
+import json, statistics, sys
+label, d, v = sys.argv[1:]
+def fig(dir):
+    r = json.load(open(dir + "/result.json"))["runs"]
+    return (statistics.mean(p["wall_seconds"] / p["steps"] for p in r),
+            statistics.mean(p["cost_usd"] for p in r), statistics.mean(p["value"] for p in r))
+lam = [json.loads(l)["value"] for l in open(v + "/metrics.jsonl") if '"series": "lambdas"' in l]
+a, b = fig(d), fig(v)
+print(f"| {label} | {a[0]:.3f} | {a[1]:.4f} | {a[2]:.4f} | {lam[0] if lam else '-'} | "
+      f"{b[0]:.3f} | {b[1]:.4f} | {b[2]:.4f} | {100 * (b[2] / a[2] - 1):+.1f} % |")
 EOF
 done
