@@ -187,6 +187,18 @@ static void print_summary(FILE *f, const bv_experiment *x, const bv_sim_result *
     }
 }
 
+/* Closes f, written to tmp, and renames it to path: 0, or -1 (tmp removed). */
+static int commit(FILE *f, const char *tmp, const char *path)
+{
+    bool ok = !ferror(f);
+    ok &= fclose(f) == 0;
+    if (!ok || rename(tmp, path) != 0) {
+        unlink(tmp);
+        return -1;
+    }
+    return 0;
+}
+
 static int write_json(const char *path, const bv_experiment *x, const bv_sim_model *m,
                       const bv_sim_result *r, size_t n, unsigned long long seed)
 {
@@ -240,13 +252,7 @@ static int write_json(const char *path, const bv_experiment *x, const bv_sim_mod
         fputc('}', f);
     }
     fputs("]}\n", f);
-    bool ok = !ferror(f);
-    ok &= fclose(f) == 0;
-    if (!ok || rename(tmp, path) != 0) {
-        unlink(tmp);
-        return -1;
-    }
-    return 0;
+    return commit(f, tmp, path);
 }
 
 /* DIR/result.json in a real run's terms (a --repeat run's, the runs its seeds), so that
@@ -294,13 +300,7 @@ static int write_result(const char *dir, const bv_experiment *x, const bv_sim_re
         fputc('}', f);
     }
     fputs("]}\n", f);
-    bool ok = !ferror(f);
-    ok &= fclose(f) == 0;
-    if (!ok || rename(tmp, path) != 0) {
-        unlink(tmp);
-        return -1;
-    }
-    return 0;
+    return commit(f, tmp, path);
 }
 
 /* DIR/distribution/metrics.jsonl: each figure's values over the runs, sorted (the figure

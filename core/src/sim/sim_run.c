@@ -468,6 +468,22 @@ static void write_step(sim *s, double dt)
     fputs("}\n", s->metrics);
 }
 
+/* After a step (an epoch) is counted: a checkpoint every checkpoint_steps; whether the
+ * run has trained on all its samples (then it has ended). */
+static bool counted(sim *s)
+{
+    if (fmod(s->steps, (double)s->m->checkpoint_steps) == 0) {
+        s->kept_steps = s->steps;
+        s->kept_samples = s->samples;
+        s->kept_useful = s->useful;
+    }
+    if (s->samples < s->m->samples)
+        return false;
+    s->phase = IDLE;
+    s->r->finished = true;
+    return true;
+}
+
 /* A step ended: its samples count, a checkpoint every checkpoint_steps, then the
  * policy's reconfigurations take effect, or the next step starts. */
 static bv_status step_done(sim *s, bv_error *err)
@@ -477,16 +493,8 @@ static bv_status step_done(sim *s, bv_error *err)
     s->samples += s->d * s->m->samples_per_step;
     s->useful += dt;
     write_step(s, dt);
-    if (fmod(s->steps, (double)s->m->checkpoint_steps) == 0) {
-        s->kept_steps = s->steps;
-        s->kept_samples = s->samples;
-        s->kept_useful = s->useful;
-    }
-    if (s->samples >= s->m->samples) {
-        s->phase = IDLE;
-        s->r->finished = true;
+    if (counted(s))
         return BV_OK;
-    }
     int deg = degraded(s);
     if (deg == 0) {
         s->steps_degraded = 0;
@@ -650,16 +658,8 @@ static bv_status epoch_done(sim *s, bv_error *err)
         bv_json_field(s->metrics, "seconds", s->now);
         fputs("}\n", s->metrics);
     }
-    if (fmod(s->steps, (double)s->m->checkpoint_steps) == 0) {
-        s->kept_steps = s->steps;
-        s->kept_samples = s->samples;
-        s->kept_useful = s->useful;
-    }
-    if (s->samples >= s->m->samples) {
-        s->phase = IDLE;
-        s->r->finished = true;
+    if (counted(s))
         return BV_OK;
-    }
     s->step_start = s->now;
     s->phase_end = s->now + bv_sim_epoch_seconds(s->m, s->lambdas, NULL);
     return BV_OK;
