@@ -95,7 +95,12 @@ local function epoch(m, l)
   end
   local t = m.graph_seconds + m.tensor_stages * math.ceil(m.intervals / l) * task
   local unit = m.lambda_billing_ms / 1000
-  local billed = unit > 0 and math.ceil(task / unit - 1e-9) * unit or task
+  local billed = task
+  if unit > 0 and m.task_exponential == 1 then
+    billed = unit / (1 - math.exp(-unit / task)) -- the mean of exponential times rounded up
+  elseif unit > 0 then
+    billed = math.ceil(task / unit - 1e-9) * unit
+  end
   local calls = m.graph_servers * m.tensor_stages * m.intervals
   local usd = m.servers * m.server_usd_per_hour * t / 3600 +
               calls * (m.lambda_usd_per_request + billed * m.lambda_memory_gb *

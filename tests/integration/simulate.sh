@@ -286,6 +286,12 @@ check "a graph run: every figure" "$(gfig "$tmp/g")" "$(gwant 25 75 20 0 10 0.5)
 check "a graph run, value.lua: 2 functions, every figure" \
     "$(grep -c '"series": "lambdas", "unit": "functions", "value": 2,' "$tmp/gv/metrics.jsonl") $(gfig "$tmp/gv")" \
     "10 $(gwant 25 75 20 0 10 0.3)"
+# task_times: exponential: a task of mean 0.5 s is billed 0.1 / (1 - e^-0.2) = 0.5517 s on
+# average (exponential times rounded up to 100 ms), the epochs as before
+"$BIVOUAC" simulate "$tmp/graph.yaml" --runs 1 --out "$tmp/ge" --no-plot \
+    -s simulate.task_times=exponential >/dev/null 2>&1
+check "a graph run, exponential task times: the billing's mean" "$(gfig "$tmp/ge")" \
+    "$(gwant 25 75 20 0 10 "$(python3 -c 'import math; print(0.1 / (1 - math.exp(-0.2)))')")"
 # a server lost at 12 s (in epoch 4) on spot nodes: a restart from epoch 0 (no checkpoint
 # before epoch 10), 30 s, then the 10 epochs from 42 s once the replacement (20 s) is up
 printf '0,add,n1\n0,add,n2\n0,add,n3\n12000,remove,n2\n20000,add,n4\n' >"$tmp/gtrace.csv"

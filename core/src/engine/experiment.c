@@ -154,6 +154,9 @@ static const bv_option simulate_schema[] = {
                        "function that has its graph server's full attention"),
     BV_OPT_INT_RANGE("tensor_stages", "0", 0, 1e6, "graph runs: the tensor stages of an "
                      "epoch (forward, backward, evaluation), each a task per interval"),
+    BV_OPT_CHOICE("task_times", "fixed", "fixed|exponential", "graph runs: how a task's "
+                  "billed time spreads about its mean: not at all, or exponentially (what "
+                  "the billing unit's rounding then adds)"),
     BV_OPT_FLOAT_RANGE("lambda_capacity", "0", 0, 1e6, "graph runs: the functions a graph "
                        "server serves at full speed at once (0: any number); beyond, every "
                        "task takes longer in proportion"),

@@ -43,6 +43,7 @@ typedef struct bv_sim_model {
     bool graph;
     int graph_servers, param_servers, intervals, lambdas, epochs;
     double graph_seconds, task_seconds, lambda_capacity;
+    bool task_exponential; /* billed task times spread exponentially about their mean */
     int tensor_stages;
     char profile[4096];          /* the run directory the figures came from ("": none) */
 } bv_sim_model;
@@ -63,9 +64,13 @@ bv_status bv_sim_profile_read(const char *dir, bv_sim_profile *out, bv_error *er
  * strategies. Problems go to diag with the YAML's positions; BV_ERR_INVALID then. */
 bv_status bv_sim_model_load(const bv_experiment *x, bv_sim_model *m, bv_diag *diag);
 
-/* A graph run's epoch with L functions per graph server, and the time each of its tasks
- * is billed for (before the platform's rounding). */
+/* A graph run's epoch with L functions per graph server, and a task's mean time. */
 double bv_sim_epoch_seconds(const bv_sim_model *m, int lambdas, double *task_seconds);
+
+/* The mean time a task of mean time `task` is billed for, rounded up to `unit` seconds
+ * (0: not rounded): ceil(task / unit) units, or, where task times spread exponentially,
+ * unit / (1 - exp(-unit / task)), the mean of the rounded-up draws. */
+double bv_sim_billed_seconds(const bv_sim_model *m, double task, double unit);
 
 /* The time of one step of d pipelines of p stages, `degraded` when a stage runs on its
  * shadow, `lazy` under lazy FRC (the lflb figures). */

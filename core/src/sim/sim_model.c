@@ -142,6 +142,7 @@ static bv_status graph_model_load(const bv_experiment *x, bv_sim_model *m, bv_di
         .task_seconds = bv_opts_float(s, "task_seconds"),
         .tensor_stages = (int)bv_opts_int(s, "tensor_stages"),
         .lambda_capacity = bv_opts_float(s, "lambda_capacity"),
+        .task_exponential = strcmp(bv_opts_str(s, "task_times"), "exponential") == 0,
         .reconfigure_seconds = bv_opts_float(s, "reconfigure_seconds"),
         .restart_seconds = bv_opts_float(s, "restart_seconds"),
         .checkpoint_steps = bv_opts_int(s, "checkpoint_steps"),
@@ -261,6 +262,15 @@ double bv_sim_epoch_seconds(const bv_sim_model *m, int lambdas, double *task_sec
         *task_seconds = task;
     double waves = ceil((double)m->intervals / lambdas);
     return m->graph_seconds + m->tensor_stages * waves * task;
+}
+
+double bv_sim_billed_seconds(const bv_sim_model *m, double task, double unit)
+{
+    if (unit <= 0)
+        return task;
+    if (m->task_exponential) /* the sum over k of P(time > k units) */
+        return unit / -expm1(-unit / task);
+    return ceil(task / unit - 1e-9) * unit;
 }
 
 bv_status bv_sim_profile_read(const char *dir, bv_sim_profile *out, bv_error *err)

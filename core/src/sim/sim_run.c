@@ -560,7 +560,7 @@ static bv_status pause_done(sim *s, bv_error *err)
  * replicas), once all are up again. The policy's on_layout sets L ({set = {lambdas = L}})
  * at every start. */
 
-#define GRAPH_METRICS 15
+#define GRAPH_METRICS 16
 static void graph_metrics(const sim *s, bv_metric *mt)
 {
     const bv_sim_model *m = s->m;
@@ -576,7 +576,8 @@ static void graph_metrics(const sim *s, bv_metric *mt)
         {"lambda_usd_per_request", s->x->prices.lambda_per_request},
         {"lambda_usd_per_gb_second", s->x->prices.lambda_per_gb_second},
         {"lambda_billing_ms", s->x->prices.lambda_billing_ms},
-        {"lambda_memory_gb", s->lambda_gb}, {"epochs", m->epochs}};
+        {"lambda_memory_gb", s->lambda_gb}, {"epochs", m->epochs},
+        {"task_exponential", m->task_exponential}};
     memcpy(mt, all, sizeof all);
 }
 
@@ -641,8 +642,7 @@ static bv_status epoch_done(sim *s, bv_error *err)
     (void)err;
     double task, dt = s->now - s->step_start;
     bv_sim_epoch_seconds(s->m, s->lambdas, &task);
-    double unit = s->x->prices.lambda_billing_ms / 1000;
-    double billed = unit > 0 ? ceil(task / unit - 1e-9) * unit : task;
+    double billed = bv_sim_billed_seconds(s->m, task, s->x->prices.lambda_billing_ms / 1000);
     double invocations = (double)s->m->graph_servers * s->m->tensor_stages * s->m->intervals;
     bv_ledger_charge_functions(s->ledger, invocations, invocations * billed * s->lambda_gb);
     s->steps++;
