@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "grow.h"
 #include "input_file.h"
 #include "json_read.h"
 #include "sim.h"
@@ -60,10 +61,10 @@ static bool read_profile(const char *dir, bv_sim_profile *p, bv_error *err)
     if (bv_input_read(path, max, "a profile", "BIVOUAC_MAX_PROFILE_BYTES", &text, &len,
                       err) != BV_OK)
         return false;
-    size_t cap = 1024, n = 0, nd = 0;
-    double *normal = malloc(cap * sizeof *normal), *slow = malloc(cap * sizeof *slow);
+    size_t n = 0, ncap = 0, nd = 0, dcap = 0;
+    double *normal = NULL, *slow = NULL;
     double last = 0, degraded = 0;
-    ok = normal && slow;
+    ok = true;
     for (char *line = text, *next; ok && line < text + len; line = next + 1) {
         next = memchr(line, '\n', (size_t)(text + len - line));
         if (!next)
@@ -79,19 +80,12 @@ static bool read_profile(const char *dir, bv_sim_profile *p, bv_error *err)
                  isfinite(t)) {
             double dt = t - last;
             last = t;
-            if (n == cap || nd == cap) {
-                cap *= 2;
-                double *a = realloc(normal, cap * sizeof *a);
-                normal = a ? a : normal;
-                double *b = a ? realloc(slow, cap * sizeof *b) : NULL;
-                slow = b ? b : slow;
-                ok = a && b;
-            }
             /* the degraded count a step reports comes after its own line: this step's
              * state is the one the step before left */
-            if (ok && degraded > 0)
+            if (degraded > 0 && (ok = bv_grow((void **)&slow, &dcap, nd, sizeof *slow, 256)))
                 slow[nd++] = dt;
-            else if (ok)
+            else if (!(degraded > 0) &&
+                     (ok = bv_grow((void **)&normal, &ncap, n, sizeof *normal, 1024)))
                 normal[n++] = dt;
         }
         bv_json_free(&j);

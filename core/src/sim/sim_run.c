@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "bivouac/log.h"
+#include "grow.h"
 #include "json_out.h"
 #include "ledger.h"
 #include "sim.h"
@@ -106,14 +107,8 @@ static void pay(sim *s, int delta)
 
 static bv_status request(sim *s, bv_error *err)
 {
-    if (s->count == s->cap) {
-        size_t cap = s->cap ? 2 * s->cap : 128;
-        sim_node *grown = realloc(s->nodes, cap * sizeof *grown);
-        if (!grown)
-            return bv_error_set(err, BV_ERR_NOMEM, "out of memory");
-        s->nodes = grown;
-        s->cap = cap;
-    }
+    if (!bv_grow((void **)&s->nodes, &s->cap, s->count, sizeof *s->nodes, 128))
+        return bv_error_set(err, BV_ERR_NOMEM, "out of memory");
     char zone[16];
     int z = s->asked++ % s->m->zones;
     snprintf(zone, sizeof zone, "%d", z);

@@ -84,7 +84,7 @@ struct bv_cloud {
     int *free_zones;
     size_t nfree;
     int64_t *waiting;
-    size_t nwaiting;
+    size_t nwaiting, waiting_cap;
 };
 
 static const bv_option sim_options[] = {
@@ -141,16 +141,26 @@ static bool due_before(const due *a, const due *b)
     return a->t < b->t || (a->t == b->t && a->seq < b->seq);
 }
 
+/* Room for one more element after `count` in *items (elem bytes each, *cap allocated):
+ * *cap doubles (first: `first`) when count has reached it; false, nothing changed, when
+ * memory runs out. (The core's bv_grow, which a plugin does not see.) */
+static bool grow(void **items, size_t *cap, size_t count, size_t elem, size_t first)
+{
+    if (count < *cap)
+        return true;
+    size_t next = *cap ? *cap * 2 : first;
+    void *p = realloc(*items, next * elem);
+    if (!p)
+        return false;
+    *items = p;
+    *cap = next;
+    return true;
+}
+
 static bool schedule(bv_cloud *c, double t, due_kind kind, int64_t id)
 {
-    if (c->nheap == c->heap_cap) {
-        size_t cap = c->heap_cap ? 2 * c->heap_cap : 256;
-        due *grown = realloc(c->heap, cap * sizeof *grown);
-        if (!grown)
-            return false;
-        c->heap = grown;
-        c->heap_cap = cap;
-    }
+    if (!grow((void **)&c->heap, &c->heap_cap, c->nheap, sizeof *c->heap, 256))
+        return false;
     size_t i = c->nheap++;
     c->heap[i] = (due){t, c->seq++, kind, id};
     while (i > 0 && due_before(&c->heap[i], &c->heap[(i - 1) / 2])) {
@@ -184,14 +194,8 @@ static due pop(bv_cloud *c)
 
 static bool emit(bv_cloud *c, uint32_t kind, int64_t id)
 {
-    if (c->nevents == c->events_cap) {
-        size_t cap = c->events_cap ? 2 * c->events_cap : 64;
-        bv_cloud_event *grown = realloc(c->events, cap * sizeof *grown);
-        if (!grown)
-            return false;
-        c->events = grown;
-        c->events_cap = cap;
-    }
+    if (!grow((void **)&c->events, &c->events_cap, c->nevents, sizeof *c->events, 64))
+        return false;
     c->events[c->nevents++] = (bv_cloud_event){
         .size = sizeof(bv_cloud_event), .kind = kind, .node = id, .time = c->now,
         .wait_status = -1, .zone = id >= 0 ? c->nodes[id].zone : -1};
@@ -328,13 +332,8 @@ static bv_status place_trace(bv_cloud *c, bv_error *err)
 
 static bool add_event(bv_cloud *c, size_t *cap, double t, bool add, const char *name)
 {
-    if (c->ntrace == *cap) {
-        *cap = *cap ? 2 * *cap : 256;
-        trace_event *grown = realloc(c->trace, *cap * sizeof *grown);
-        if (!grown)
-            return false;
-        c->trace = grown;
-    }
+    if (!grow((void **)&c->trace, cap, c->ntrace, sizeof *c->trace, 256))
+        return false;
     trace_event *e = &c->trace[c->ntrace++];
     *e = (trace_event){.t = t, .add = add};
     snprintf(e->name, NAME_MAX_LEN, "%s", name);
@@ -491,18 +490,10 @@ static void sim_destroy(bv_cloud *c)
 static int64_t sim_launch(bv_cloud *c, const bv_node_request *req, char *address,
                           size_t address_len, bv_error *err)
 {
-    if (c->count == c->cap) {
-        size_t cap = c->cap ? 2 * c->cap : 64;
-        node *grown = realloc(c->nodes, cap * sizeof *grown);
-        if (grown)
-            c->nodes = grown;
-        int64_t *waiting = grown ? realloc(c->waiting, cap * sizeof *waiting) : NULL;
-        if (!waiting) {
-            bv_error_set(err, BV_ERR_NOMEM, "out of memory");
-            return -1;
-        }
-        c->waiting = waiting;
-        c->cap = cap;
+    if (!grow((void **)&c->nodes, &c->cap, c->count, sizeof *c->nodes, 64) ||
+        !grow((void **)&c->waiting, &c->waiting_cap, c->nwaiting, sizeof *c->waiting, 64)) {
+        bv_error_set(err, BV_ERR_NOMEM, "out of memory");
+        return -1;
     }
     int64_t id = (int64_t)c->count++;
     node *n = &c->nodes[id];
