@@ -132,6 +132,8 @@ int main(int argc, char **argv)
     }
     if (st == BV_OK && normalize)
         st = bv_graph_row_normalize_features(g, &err);
+    if (st == BV_OK) /* the PyG peer reads them dense, as PyG keeps them */
+        st = bv_graph_features_convert(g, BV_FEATURES_DENSE, &err);
     if (st != BV_OK) {
         fprintf(stderr, "graph_export: %s\n", err.msg);
         return 1;

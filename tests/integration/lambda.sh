@@ -132,16 +132,17 @@ check "remat: the cpu run's weights, fewer bytes to the workers" \
     "$(crc remat) $(python3 -c "print($(num remat lambda_bytes_to) < $(num gcn-fn lambda_bytes_to))")" \
     "$(crc gcn) True"
 
-# 4. the bandwidth: every invocation takes at least its bytes' time on a 32 Mbit/s link
-exp slow "$gcn" 1 "$fn" "cloud: {plugin: local, lambda_memory_mb: 1024, lambda_bandwidth_mbps: 32}"
+# 4. the bandwidth: every invocation takes at least its bytes' time on a 2 Mbit/s link
+# (slow enough for Cora's features, which travel as their sparse rows, to take 100 ms)
+exp slow "$gcn" 1 "$fn" "cloud: {plugin: local, lambda_memory_mb: 1024, lambda_bandwidth_mbps: 2}"
 train slow
-check "32 Mbit/s: the mean invocation takes at least its mean task's bytes / 4 MB/s" \
+check "2 Mbit/s: the mean invocation takes at least its mean task's bytes / 250 kB/s" \
     "$(python3 - "$tmp/slow" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1] + "/result.json"))
 ms = [json.loads(l) for l in open(sys.argv[1] + "/metrics.jsonl")]
 task_ms = [m["value"] for m in ms if m.get("series") == "lambda_task_ms"][0]
-bound = 1e3 * r["lambda_bytes_to"] / r["lambda_invocations"] / 4e6
+bound = 1e3 * r["lambda_bytes_to"] / r["lambda_invocations"] / 2.5e5
 print(task_ms >= bound, bound > 100)
 PY
 )" "True True"

@@ -24,6 +24,7 @@
 #include "engine_graph_internal.h"
 #include "graph_internal.h"
 #include "graph_view.h"
+#include "sparse_rows.h"
 #include "test_files.h"
 
 /* --- helpers ---------------------------------------------------------------------- */
@@ -91,6 +92,16 @@ static bv_graph_dataset *load_ok(const char *dir, const char *cache_dir)
     return g;
 }
 
+/* g's features made dense (in place), for tests that read them by (row, column). */
+static const float *dense_features(bv_graph_dataset *g)
+{
+    bv_error err;
+    if (bv_graph_features_convert(g, BV_FEATURES_DENSE, &err) != BV_OK)
+        fail_msg("%s", err.msg);
+    assert_non_null(g->features);
+    return g->features;
+}
+
 static bool has_edge(const bv_graph_dataset *g, int64_t r, int32_t c)
 {
     int64_t lo = g->adj.rowptr[r], hi = g->adj.rowptr[r + 1];
@@ -140,7 +151,17 @@ static void assert_same_dataset(const bv_graph_dataset *a, const bv_graph_datase
     size_t n = (size_t)a->num_nodes;
     assert_memory_equal(a->adj.rowptr, b->adj.rowptr, (n + 1) * sizeof(int64_t));
     assert_memory_equal(a->adj.colidx, b->adj.colidx, (size_t)a->adj.nnz * sizeof(int32_t));
-    assert_memory_equal(a->features, b->features, n * (size_t)a->num_features * sizeof(float));
+    assert_int_equal(bv_graph_features_sparse(a), bv_graph_features_sparse(b));
+    if (bv_graph_features_sparse(a)) {
+        const bv_csr *x = &a->features_csr, *y = &b->features_csr;
+        assert_int_equal(x->nnz, y->nnz);
+        assert_memory_equal(x->rowptr, y->rowptr, (n + 1) * sizeof(int64_t));
+        assert_memory_equal(x->colidx, y->colidx, (size_t)x->nnz * sizeof(int32_t));
+        assert_memory_equal(x->values, y->values, (size_t)x->nnz * sizeof(float));
+    } else {
+        assert_memory_equal(a->features, b->features,
+                            n * (size_t)a->num_features * sizeof(float));
+    }
     assert_memory_equal(a->labels, b->labels, n * sizeof(int32_t));
     assert_memory_equal(a->split, b->split, n);
     assert_memory_equal(a->split_count, b->split_count, sizeof a->split_count);
@@ -164,8 +185,16 @@ static void test_load_tiny_fixture_exactly(void **state)
     assert_int_equal(g->adj.nnz, 8);
     assert_memory_equal(g->adj.rowptr, rowptr, sizeof rowptr);
     assert_memory_equal(g->adj.colidx, colidx, sizeof colidx);
+    /* loaded as the CSR features.svm is: no stored zeros, columns ascending */
+    assert_true(bv_graph_features_sparse(g));
+    static const int64_t feat_rowptr[] = {0, 2, 3, 3, 6, 7};
+    static const int32_t feat_colidx[] = {0, 2, 1, 0, 1, 2, 2};
+    assert_int_equal(g->features_csr.nnz, 7);
+    assert_memory_equal(g->features_csr.rowptr, feat_rowptr, sizeof feat_rowptr);
+    assert_memory_equal(g->features_csr.colidx, feat_colidx, sizeof feat_colidx);
     static const float features[] = {1, 0, 0.5f, 0, 2, 0, 0, 0, 0, 1, 1, 1, 0, 0, 1.5e-05f};
-    assert_memory_equal(g->features, features, sizeof features);
+    assert_memory_equal(dense_features(g), features, sizeof features);
+    assert_false(bv_graph_features_sparse(g));
     static const int32_t labels[] = {0, 1, -1, 0, 1};
     assert_memory_equal(g->labels, labels, sizeof labels);
     static const uint8_t split[] = {BV_SPLIT_TRAIN, BV_SPLIT_TRAIN, BV_SPLIT_VAL, BV_SPLIT_TEST,
@@ -204,19 +233,21 @@ static void test_load_cora(void **state)
     static const int32_t words0[] = {19, 81, 146, 315, 774, 877, 1194, 1247, 1274};
     assert_int_equal(g->labels[0], 3);
     assert_int_equal(g->split[0], BV_SPLIT_TRAIN);
+    assert_int_equal(bv_graph_features_nnz(g), 49216);
+    const float *features = dense_features(g);
     int nonzero = 0;
     for (int j = 0; j < 1433; j++)
-        nonzero += g->features[j] != 0.0f;
+        nonzero += features[j] != 0.0f;
     assert_int_equal(nonzero, 9);
     for (size_t k = 0; k < sizeof words0 / sizeof words0[0]; k++)
-        assert_true(g->features[words0[k]] == 1.0f);
+        assert_true(features[words0[k]] == 1.0f);
     static const int32_t row0[] = {633, 1862, 2582};
     assert_int_equal(g->adj.rowptr[1] - g->adj.rowptr[0], 3);
     assert_memory_equal(g->adj.colidx, row0, sizeof row0);
 
     /* Node 1708 (line 1709): label 3, split test, 20 words starting 7, 41, 65; neighbours
      * 467, 873, 1358 (as dst) and 1857, 2313, 2314 (as src). */
-    const float *x = g->features + 1708 * 1433;
+    const float *x = features + 1708 * 1433;
     assert_int_equal(g->labels[1708], 3);
     assert_int_equal(g->split[1708], BV_SPLIT_TEST);
     nonzero = 0;
@@ -394,9 +425,10 @@ static void test_feature_values_parse_like_strtof(void **state)
     bv_error err;
     if (load_feature_line(line, &g, &err) != BV_OK)
         fail_msg("%s", err.msg);
+    const float *features = dense_features(g);
     for (int i = 0; i < 10; i++) {
         float want = strtof(values[i], NULL);
-        assert_memory_equal(&g->features[i], &want, sizeof want);
+        assert_memory_equal(&features[i], &want, sizeof want);
     }
     bv_graph_free(g);
 
@@ -434,8 +466,11 @@ static void check_cache_roundtrip(const char *dir, const char *expect_name)
     /* The arrays are views into the mapping, not copies. */
     const char *lo = mapped->mapping, *hi = lo + mapped->mapping_len;
     assert_true((const char *)mapped->adj.colidx >= lo && (const char *)mapped->adj.colidx < hi);
-    assert_true((const char *)mapped->features >= lo && (const char *)mapped->features < hi);
-    assert_int_equal((uintptr_t)mapped->features % 64, 0);
+    const bv_csr *x = &mapped->features_csr;
+    assert_true((const char *)x->values >= lo && (const char *)x->values < hi);
+    assert_int_equal((uintptr_t)x->rowptr % 64, 0);
+    assert_int_equal((uintptr_t)x->colidx % 64, 0);
+    assert_int_equal((uintptr_t)x->values % 64, 0);
     assert_int_equal((uintptr_t)mapped->adj.rowptr % 64, 0);
     bv_graph_free(mapped);
     bv_graph_free(parsed);
@@ -570,15 +605,16 @@ static void test_row_normalize_copies_mapped_features(void **state)
     bv_graph_free(load_ok(dir, tmp));
     bv_graph_dataset *g = load_ok(dir, tmp);
     assert_non_null(g->mapping);
-    const float *before = g->features;
+    const float *before = g->features_csr.values;
     bv_error err;
     assert_int_equal(bv_graph_row_normalize_features(g, &err), BV_OK);
-    assert_ptr_not_equal(g->features, before);
+    assert_ptr_not_equal(g->features_csr.values, before);
+    const float *features = dense_features(g);
     /* Rows {1, 0, 0.5}, {0, 2, 0}, {0, 0, 0}, {1, 1, 1}, {0, 0, 1.5e-5}. */
     static const float want[] = {1.0f / 1.5f, 0, 0.5f / 1.5f, 0, 1, 0, 0, 0, 0,
                                  1.0f / 3.0f, 1.0f / 3.0f, 1.0f / 3.0f, 0, 0, 1};
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
-        assert_true(g->features[i] == want[i]);
+        assert_true(features[i] == want[i]);
     assert_true(before[0] == 1.0f); /* the cache file is untouched */
     bv_graph_free(g);
     remove_tree(tmp);
@@ -684,9 +720,10 @@ static void test_communities_sizes_and_shape(void **state)
         train_per_class[g->labels[i]] += g->split[i] == BV_SPLIT_TRAIN;
         for (int64_t e = g->adj.rowptr[i]; e < g->adj.rowptr[i + 1]; e++)
             intra += g->labels[g->adj.colidx[e]] == g->labels[i];
-        for (int64_t j = 0; j < 200; j++) {
-            float x = g->features[i * 200 + j];
-            assert_true(x == 0.0f || x == 1.0f);
+        const bv_csr *f = &g->features_csr;
+        for (int64_t k = f->rowptr[i]; k < f->rowptr[i + 1]; k++) {
+            assert_true(f->values[k] == 1.0f);
+            assert_true(k == f->rowptr[i] || f->colidx[k] > f->colidx[k - 1]);
         }
     }
     for (int k = 0; k < 4; k++) {
@@ -887,12 +924,14 @@ static void test_segment_maps_the_graph_servers_arrays(void **state)
 }
 
 /* A part as a file (the coordinator cuts, each graph server reads its own): what is read
- * is what was written, to the bit; a damaged, truncated or foreign file is refused. */
-static void test_part_file_roundtrip_and_damage(void **state)
+ * is what was written, to the bit, with sparse or dense features; a damaged, truncated or
+ * foreign file is refused. */
+static void part_file_roundtrip_and_damage(bv_features_form form)
 {
-    (void)state;
     char *dir = fixture("ok");
     bv_graph_dataset *g = load_ok(dir, NULL);
+    bv_error cerr;
+    assert_int_equal(bv_graph_features_convert(g, form, &cerr), BV_OK);
     static const int32_t part_of[] = {0, 0, 1, 1, 0};
     bv_graph_view v, r;
     bv_error err;
@@ -922,8 +961,23 @@ static void test_part_file_roundtrip_and_damage(void **state)
                         (size_t)(rows + 1) * sizeof(int64_t));
     assert_memory_equal(r.local->adj.colidx, v.local->adj.colidx,
                         (size_t)v.local->adj.nnz * sizeof(int32_t));
-    assert_memory_equal(r.local->features, v.local->features,
-                        (size_t)(rows * v.local->num_features) * sizeof(float));
+    assert_int_equal(bv_graph_features_sparse(r.local), form == BV_FEATURES_SPARSE);
+    if (form == BV_FEATURES_SPARSE) {
+        const bv_csr *x = &r.local->features_csr, *y = &v.local->features_csr;
+        assert_int_equal(x->nnz, y->nnz);
+        assert_int_equal(x->ncols, 3);
+        assert_memory_equal(x->rowptr, y->rowptr, (size_t)(rows + 1) * sizeof(int64_t));
+        assert_memory_equal(x->colidx, y->colidx, (size_t)y->nnz * sizeof(int32_t));
+        assert_memory_equal(x->values, y->values, (size_t)y->nnz * sizeof(float));
+        /* the part's rows are the whole graph's rows global_of names */
+        const float *whole = dense_features(g);
+        const float *mine = dense_features(r.local);
+        for (int64_t k = 0; k < rows; k++)
+            assert_memory_equal(mine + k * 3, whole + r.global_of[k] * 3, 3 * sizeof(float));
+    } else {
+        assert_memory_equal(r.local->features, v.local->features,
+                            (size_t)(rows * v.local->num_features) * sizeof(float));
+    }
     assert_memory_equal(r.local->labels, v.local->labels, (size_t)rows * sizeof(int32_t));
     assert_memory_equal(r.local->split, v.local->split, (size_t)rows);
     assert_memory_equal(r.global_of, v.global_of, (size_t)rows * sizeof(int64_t));
@@ -963,6 +1017,81 @@ static void test_part_file_roundtrip_and_damage(void **state)
     unlink(path);
     assert_int_equal(bv_graph_view_read(path, &r, &got, &err), BV_ERR_IO);
     bv_graph_view_free(&v);
+    bv_graph_free(g);
+    free(dir);
+}
+
+static void test_part_file_roundtrip_and_damage(void **state)
+{
+    (void)state;
+    part_file_roundtrip_and_damage(BV_FEATURES_SPARSE);
+    part_file_roundtrip_and_damage(BV_FEATURES_DENSE);
+}
+
+/* The two forms of the features hold the same values: Cora made dense and sparse again
+ * is the CSR it was loaded as, row normalisation gives the same bits in both, and auto
+ * keeps Cora (1.3 % nonzero) sparse and the powerlaw graph's N(0, 1) features dense. */
+static void test_features_forms_hold_the_same_values(void **state)
+{
+    (void)state;
+    char *dir = shared_dataset("cora");
+    if (!dir)
+        skip();
+    bv_graph_dataset *a = load_ok(dir, NULL), *b = load_ok(dir, NULL);
+    bv_error err;
+    assert_int_equal(bv_graph_features_convert(b, BV_FEATURES_DENSE, &err), BV_OK);
+    assert_int_equal(bv_graph_features_nnz(b), 49216);
+    assert_int_equal(bv_graph_features_convert(b, BV_FEATURES_AUTO, &err), BV_OK);
+    assert_true(bv_graph_features_sparse(b));
+    assert_same_dataset(a, b);
+    /* normalised sparse, against normalised dense made sparse */
+    assert_int_equal(bv_graph_features_convert(b, BV_FEATURES_DENSE, &err), BV_OK);
+    assert_int_equal(bv_graph_row_normalize_features(a, &err), BV_OK);
+    assert_int_equal(bv_graph_row_normalize_features(b, &err), BV_OK);
+    assert_int_equal(bv_graph_features_convert(b, BV_FEATURES_SPARSE, &err), BV_OK);
+    assert_same_dataset(a, b);
+    bv_graph_free(a);
+    bv_graph_free(b);
+    free(dir);
+
+    bv_synth_powerlaw p = {.nodes = 500, .edges = 2000, .features = 8, .classes = 3,
+                           .exponent = 2.1, .seed = 1};
+    bv_graph_dataset *g = NULL;
+    assert_int_equal(bv_graph_synth_powerlaw(&p, &g, &err), BV_OK);
+    assert_int_equal(bv_graph_features_convert(g, BV_FEATURES_AUTO, &err), BV_OK);
+    assert_false(bv_graph_features_sparse(g));
+    bv_graph_free(g);
+}
+
+/* An interval's sparse rows on the wire: what is unpacked is the rows packed, with row
+ * pointers from 0; counts, row pointers or columns that do not fit are refused. */
+static void test_sparse_rows_pack_and_refuse(void **state)
+{
+    (void)state;
+    char *dir = fixture("ok");
+    bv_graph_dataset *g = load_ok(dir, NULL);
+    const bv_csr *x = &g->features_csr; /* rows 1..3: {2 at 1}, {}, {1 at 0, 1, 2} */
+    size_t bytes;
+    uint8_t *p = bv_sparse_rows_pack(x, 1, 3, &bytes);
+    assert_non_null(p);
+    assert_int_equal(bytes, 3 * 8 + 4 * 8 + 4 * (4 + 4));
+    bv_error err;
+    bv_csr *y = bv_sparse_rows_unpack(p, bytes, 3, 3, &err);
+    assert_non_null(y);
+    assert_memory_equal(y->rowptr, ((int64_t[]){0, 1, 1, 4}), 4 * sizeof(int64_t));
+    assert_memory_equal(y->colidx, ((int32_t[]){1, 0, 1, 2}), 4 * sizeof(int32_t));
+    assert_memory_equal(y->values, ((float[]){2, 1, 1, 1}), 4 * sizeof(float));
+    bv_csr_free(y);
+    assert_null(bv_sparse_rows_unpack(p, bytes, 2, 3, &err)); /* not the task's rows */
+    assert_string_equal(err.msg, "sparse rows say 3 x 3 with 4 nonzeros in 88 bytes, the "
+                                 "task 2 x 3");
+    assert_null(bv_sparse_rows_unpack(p, bytes - 4, 3, 3, &err));
+    assert_int_equal(err.status, BV_ERR_CORRUPT);
+    int32_t bad = 3; /* a column past the last */
+    memcpy(p + 3 * 8 + 4 * 8, &bad, sizeof bad);
+    assert_null(bv_sparse_rows_unpack(p, bytes, 3, 3, &err));
+    assert_string_equal(err.msg, "sparse rows with a row pointer or column out of range");
+    free(p);
     bv_graph_free(g);
     free(dir);
 }
@@ -1022,6 +1151,8 @@ int main(void)
         cmocka_unit_test(test_shared_window_checks_every_reference),
         cmocka_unit_test(test_segment_maps_the_graph_servers_arrays),
         cmocka_unit_test(test_part_file_roundtrip_and_damage),
+        cmocka_unit_test(test_features_forms_hold_the_same_values),
+        cmocka_unit_test(test_sparse_rows_pack_and_refuse),
         cmocka_unit_test(test_pick_servers_least_loaded),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

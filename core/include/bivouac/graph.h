@@ -25,7 +25,12 @@ typedef struct bv_graph_dataset {
     /* Symmetric adjacency: both directions of every undirected edge, no self loops,
      * values NULL (all ones). Rows sorted, columns ascending. */
     bv_csr adj;
-    float *features; /* num_nodes x num_features, dense row-major, raw values */
+    /* The features, in one of two forms (bv_graph_features_sparse says which):
+     * dense: num_nodes x num_features row-major floats, features_csr all zero;
+     * sparse: features NULL, features_csr a num_nodes x num_features CSR with values,
+     * columns ascending, no stored zeros (bag-of-words rows are ~99 % zeros). */
+    float *features;
+    bv_csr features_csr;
     int32_t *labels; /* num_nodes; -1 for unlabeled */
     uint8_t *split;  /* num_nodes; BV_SPLIT_* */
     int64_t split_count[4];
@@ -81,8 +86,31 @@ bv_status bv_graph_synth_powerlaw(const bv_synth_powerlaw *p, bv_graph_dataset *
 
 void bv_graph_free(bv_graph_dataset *g);
 
+/* How an experiment keeps its features (`dataset.features`). */
+typedef enum bv_features_form {
+    BV_FEATURES_AUTO = 0, /* sparse when at most BV_FEATURES_SPARSE_DENSITY are nonzero */
+    BV_FEATURES_SPARSE = 1,
+    BV_FEATURES_DENSE = 2
+} bv_features_form;
+
+/* auto's threshold: a CSR entry costs 8 bytes (column, value) against a dense 4, and the
+ * sparse first-layer kernels beat the dense ones well below it. */
+#define BV_FEATURES_SPARSE_DENSITY 0.25
+
+static inline bool bv_graph_features_sparse(const bv_graph_dataset *g)
+{
+    return g->features == NULL && g->features_csr.rowptr != NULL;
+}
+
+/* Nonzero features (the CSR's entries, or a count over the dense array). */
+int64_t bv_graph_features_nnz(const bv_graph_dataset *g);
+
+/* Puts the features in the form asked (auto: by density). A no-op when they are in it. */
+bv_status bv_graph_features_convert(bv_graph_dataset *g, bv_features_form form, bv_error *err);
+
 /* Divides every feature row by its sum (rows summing to 0 are left alone), as Kipf's
- * preprocess_features. Works on mmap'd data too (copies features first). */
+ * preprocess_features, in either form, with the same bits. Works on mmap'd data too
+ * (copies the values first). */
 bv_status bv_graph_row_normalize_features(bv_graph_dataset *g, bv_error *err);
 
 /* Â = D^-1/2 (A + I) D^-1/2 as a new CSR with values (Kipf & Welling eq. 2). */

@@ -65,6 +65,11 @@ typedef struct bv_stage {
     int heads;            /* EDGE: values per edge; weighted GATHER: in_dim = heads*head_dim */
     bool weighted;        /* GATHER: weigh by an EDGE stage's values instead of Â */
     size_t weights_stage; /* weighted GATHER: index of that EDGE stage */
+    /* ABI 1.15. A TENSOR stage that reads the features: it computes from ctx->sparse_in
+     * alone (its `in` is then NULL) when the compute plugin has spmm_dropout and its
+     * gradient. The engine keeps sparse features sparse only when every stage reading
+     * them says so, and makes them dense otherwise (docs/datasets.md). */
+    bool sparse_input;
 } bv_stage;
 
 typedef enum bv_init { BV_INIT_ZEROS = 0, BV_INIT_GLOROT_UNIFORM = 1 } bv_init;

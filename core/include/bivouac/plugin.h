@@ -35,9 +35,11 @@ extern "C" {
  *   1.10: bv_compute_ops.mem_alloc and mem_free (compute.h): a backend's own memory, which
  *        bv_alloc_aligned then hands out (the cuda plugin's managed memory).
  *   1.14: bv_cloud_ops.next_event and advance (cloud.h): a cloud with a simulated clock;
- *        bv_cloud_event.zone. */
+ *        bv_cloud_event.zone.
+ *   1.15: bv_stage.sparse_input (model.h): a first stage that takes sparse features as
+ *        ctx->sparse_in alone; the graph dataset's features_csr (graph.h). */
 #define BV_ABI_MAJOR 1
-#define BV_ABI_MINOR 14
+#define BV_ABI_MINOR 15
 
 typedef enum bv_plugin_kind {
     BV_KIND_MODEL = 1,

@@ -16,12 +16,23 @@
 
 #define BVG_MAGIC "BVGRAPH"
 /* 2: the layout of 1, but written only from text files whose meta.yaml sums were checked;
- * the version seeds the key, so an entry a version-1 reader wrote unverified is never hit. */
-#define BVG_VERSION 2u
+ * the version seeds the key, so an entry a version-1 reader wrote unverified is never hit.
+ * 3: the features as the CSR features.svm writes (three sections), not dense. */
+#define BVG_VERSION 3u
 #define BVG_ENDIAN 0x01020304u
 #define BVG_ALIGN 64u
 
-enum { BVG_ROWPTR, BVG_COLIDX, BVG_FEATURES, BVG_LABELS, BVG_SPLIT, BVG_NAME, BVG_NSECTIONS };
+enum {
+    BVG_ROWPTR,
+    BVG_COLIDX,
+    BVG_FEAT_ROWPTR,
+    BVG_FEAT_COLIDX,
+    BVG_FEAT_VALUES,
+    BVG_LABELS,
+    BVG_SPLIT,
+    BVG_NAME,
+    BVG_NSECTIONS
+};
 
 typedef struct bvg_section {
     uint64_t offset; /* from the start of the file, a multiple of 64 */
@@ -41,13 +52,13 @@ typedef struct bvg_header {
     int64_t num_features;
     int64_t num_undirected_edges;
     int64_t nnz;
+    int64_t feature_nnz;
     int32_t num_classes;
     uint32_t reserved0;
     int64_t split_count[4];
     uint64_t file_size;
     bvg_section sections[BVG_NSECTIONS];
     uint64_t header_hash; /* XXH64 of the header with this field zero */
-    uint8_t reserved[56];
 } bvg_header;
 
 _Static_assert(sizeof(bvg_header) == 320, "the cache header is 320 bytes");
@@ -191,12 +202,14 @@ static uint64_t header_hash(const bvg_header *h)
 }
 
 /* The sections a header with these counts must have, in order. */
-static void section_sizes(int64_t nodes, int64_t features, int64_t nnz, size_t name_bytes,
+static void section_sizes(int64_t nodes, int64_t nnz, int64_t feature_nnz, size_t name_bytes,
                           uint64_t bytes[BVG_NSECTIONS])
 {
     bytes[BVG_ROWPTR] = (uint64_t)(nodes + 1) * sizeof(int64_t);
     bytes[BVG_COLIDX] = (uint64_t)nnz * sizeof(int32_t);
-    bytes[BVG_FEATURES] = (uint64_t)nodes * (uint64_t)features * sizeof(float);
+    bytes[BVG_FEAT_ROWPTR] = (uint64_t)(nodes + 1) * sizeof(int64_t);
+    bytes[BVG_FEAT_COLIDX] = (uint64_t)feature_nnz * sizeof(int32_t);
+    bytes[BVG_FEAT_VALUES] = (uint64_t)feature_nnz * sizeof(float);
     bytes[BVG_LABELS] = (uint64_t)nodes * sizeof(int32_t);
     bytes[BVG_SPLIT] = (uint64_t)nodes;
     bytes[BVG_NAME] = name_bytes;
@@ -221,11 +234,11 @@ static bv_status check_header(const char *path, const bvg_header *h, uint64_t ke
                             path, (unsigned long long)file_size,
                             (unsigned long long)h->file_size);
     if (h->num_nodes < 1 || h->num_nodes > INT32_MAX || h->num_features < 0 ||
-        h->num_features > INT64_MAX / 4 / h->num_nodes || h->nnz < 0 ||
-        h->nnz > INT64_MAX / 4 || h->num_classes < 0)
+        h->num_features > INT32_MAX || h->nnz < 0 || h->nnz > INT64_MAX / 4 ||
+        h->feature_nnz < 0 || h->feature_nnz > INT64_MAX / 4 || h->num_classes < 0)
         return bv_error_set(err, BV_ERR_CORRUPT, "%s: impossible counts", path);
     uint64_t want[BVG_NSECTIONS];
-    section_sizes(h->num_nodes, h->num_features, h->nnz, h->sections[BVG_NAME].bytes, want);
+    section_sizes(h->num_nodes, h->nnz, h->feature_nnz, h->sections[BVG_NAME].bytes, want);
     uint64_t at = sizeof *h;
     for (int i = 0; i < BVG_NSECTIONS; i++) {
         const bvg_section *s = &h->sections[i];
@@ -293,7 +306,10 @@ bv_status bv_graph_cache_open(const char *path, uint64_t key, bv_graph_dataset *
         s = bv_error_set(err, BV_ERR_CORRUPT, "%s: unterminated name", path);
     const int64_t *rowptr =
         s == BV_OK ? (const int64_t *)(base + h.sections[BVG_ROWPTR].offset) : NULL;
-    if (s == BV_OK && (rowptr[0] != 0 || rowptr[h.num_nodes] != h.nnz))
+    const int64_t *feat_rowptr =
+        s == BV_OK ? (const int64_t *)(base + h.sections[BVG_FEAT_ROWPTR].offset) : NULL;
+    if (s == BV_OK && (rowptr[0] != 0 || rowptr[h.num_nodes] != h.nnz ||
+                       feat_rowptr[0] != 0 || feat_rowptr[h.num_nodes] != h.feature_nnz))
         s = bv_error_set(err, BV_ERR_CORRUPT, "%s: row pointers do not add up", path);
     bv_graph_dataset *g = NULL;
     if (s == BV_OK && !(g = bv_graph_dataset_alloc(name)))
@@ -318,7 +334,14 @@ bv_status bv_graph_cache_open(const char *path, uint64_t key, bv_graph_dataset *
     g->adj.colidx = (int32_t *)(base + h.sections[BVG_COLIDX].offset);
     g->adj.values = NULL;
     g->adj.owned = 0;
-    g->features = (float *)(base + h.sections[BVG_FEATURES].offset);
+    g->features_csr = (bv_csr){
+        .nrows = h.num_nodes,
+        .ncols = h.num_features,
+        .nnz = h.feature_nnz,
+        .rowptr = (int64_t *)(base + h.sections[BVG_FEAT_ROWPTR].offset),
+        .colidx = (int32_t *)(base + h.sections[BVG_FEAT_COLIDX].offset),
+        .values = (float *)(base + h.sections[BVG_FEAT_VALUES].offset),
+    };
     g->labels = (int32_t *)(base + h.sections[BVG_LABELS].offset);
     g->split = (uint8_t *)(base + h.sections[BVG_SPLIT].offset);
     *out = g;
@@ -373,11 +396,15 @@ static bool write_all(int fd, const void *data, size_t len)
 bv_status bv_graph_cache_write(const char *cache_dir, const char *path, uint64_t key,
                                const bv_graph_dataset *g, bv_error *err)
 {
+    if (!bv_graph_features_sparse(g)) /* the loader's form; nothing else is written */
+        return bv_error_set(err, BV_ERR_INVALID, "%s: the cache holds sparse features only",
+                            path);
     bv_status s = mkdir_p(cache_dir, err);
     if (s != BV_OK)
         return s;
-    const void *data[BVG_NSECTIONS] = {g->adj.rowptr, g->adj.colidx, g->features,
-                                       g->labels,     g->split,      g->name};
+    const bv_csr *x = &g->features_csr;
+    const void *data[BVG_NSECTIONS] = {g->adj.rowptr, g->adj.colidx, x->rowptr, x->colidx,
+                                       x->values,     g->labels,     g->split,  g->name};
     bvg_header h;
     memset(&h, 0, sizeof h);
     memcpy(h.magic, BVG_MAGIC, sizeof BVG_MAGIC);
@@ -390,10 +417,11 @@ bv_status bv_graph_cache_write(const char *cache_dir, const char *path, uint64_t
     h.num_features = g->num_features;
     h.num_undirected_edges = g->num_undirected_edges;
     h.nnz = g->adj.nnz;
+    h.feature_nnz = x->nnz;
     h.num_classes = g->num_classes;
     memcpy(h.split_count, g->split_count, sizeof h.split_count);
     uint64_t bytes[BVG_NSECTIONS];
-    section_sizes(g->num_nodes, g->num_features, g->adj.nnz, strlen(g->name) + 1, bytes);
+    section_sizes(g->num_nodes, g->adj.nnz, x->nnz, strlen(g->name) + 1, bytes);
     uint64_t at = sizeof h;
     for (int i = 0; i < BVG_NSECTIONS; i++) {
         at = (at + BVG_ALIGN - 1) / BVG_ALIGN * BVG_ALIGN;

@@ -22,6 +22,10 @@ bool bv_graph_owns(const bv_graph_dataset *g, const void *p);
 bv_status bv_graph_adj_from_pairs(int64_t n, const int32_t *pairs, int64_t m, bv_csr *adj,
                                   bv_error *err);
 
+/* Sorts a feature row's entries by column, keeps the last of repeated columns (as a dense
+ * row written left to right would) and drops zeros; returns the entries left. */
+int64_t bv_graph_tidy_row(int32_t *col, float *val, int64_t len);
+
 /* Refuses a dataset that has nothing to train on: no vertex marked train, or only
  * unlabelled ones (BV_ERR_INVALID, naming split_file when not NULL). An empty validation
  * or test split is allowed but logged as a warning: their accuracies then read 0, and

@@ -430,10 +430,10 @@ static bv_status wrong_line_count(const char *path, int64_t lines, int64_t n, bv
                         path, (long long)lines, (long long)n);
 }
 
-/* One line: "<label> <idx>:<val> ...". */
+/* One line: "<label> <idx>:<val> ...": its entries go to col/val from *k on. */
 static bv_status parse_feature_line(const char *path, int64_t line, const char *p,
-                                    const char *stop, const graph_meta *meta, float *row,
-                                    int32_t *label, bv_error *err)
+                                    const char *stop, const graph_meta *meta, int32_t *col,
+                                    float *val, int64_t *k, int32_t *label, bv_error *err)
 {
     const char *q = p;
     while (q < stop && !is_blank(*q))
@@ -450,11 +450,12 @@ static bv_status parse_feature_line(const char *path, int64_t line, const char *
         return bv_error_set(err, BV_ERR_INVALID, "%s:%lld: label %lld out of range (%lld classes)",
                             path, (long long)line, (long long)value, (long long)meta->classes);
     *label = (int32_t)value;
+    int64_t first = *k;
     for (;;) {
         while (q < stop && is_blank(*q))
             q++;
         if (q == stop)
-            return BV_OK;
+            break;
         const char *token = q;
         while (q < stop && !is_blank(*q))
             q++;
@@ -469,25 +470,43 @@ static bv_status parse_feature_line(const char *path, int64_t line, const char *
             return bv_error_set(err, BV_ERR_INVALID,
                                 "%s:%lld: feature index %lld out of range (%lld features)", path,
                                 (long long)line, (long long)index, (long long)meta->features);
-        row[index] = x;
+        col[*k] = (int32_t)index; /* a token has a colon: the caller counted them all */
+        val[(*k)++] = x;
     }
+    *k = first + bv_graph_tidy_row(col + first, val + first, *k - first);
+    return BV_OK;
 }
 
+/* The features as the CSR they are written as: entries counted by their colons first, so
+ * the arrays are allocated once (a bound: zeros and repeats are dropped after). */
 static bv_status parse_features(const char *path, const text_file *t, const graph_meta *meta,
-                                float *features, int32_t *labels, bv_error *err)
+                                bv_csr *x, int32_t *labels, bv_error *err)
 {
     const char *p = t->data, *end = t->data + t->len;
-    int64_t n = meta->nodes, line = 0;
+    int64_t n = meta->nodes, line = 0, bound = 0;
+    for (const char *c = p; (c = memchr(c, ':', (size_t)(end - c))) != NULL; c++)
+        bound++;
+    if (meta->features > INT32_MAX) /* a column is an int32_t */
+        return bv_error_set(err, BV_ERR_INVALID, "%s: features %lld out of range (1 to %d)",
+                            path, (long long)meta->features, INT32_MAX);
+    *x = (bv_csr){.nrows = n, .ncols = meta->features};
+    x->rowptr = bv_alloc_aligned((size_t)(n + 1) * sizeof *x->rowptr);
+    x->colidx = bv_alloc_aligned((size_t)(bound + 1) * sizeof *x->colidx);
+    x->values = bv_alloc_aligned((size_t)(bound + 1) * sizeof *x->values);
+    if (!x->rowptr || !x->colidx || !x->values)
+        return bv_error_set(err, BV_ERR_NOMEM, "%s: out of memory for %lld features", path,
+                            (long long)bound);
+    int64_t k = 0;
     while (p < end) {
         if (line == n)
             return wrong_line_count(path, n + count_lines(p, end), n, err);
+        x->rowptr[line] = k;
         line++;
         const char *eol = memchr(p, '\n', (size_t)(end - p));
         if (!eol)
             eol = end;
         const char *stop = (eol > p && eol[-1] == '\r') ? eol - 1 : eol;
-        bv_status s = parse_feature_line(path, line, p, stop, meta,
-                                         features + (line - 1) * meta->features,
+        bv_status s = parse_feature_line(path, line, p, stop, meta, x->colidx, x->values, &k,
                                          &labels[line - 1], err);
         if (s != BV_OK)
             return s;
@@ -495,6 +514,8 @@ static bv_status parse_features(const char *path, const text_file *t, const grap
     }
     if (line != n)
         return wrong_line_count(path, line, n, err);
+    x->rowptr[n] = k;
+    x->nnz = k;
     return BV_OK;
 }
 
@@ -664,7 +685,7 @@ static bv_status parse_file(const char *dir, int which, const graph_meta *meta,
                              path, (long long)g->num_undirected_edges,
                              (long long)meta->undirected_edges);
     } else if (s == BV_OK && which == BV_GRAPH_FILE_FEATURES) {
-        s = parse_features(path, &t, meta, g->features, g->labels, err);
+        s = parse_features(path, &t, meta, &g->features_csr, g->labels, err);
     } else if (s == BV_OK && which == BV_GRAPH_FILE_SPLIT) {
         s = parse_split(path, &t, meta->nodes, g->split, g->split_count, err);
     }
@@ -683,13 +704,12 @@ static bv_status parse_dir(const char *dir, const graph_meta *meta, bv_graph_dat
     g->num_nodes = n;
     g->num_features = meta->features;
     g->num_classes = (int32_t)meta->classes;
-    g->features = bv_alloc_aligned((size_t)n * (size_t)meta->features * sizeof(float));
     g->labels = bv_alloc_aligned((size_t)n * sizeof *g->labels);
     g->split = bv_alloc_aligned((size_t)n * sizeof *g->split);
     bv_status s = BV_OK;
-    if (!g->features || !g->labels || !g->split)
-        s = bv_error_set(err, BV_ERR_NOMEM, "%s: out of memory for %lld x %lld features", dir,
-                         (long long)n, (long long)meta->features);
+    if (!g->labels || !g->split)
+        s = bv_error_set(err, BV_ERR_NOMEM, "%s: out of memory for %lld vertices", dir,
+                         (long long)n);
     for (int f = BV_GRAPH_FILE_EDGES; f < BV_GRAPH_NFILES && s == BV_OK; f++)
         s = parse_file(dir, f, meta, g, err);
     if (s != BV_OK) {

@@ -224,8 +224,9 @@ static bv_status adj_from_keys(int64_t n, uint64_t *keys, int64_t m, bv_csr *adj
     return bv_graph_adj_from_pairs(n, (const int32_t *)(void *)keys, m, adj, err);
 }
 
+/* With dense features (powerlaw's), or none yet (communities' CSR is filled as drawn). */
 static bv_graph_dataset *dataset_new(const char *name, int64_t nodes, int64_t features,
-                                     int32_t classes)
+                                     int32_t classes, bool dense)
 {
     bv_graph_dataset *g = bv_graph_dataset_alloc(name);
     if (!g)
@@ -233,10 +234,11 @@ static bv_graph_dataset *dataset_new(const char *name, int64_t nodes, int64_t fe
     g->num_nodes = nodes;
     g->num_features = features;
     g->num_classes = classes;
-    g->features = bv_alloc_aligned((size_t)nodes * (size_t)features * sizeof(float));
+    g->features =
+        dense ? bv_alloc_aligned((size_t)nodes * (size_t)features * sizeof(float)) : NULL;
     g->labels = bv_alloc_aligned((size_t)nodes * sizeof *g->labels);
     g->split = bv_alloc_aligned((size_t)nodes * sizeof *g->split);
-    if (!g->features || !g->labels || !g->split) {
+    if ((dense && !g->features) || !g->labels || !g->split) {
         bv_graph_free(g);
         return NULL;
     }
@@ -314,7 +316,7 @@ bv_status bv_graph_synth_communities(const bv_synth_communities *p, bv_graph_dat
                             "do not fit in %lld nodes (%lld per class)",
                             what, (long long)p->train_per_class, (long long)c, (long long)p->val,
                             (long long)p->test, (long long)n, (long long)(n / c));
-    bv_graph_dataset *g = dataset_new("communities", n, f, (int32_t)c);
+    bv_graph_dataset *g = dataset_new("communities", n, f, (int32_t)c, false);
     int32_t *members = malloc((size_t)n * sizeof *members);
     int64_t *class_start = calloc((size_t)c + 1, sizeof *class_start);
     int64_t *filled = calloc((size_t)c, sizeof *filled);
@@ -346,16 +348,30 @@ bv_status bv_graph_synth_communities(const bv_synth_communities *p, bv_graph_dat
         goto done;
     g->num_undirected_edges = target;
 
-    /* Bag of words: each class prefers its own slice of the vocabulary. */
+    /* Bag of words: each class prefers its own slice of the vocabulary. Drawn with
+     * repeats, kept as a CSR (a word drawn twice is one 1). */
     int64_t words = llround(p->feature_density * (double)f);
-    for (int64_t i = 0; i < n; i++) {
+    bv_csr *x = &g->features_csr;
+    *x = (bv_csr){.nrows = n, .ncols = f};
+    x->rowptr = bv_alloc_aligned((size_t)(n + 1) * sizeof *x->rowptr);
+    x->colidx = bv_alloc_aligned((size_t)(n * words + 1) * sizeof *x->colidx);
+    x->values = bv_alloc_aligned((size_t)(n * words + 1) * sizeof *x->values);
+    if (!x->rowptr || !x->colidx || !x->values) {
+        s = bv_error_set(err, BV_ERR_NOMEM, "%s: out of memory for %lld x %lld features", what,
+                         (long long)n, (long long)words);
+        goto done;
+    }
+    for (int64_t i = 0, k = 0; i < n; i++) {
         int64_t label = g->labels[i];
         int64_t lo = label * f / c, hi = (label + 1) * f / c;
-        float *row = g->features + i * f;
+        x->rowptr[i] = k;
         for (int64_t w = 0; w < words; w++) {
             bool own = hi > lo && rng_uniform(&r) < p->feature_signal;
-            row[own ? lo + rng_below(&r, hi - lo) : rng_below(&r, f)] = 1.0f;
+            x->colidx[k + w] = (int32_t)(own ? lo + rng_below(&r, hi - lo) : rng_below(&r, f));
+            x->values[k + w] = 1.0f;
         }
+        k += bv_graph_tidy_row(x->colidx + k, x->values + k, words);
+        x->rowptr[i + 1] = x->nnz = k;
     }
 
     /* Planetoid-style split in id order: the first train_per_class nodes of each class
@@ -504,7 +520,7 @@ bv_status bv_graph_synth_powerlaw(const bv_synth_powerlaw *p, bv_graph_dataset *
     if (!(p->exponent > 1.0))
         return bv_error_set(err, BV_ERR_INVALID, "%s: exponent must be above 1, not %g", what,
                             p->exponent);
-    bv_graph_dataset *g = dataset_new("powerlaw", n, f, (int32_t)c);
+    bv_graph_dataset *g = dataset_new("powerlaw", n, f, (int32_t)c, true);
     double *weight = malloc((size_t)n * sizeof *weight);
     int32_t *node = malloc((size_t)n * sizeof *node);
     alias_table table = {0};

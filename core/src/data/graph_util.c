@@ -76,7 +76,8 @@ void bv_graph_free(bv_graph_dataset *g)
     /* Arrays may be a mix: a cached dataset views the mapping, but row normalization
      * replaces the features with a heap copy. */
     void *arrays[] = {g->adj.rowptr, g->adj.colidx, g->adj.values, g->features, g->labels,
-                      g->split};
+                      g->split, g->features_csr.rowptr, g->features_csr.colidx,
+                      g->features_csr.values};
     for (size_t i = 0; i < sizeof arrays / sizeof arrays[0]; i++)
         if (bv_graph_owns(g, arrays[i]))
             bv_free_aligned(arrays[i]);
@@ -156,30 +157,152 @@ bv_status bv_graph_adj_from_pairs(int64_t n, const int32_t *pairs, int64_t m, bv
     return BV_OK;
 }
 
+/* Sorts a row's entries by column (insertion sort: rows are short and almost always
+ * sorted already), keeps the last of repeated columns (as a dense row written left to right
+ * would) and drops zeros; returns the entries left. */
+int64_t bv_graph_tidy_row(int32_t *col, float *val, int64_t len)
+{
+    for (int64_t i = 1; i < len; i++) {
+        int32_t c = col[i];
+        float v = val[i];
+        int64_t j = i;
+        for (; j > 0 && col[j - 1] > c; j--) {
+            col[j] = col[j - 1];
+            val[j] = val[j - 1];
+        }
+        col[j] = c;
+        val[j] = v;
+    }
+    int64_t out = 0;
+    for (int64_t i = 0; i < len; i++) {
+        if (i + 1 < len && col[i + 1] == col[i])
+            continue; /* a later repeat wins (a stable sort keeps their order) */
+        if (val[i] != 0.0f) {
+            col[out] = col[i];
+            val[out++] = val[i];
+        }
+    }
+    return out;
+}
+
+/* A heap copy of n floats (count n) in place of *p when *p views the cache mapping. */
+static bv_status own_floats(bv_graph_dataset *g, float **p, size_t n, bv_error *err)
+{
+    if (bv_graph_owns(g, *p) || !*p)
+        return BV_OK;
+    float *copy = bv_alloc_aligned((n ? n : 1) * sizeof *copy);
+    if (!copy)
+        return bv_error_set(err, BV_ERR_NOMEM, "out of memory copying %zu features", n);
+    if (n)
+        memcpy(copy, *p, n * sizeof *copy);
+    *p = copy;
+    return BV_OK;
+}
+
 bv_status bv_graph_row_normalize_features(bv_graph_dataset *g, bv_error *err)
 {
-    size_t count = (size_t)g->num_nodes * (size_t)g->num_features;
-    if (!bv_graph_owns(g, g->features)) {
-        /* The cache mapping is read-only: normalize a private copy. */
-        float *copy = bv_alloc_aligned(count * sizeof *copy);
-        if (!copy)
-            return bv_error_set(err, BV_ERR_NOMEM, "out of memory copying %zu features",
-                                count);
-        if (count)
-            memcpy(copy, g->features, count * sizeof *copy);
-        g->features = copy;
-    }
+    bool sparse = bv_graph_features_sparse(g);
+    bv_csr *x = &g->features_csr;
     int64_t cols = g->num_features;
+    bv_status st = sparse ? own_floats(g, &x->values, (size_t)x->nnz, err)
+                          : own_floats(g, &g->features,
+                                       (size_t)g->num_nodes * (size_t)cols, err);
+    if (st != BV_OK)
+        return st;
+    /* The dense row's zeros add nothing to the sum (x + 0.0 is x): both forms give the
+     * same sums, and so the same bits. */
     for (int64_t r = 0; r < g->num_nodes; r++) {
-        float *row = g->features + r * cols;
+        float *row = sparse ? x->values + x->rowptr[r] : g->features + r * cols;
+        int64_t len = sparse ? x->rowptr[r + 1] - x->rowptr[r] : cols;
         double sum = 0.0;
-        for (int64_t c = 0; c < cols; c++)
+        for (int64_t c = 0; c < len; c++)
             sum += row[c];
         if (sum == 0.0)
             continue; /* Kipf sets 1/0 to 0, which leaves the row as it was (all zero) */
-        for (int64_t c = 0; c < cols; c++)
+        for (int64_t c = 0; c < len; c++)
             row[c] = (float)(row[c] / sum);
     }
+    return BV_OK;
+}
+
+int64_t bv_graph_features_nnz(const bv_graph_dataset *g)
+{
+    if (bv_graph_features_sparse(g))
+        return g->features_csr.nnz;
+    int64_t nnz = 0, total = g->num_nodes * g->num_features;
+    for (int64_t i = 0; i < total; i++)
+        nnz += g->features[i] != 0.0f;
+    return nnz;
+}
+
+static void free_owned(bv_graph_dataset *g, void *p)
+{
+    if (bv_graph_owns(g, p))
+        bv_free_aligned(p);
+}
+
+static bv_status densify(bv_graph_dataset *g, bv_error *err)
+{
+    bv_csr *x = &g->features_csr;
+    size_t count = (size_t)g->num_nodes * (size_t)g->num_features;
+    float *d = bv_alloc_aligned((count ? count : 1) * sizeof *d);
+    if (!d)
+        return bv_error_set(err, BV_ERR_NOMEM, "out of memory for %lld x %lld dense features",
+                            (long long)g->num_nodes, (long long)g->num_features);
+    memset(d, 0, count * sizeof *d);
+    for (int64_t r = 0; r < g->num_nodes; r++)
+        for (int64_t k = x->rowptr[r]; k < x->rowptr[r + 1]; k++)
+            d[r * g->num_features + x->colidx[k]] = x->values[k];
+    free_owned(g, x->rowptr);
+    free_owned(g, x->colidx);
+    free_owned(g, x->values);
+    memset(x, 0, sizeof *x);
+    g->features = d;
+    return BV_OK;
+}
+
+static bv_status sparsify(bv_graph_dataset *g, int64_t nnz, bv_error *err)
+{
+    bv_csr x = {.nrows = g->num_nodes, .ncols = g->num_features, .nnz = nnz};
+    x.rowptr = bv_alloc_aligned((size_t)(g->num_nodes + 1) * sizeof *x.rowptr);
+    x.colidx = bv_alloc_aligned((size_t)(nnz + 1) * sizeof *x.colidx);
+    x.values = bv_alloc_aligned((size_t)(nnz + 1) * sizeof *x.values);
+    if (!x.rowptr || !x.colidx || !x.values) {
+        bv_free_aligned(x.rowptr);
+        bv_free_aligned(x.colidx);
+        bv_free_aligned(x.values);
+        return bv_error_set(err, BV_ERR_NOMEM, "out of memory for %lld sparse features",
+                            (long long)nnz);
+    }
+    int64_t k = 0, f = g->num_features;
+    for (int64_t r = 0; r < g->num_nodes; r++) {
+        x.rowptr[r] = k;
+        for (int64_t c = 0; c < f; c++)
+            if (g->features[r * f + c] != 0.0f) {
+                x.colidx[k] = (int32_t)c;
+                x.values[k++] = g->features[r * f + c];
+            }
+    }
+    x.rowptr[g->num_nodes] = k;
+    free_owned(g, g->features);
+    g->features = NULL;
+    g->features_csr = x;
+    return BV_OK;
+}
+
+bv_status bv_graph_features_convert(bv_graph_dataset *g, bv_features_form form, bv_error *err)
+{
+    bool sparse = bv_graph_features_sparse(g);
+    if (form == BV_FEATURES_AUTO) {
+        int64_t nnz = bv_graph_features_nnz(g);
+        double total = (double)g->num_nodes * (double)g->num_features;
+        form = (double)nnz <= BV_FEATURES_SPARSE_DENSITY * total ? BV_FEATURES_SPARSE
+                                                                : BV_FEATURES_DENSE;
+    }
+    if (form == BV_FEATURES_SPARSE && !sparse)
+        return sparsify(g, bv_graph_features_nnz(g), err);
+    if (form == BV_FEATURES_DENSE && sparse)
+        return densify(g, err);
     return BV_OK;
 }
 

@@ -92,7 +92,8 @@ static bv_model *gat_create(const bv_opts *opts, const bv_graph_shape *shape, bv
         size_t av = m->nstages;
         m->stages[m->nstages++] = (bv_stage){
             .kind = BV_STAGE_TENSOR, .name = name_slot(m, &names, "AV%d", l),
-            .in_dim = width, .out_dim = z + 2 * k, .needs_input_grad = l > 0};
+            .in_dim = width, .out_dim = z + 2 * k, .needs_input_grad = l > 0,
+            .sparse_input = l == 0};
         size_t ae = m->nstages;
         m->stages[m->nstages++] = (bv_stage){
             .kind = BV_STAGE_EDGE, .name = name_slot(m, &names, "AE%d", l), .in_dim = 2 * k,

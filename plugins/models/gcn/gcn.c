@@ -43,7 +43,8 @@ static bv_model *gcn_create(const bv_opts *opts, const bv_graph_shape *shape, bv
         snprintf(m->names[3 * l + 1], sizeof m->names[0], "GA%d", l);
         snprintf(m->names[3 * l + 2], sizeof m->names[0], "W%d", l);
         m->stages[2 * l] = (bv_stage){.kind = BV_STAGE_TENSOR, .name = m->names[3 * l],
-                                      .in_dim = in, .out_dim = out, .needs_input_grad = l > 0};
+                                      .in_dim = in, .out_dim = out, .needs_input_grad = l > 0,
+                                      .sparse_input = l == 0};
         m->stages[2 * l + 1] = (bv_stage){.kind = BV_STAGE_GATHER, .name = m->names[3 * l + 1],
                                           .in_dim = out, .out_dim = out};
         m->params[l] = (bv_param_spec){m->names[3 * l + 2], in, out, l == 0,

@@ -245,8 +245,9 @@ static bv_status engine_share(bv_graph_engine *e, bv_error *err)
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory");
     const bv_graph_dataset *d = e->cfg.data;
     size_t n = (size_t)d->num_nodes;
-    e->shared[BV_SHARED_FEATURES] =
-        (bv_shared_array){d->features, n * (size_t)d->num_features * sizeof(float)};
+    if (!bv_graph_features_sparse(d)) /* sparse ones travel as rows (role_msg.h) */
+        e->shared[BV_SHARED_FEATURES] =
+            (bv_shared_array){d->features, n * (size_t)d->num_features * sizeof(float)};
     e->shared[BV_SHARED_LABELS] = (bv_shared_array){d->labels, n * sizeof(int32_t)};
     e->shared[BV_SHARED_SPLIT] = (bv_shared_array){d->split, n};
     return BV_OK;

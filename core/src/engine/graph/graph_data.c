@@ -50,6 +50,9 @@ const bv_option bv_graph_dataset_schema[] = {
     BV_OPT_INT_RANGE("test", "1000", 0, 1e9, "synthetic communities: test vertices"),
     BV_OPT_INT_RANGE("seed", "1", 0, 9007199254740992.0, "synthetic: generator seed"),
     BV_OPT_BOOLEAN("normalize_features", "true", "divide each feature row by its sum"),
+    BV_OPT_CHOICE("feature_storage", "auto", "auto|sparse|dense",
+                  "features kept as a CSR (sparse) or an N x F array (dense); auto: sparse "
+                  "when at most a quarter of them is nonzero"),
     BV_OPT_BOOLEAN("cache", "true", "keep a binary cache of parsed datasets"),
     BV_OPT_END,
 };
@@ -130,6 +133,14 @@ static void cache_dir(char *buf, size_t len)
         snprintf(buf, len, ".bivouac-cache");
 }
 
+bv_features_form bv_graph_feature_storage(const bv_experiment *x)
+{
+    const char *form = bv_opts_str(&x->dataset, "feature_storage");
+    return strcmp(form, "sparse") == 0  ? BV_FEATURES_SPARSE
+           : strcmp(form, "dense") == 0 ? BV_FEATURES_DENSE
+                                        : BV_FEATURES_AUTO;
+}
+
 bv_status bv_graph_load_data(const bv_experiment *x, uint64_t seed_offset,
                             bv_graph_dataset **out, bv_error *err)
 {
@@ -166,12 +177,13 @@ bv_status bv_graph_load_data(const bv_experiment *x, uint64_t seed_offset,
         cache_dir(dir, sizeof dir);
         st = bv_graph_load_dir(x->dataset_dir, bv_opts_bool(d, "cache") ? dir : NULL, out, err);
     }
-    if (st == BV_OK && bv_opts_bool(d, "normalize_features")) {
+    if (st == BV_OK && bv_opts_bool(d, "normalize_features"))
         st = bv_graph_row_normalize_features(*out, err);
-        if (st != BV_OK) {
-            bv_graph_free(*out);
-            *out = NULL;
-        }
+    if (st == BV_OK)
+        st = bv_graph_features_convert(*out, bv_graph_feature_storage(x), err);
+    if (st != BV_OK) {
+        bv_graph_free(*out);
+        *out = NULL;
     }
     return st;
 }

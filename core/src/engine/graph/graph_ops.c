@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "bivouac/log.h"
 #include "bivouac/model.h"
 #include "bivouac/wire.h"
 #include "engine_graph.h"
@@ -97,6 +98,33 @@ static bv_status make_model(bv_engine *g, const bv_experiment *x, const bv_graph
     return check_kernels(g, err);
 }
 
+/* Sparse features stay sparse only where the first stage (the one that reads them) takes
+ * them as ctx->sparse_in alone and the back end has the kernels for it; otherwise they are
+ * made dense here, or, when the experiment asked for sparse ones, refused. */
+static bv_status fit_features(const bv_engine *g, bv_graph_dataset *d, bv_error *err)
+{
+    if (!d || !bv_graph_features_sparse(d))
+        return BV_OK;
+    const bv_compute_ops *k = &g->x->compute_ops;
+    bv_stage first;
+    bv_stage_copy(&g->model_ops, g->model_ops.stage(g->model, 0), &first);
+    const char *why = NULL;
+    if (first.kind != BV_STAGE_TENSOR || !first.sparse_input)
+        why = "its first stage does not take sparse features (bv_stage.sparse_input)";
+    else if (!k->spmm_dropout || !k->spmm_dropout_backward_x)
+        why = "the compute plugin has no sparse first-layer kernels (spmm_dropout)";
+    if (!why)
+        return BV_OK;
+    if (bv_graph_feature_storage(g->x) == BV_FEATURES_SPARSE)
+        return bv_error_set(err, BV_ERR_INVALID, "dataset.feature_storage: sparse, but model "
+                            "'%s' on compute '%s' cannot use them: %s", g->x->model.plugin->name,
+                            g->x->compute.plugin->name, why);
+    bv_log(BV_LOG_INFO, "features made dense (%.1f MB) for model '%s' on compute '%s': %s",
+           (double)d->num_nodes * (double)d->num_features * 4e-6, g->x->model.plugin->name,
+           g->x->compute.plugin->name, why);
+    return bv_graph_features_convert(d, BV_FEATURES_DENSE, err);
+}
+
 static bv_graph_engine_cfg engine_cfg(bv_engine *g, const bv_graph_dataset *d, uint64_t seed,
                                       const char *out_dir)
 {
@@ -161,13 +189,15 @@ static bv_graph_engine_cfg engine_cfg(bv_engine *g, const bv_graph_dataset *d, u
 static bv_status create(const bv_experiment *x, void *data, const bv_engine_run *run,
                         bv_engine **out, bv_error *err)
 {
-    const bv_graph_dataset *d = data;
+    bv_graph_dataset *d = data;
     bv_engine *g = calloc(1, sizeof *g);
     if (!(*out = g))
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory");
     double wd = bv_opts_float(&x->train, "weight_decay");
     g->reported_wd = bv_opts_bool(&x->train, "decay_in_loss") ? wd : 0.0;
     bv_status st = make_model(g, x, d, err);
+    if (st == BV_OK)
+        st = fit_features(g, d, err);
     if (st != BV_OK)
         return st;
     bv_graph_engine_cfg cfg = engine_cfg(g, d, run->seed, run->out_dir);
@@ -272,6 +302,9 @@ bv_status bv_graph_serve_role(const bv_experiment *x, void *data, const char *ro
     bv_opts worker_opts = {0};
     if (st == BV_OK)
         st = make_model(&g, x, data, err);
+    if (st == BV_OK) /* a graph server's own data: the whole graph or its part */
+        st = fit_features(&g, kind != BV_GRAPH_ROLE_GRAPH ? NULL : part.local ? part.local : data,
+                          err);
     if (st == BV_OK) {
         bv_graph_engine_cfg cfg = engine_cfg(&g, data, seed, NULL);
         if (cfg.functions && kind == BV_GRAPH_ROLE_FUNCTION) /* a graph server's controller

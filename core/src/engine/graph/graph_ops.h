@@ -18,7 +18,11 @@ void bv_graph_check(bv_experiment *x, const bv_node *dataset, bool dataset_valid
                     bv_diag *diag);
 bv_status bv_graph_check_model(const bv_experiment *x, bv_diag *diag);
 
-/* The experiment's dataset, normalised as configured. seed_offset is added to a synthetic
+/* dataset.feature_storage as the form bv_graph_features_convert takes. */
+bv_features_form bv_graph_feature_storage(const bv_experiment *x);
+
+/* The experiment's dataset, normalised and in the feature storage configured (the engine
+ * makes sparse features dense for a model or back end that cannot take them). seed_offset is added to a synthetic
  * generator's seed (0 keeps the dataset fixed across --repeat seeds). */
 bv_status bv_graph_load_data(const bv_experiment *x, uint64_t seed_offset,
                              bv_graph_dataset **out, bv_error *err);

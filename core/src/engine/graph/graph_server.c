@@ -12,6 +12,7 @@
 #include "grow.h"
 #include "lambda_pool.h"
 #include "role_loop.h"
+#include "sparse_rows.h"
 
 static int64_t stage_rows(const graph_server *gs, size_t s)
 {
@@ -23,30 +24,54 @@ static int64_t stage_rows(const graph_server *gs, size_t s)
  * function worker keeps nothing between invocations: each of its tasks carries them, and
  * is marked kept so that it takes sparse features as the sparse rows they are, as a
  * tensor worker does. */
-static const float *task_input(graph_server *gs, size_t s, bv_task_hdr *h, size_t *bytes)
+/* Input rows of stage s for interval h (*in, *bytes), or none if the worker already keeps
+ * them. A function worker keeps nothing between invocations: each of its tasks carries
+ * them, and is marked kept so that it takes sparse features as the sparse rows they are,
+ * as a tensor worker does. Features the dataset keeps sparse go as their rows packed
+ * (sparse_rows.h; *to_free, the caller frees it once sent), or, to a worker thread of
+ * this process, as nothing: it views the dataset's rows itself. */
+static bv_status task_input(graph_server *gs, size_t s, bv_task_hdr *h, const void **in,
+                            size_t *bytes, void **to_free, bv_error *err)
 {
     const bv_stage *st = gs->e->stages[s];
     int v = gs->e->vin[s];
-    const float *in = (v < 0 ? gs->e->cfg.data->features : gs->act[v]) +
-                      h->row_begin * st->in_dim;
+    bool sparse = v < 0 && bv_graph_features_sparse(gs->e->cfg.data);
+    *in = v >= 0   ? gs->act[v] + h->row_begin * st->in_dim
+          : sparse ? NULL
+                   : gs->e->cfg.data->features + h->row_begin * st->in_dim;
     *bytes = (size_t)(h->rows * st->in_dim) * sizeof(float);
+    *to_free = NULL;
     if (v >= 0 || !gs->keep_features)
-        return in;
+        return BV_OK;
     if (gs->input_sent[h->interval] && !gs->pool) {
         h->flags |= BV_TASK_CACHED_INPUT;
         *bytes = 0;
-        return NULL;
+        *in = NULL;
+        return BV_OK;
     }
     h->flags |= BV_TASK_KEEP_INPUT;
     gs->input_sent[h->interval] = true;
-    return in;
+    if (!sparse)
+        return BV_OK;
+    h->flags |= BV_TASK_SPARSE_INPUT;
+    *bytes = 0;
+    if (!gs->e->serving && !gs->pool)
+        return BV_OK;
+    *in = *to_free = bv_sparse_rows_pack(&gs->e->cfg.data->features_csr, h->row_begin, h->rows,
+                                         bytes);
+    if (!*in)
+        return bv_error_set(err, BV_ERR_NOMEM, "out of memory packing %lld rows of sparse "
+                            "features", (long long)h->rows);
+    return BV_OK;
 }
 
-/* The shared array (bv_array_ref) holding stage s's input. */
+/* The shared array (bv_array_ref) holding stage s's input (-1: none, sparse features). */
 static int64_t stage_input_array(const graph_server *gs, size_t s)
 {
     int v = gs->e->vin[s];
-    return v < 0 ? BV_SHARED_FEATURES : bv_shared_act((size_t)v);
+    return v >= 0                                       ? bv_shared_act((size_t)v)
+           : bv_graph_features_sparse(gs->e->cfg.data) ? -1
+                                                       : BV_SHARED_FEATURES;
 }
 
 static const float *stage_input(const graph_server *gs, size_t s)
@@ -276,7 +301,11 @@ static bv_status av_send(graph_server *gs, size_t s, const bv_task_hdr *epoch, i
     const bv_stage *st = gs->e->stages[s];
     bv_task_hdr h = interval_hdr(gs, s, epoch, i);
     size_t in_bytes;
-    const float *in = task_input(gs, s, &h, &in_bytes);
+    const void *in;
+    void *packed;
+    bv_status rc = task_input(gs, s, &h, &in, &in_bytes, &packed, err);
+    if (rc != BV_OK)
+        return rc;
     (void)ctx;
     /* Under a task gate the rows come back in the reply and are scattered on this thread:
      * a gather that reads them before may then read the rows of an earlier pass, never
@@ -286,9 +315,11 @@ static bv_status av_send(graph_server *gs, size_t s, const bv_task_hdr *epoch, i
                        (size_t)(h.rows * st->out_dim) * sizeof(float));
     if (gs->pool && gs->e->cfg.fn_stream) /* the worker starts on the first half */
         h.flags |= BV_TASK_STREAM;
-    return gs_send_task(gs, i, BV_MSG_FWD_TASK, &h,
-                        (task_array){in, in_bytes, stage_input_array(gs, s)}, no_array,
-                        no_array, err);
+    rc = gs_send_task(gs, i, BV_MSG_FWD_TASK, &h,
+                      (task_array){in, in_bytes, stage_input_array(gs, s)}, no_array, no_array,
+                      err);
+    free(packed);
+    return rc;
 }
 
 static bv_status av_take(graph_server *gs, size_t s, bv_role_msg *m, void *ctx, bv_error *err)
@@ -388,7 +419,11 @@ static bv_status avb_send(graph_server *gs, size_t s, const bv_task_hdr *epoch, 
     const bv_stage *st = gs->e->stages[s];
     bv_task_hdr h = interval_hdr(gs, s, epoch, i);
     size_t out_bytes = (size_t)(h.rows * st->out_dim) * sizeof(float), in_bytes;
-    const float *in = task_input(gs, s, &h, &in_bytes);
+    const void *in;
+    void *packed;
+    bv_status rc = task_input(gs, s, &h, &in, &in_bytes, &packed, err);
+    if (rc != BV_OK)
+        return rc;
     float *din = stage_input_grad(gs, s);
     (void)ctx;
     if (st->needs_input_grad && din)
@@ -398,14 +433,16 @@ static bv_status avb_send(graph_server *gs, size_t s, const bv_task_hdr *epoch, 
     bool remat = gs->pool && gs->e->cfg.fn_remat; /* the worker computes the output again */
     if (remat)
         h.flags |= BV_TASK_REMAT;
-    return gs_send_task(gs, i, BV_MSG_BWD_TASK, &h,
-                        (task_array){in, in_bytes, stage_input_array(gs, s)},
-                        remat ? no_array
-                              : (task_array){gs->act[s] + h.row_begin * st->out_dim, out_bytes,
-                                             bv_shared_act(s)},
-                        (task_array){gs->dact[s] + h.row_begin * st->out_dim, out_bytes,
-                                     bv_shared_dact(s)},
-                        err);
+    rc = gs_send_task(gs, i, BV_MSG_BWD_TASK, &h,
+                      (task_array){in, in_bytes, stage_input_array(gs, s)},
+                      remat ? no_array
+                            : (task_array){gs->act[s] + h.row_begin * st->out_dim, out_bytes,
+                                           bv_shared_act(s)},
+                      (task_array){gs->dact[s] + h.row_begin * st->out_dim, out_bytes,
+                                   bv_shared_dact(s)},
+                      err);
+    free(packed);
+    return rc;
 }
 
 static bv_status avb_take(graph_server *gs, size_t s, bv_role_msg *m, void *ctx, bv_error *err)
@@ -891,13 +928,14 @@ static bv_status gs_setup(void *self, bv_error *err)
     if (!gs->act || !gs->dact || !gs->input_sent || !gs->ps_of)
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory in the graph server");
     int64_t n = e->cfg.data->num_nodes;
-    int64_t widest = e->cfg.data->num_features;
+    int64_t widest = 0; /* of the gathers' inputs that take a gradient (∇GA's scratch) */
     bv_status st = e->shm ? gs_segment(gs, err) : BV_OK;
     if (st != BV_OK)
         return st;
     for (size_t s = 0; s < e->nstages; s++) {
-        if (e->stages[s]->kind != BV_STAGE_EDGE && e->stages[s]->out_dim > widest)
-            widest = e->stages[s]->out_dim;
+        if (e->stages[s]->kind == BV_STAGE_GATHER && e->vin[s] >= 0 &&
+            e->stages[s]->in_dim > widest)
+            widest = e->stages[s]->in_dim;
         gs->act[s] = e->shm ? (float *)(void *)((char *)e->segment.base +
                                                 gs->seg_offset[bv_shared_act(s)])
                             : bv_alloc_aligned(bv_gs_stage_bytes(gs, s));
@@ -906,18 +944,19 @@ static bv_status gs_setup(void *self, bv_error *err)
                                 e->stages[s]->name);
         e->shared[bv_shared_act(s)] = (bv_shared_array){gs->act[s], bv_gs_stage_bytes(gs, s)};
     }
-    if (e->has_norm_gathers) /* only ∇GA with Â needs it */
+    bool need_scratch = e->has_norm_gathers && widest > 0; /* only ∇GA with Â needs it */
+    if (need_scratch)
         gs->scratch = bv_alloc_aligned((size_t)(n * widest) * sizeof(float));
     gs->graph_sent = calloc((size_t)e->cfg.intervals, sizeof *gs->graph_sent);
-    if ((e->has_norm_gathers && !gs->scratch) || !gs->graph_sent)
+    if ((need_scratch && !gs->scratch) || !gs->graph_sent)
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory in the graph server");
-    int64_t nonzero = 0, total = n * e->cfg.data->num_features;
-    for (int64_t i = 0; i < total; i++)
-        nonzero += e->cfg.data->features[i] != 0.0f;
-    /* Sparse features: the workers keep them (as their sparse_rows decides). Dense ones
-     * too when the roles are processes: a worker process holds the dataset anyway, and
-     * sending them costs every epoch (threads read them in place instead). */
-    gs->keep_features = nonzero * 4 <= total || e->serving;
+    int64_t nonzero = bv_graph_features_nnz(e->cfg.data);
+    int64_t total = n * e->cfg.data->num_features;
+    /* Sparse features: the workers keep them (sparse rows, or dense ones their sparse_rows
+     * turns into a CSR). Dense ones too when the roles are processes: sending them costs
+     * every epoch (threads read them in place instead). */
+    gs->keep_features = bv_graph_features_sparse(e->cfg.data) || nonzero * 4 <= total ||
+                        e->serving;
     int64_t train = 0;
     for (int64_t i = 0; i < n; i++)
         train += e->cfg.data->split[i] == BV_SPLIT_TRAIN && e->cfg.data->labels[i] >= 0;

@@ -112,6 +112,32 @@ static bv_status make_lists(bv_graph_view *v, const bv_graph_dataset *g,
     return BV_OK;
 }
 
+/* The part's rows (global_of) of g's sparse features as d's, in the dataset's own arrays
+ * (bv_alloc_aligned blocks, as bv_graph_free frees them). */
+static bv_status part_features_sparse(const bv_graph_dataset *g, const int64_t *global_of,
+                                      int64_t rows, bv_graph_dataset *d)
+{
+    const bv_csr *x = &g->features_csr;
+    int64_t nnz = 0;
+    for (int64_t k = 0; k < rows; k++)
+        nnz += x->rowptr[global_of[k] + 1] - x->rowptr[global_of[k]];
+    bv_csr *y = &d->features_csr;
+    *y = (bv_csr){.nrows = rows, .ncols = x->ncols, .nnz = nnz};
+    y->rowptr = bv_alloc_aligned((size_t)(rows + 1) * sizeof *y->rowptr);
+    y->colidx = bv_alloc_aligned((size_t)(nnz + 1) * sizeof *y->colidx);
+    y->values = bv_alloc_aligned((size_t)(nnz + 1) * sizeof *y->values);
+    if (!y->rowptr || !y->colidx || !y->values)
+        return BV_ERR_NOMEM;
+    y->rowptr[0] = 0;
+    for (int64_t k = 0; k < rows; k++) {
+        int64_t b = x->rowptr[global_of[k]], len = x->rowptr[global_of[k] + 1] - b;
+        memcpy(y->colidx + y->rowptr[k], x->colidx + b, (size_t)len * sizeof *y->colidx);
+        memcpy(y->values + y->rowptr[k], x->values + b, (size_t)len * sizeof *y->values);
+        y->rowptr[k + 1] = y->rowptr[k] + len;
+    }
+    return BV_OK;
+}
+
 bv_status bv_graph_view_make(const bv_graph_dataset *g, const int32_t *part_of, int parts,
                              int part, const bv_csr *norm, bv_graph_view *out, bv_error *err)
 {
@@ -168,13 +194,18 @@ bv_status bv_graph_view_make(const bv_graph_dataset *g, const int32_t *part_of, 
         d->num_nodes = rows;
         d->num_features = f;
         d->num_classes = g->num_classes;
-        d->features = bv_alloc_aligned((size_t)(rows * f + 1) * sizeof(float));
+        bool sparse = bv_graph_features_sparse(g);
+        if (st == BV_OK && sparse)
+            st = part_features_sparse(g, out->global_of, rows, d);
+        else if (st == BV_OK)
+            d->features = bv_alloc_aligned((size_t)(rows * f + 1) * sizeof(float));
         d->labels = bv_alloc_aligned((size_t)(rows + 1) * sizeof(int32_t));
         d->split = bv_alloc_aligned((size_t)rows + 1);
         bv_csr *adj = st == BV_OK ? remap_rows(&g->adj, out->global_of, out->owned, local_of,
                                                rows, rows)
                                   : NULL;
-        if (st != BV_OK || !d->name || !d->features || !d->labels || !d->split || !adj) {
+        if (st != BV_OK || !d->name || (!sparse && !d->features) || !d->labels || !d->split ||
+            !adj) {
             bv_csr_free(adj);
             st = BV_ERR_NOMEM;
         } else {
@@ -196,7 +227,8 @@ bv_status bv_graph_view_make(const bv_graph_dataset *g, const int32_t *part_of, 
         }
         for (int64_t k = 0; st == BV_OK && k < rows; k++) {
             int64_t u = out->global_of[k];
-            memcpy(d->features + k * f, g->features + u * f, (size_t)f * sizeof(float));
+            if (d->features)
+                memcpy(d->features + k * f, g->features + u * f, (size_t)f * sizeof(float));
             bool own = k < out->owned;
             d->labels[k] = own ? g->labels[u] : -1;
             d->split[k] = own ? g->split[u] : BV_SPLIT_NONE;
@@ -236,7 +268,7 @@ void bv_graph_view_free(bv_graph_view *v)
 /* ---- parts as files ---- */
 
 #define PART_MAGIC "BVPART\0"
-#define PART_VERSION 1u
+#define PART_VERSION 2u /* 2: sparse features as a CSR */
 #define PART_ENDIAN 0x01020304u
 
 void bv_graph_part_path(const char *dir, size_t dir_len, int part, char *buf, size_t len)
@@ -253,6 +285,8 @@ typedef struct part_header {
     int64_t train_total, edge_cut, send_total, recv_total, num_undirected_edges;
     int64_t split_count[4];
     int32_t num_classes, has_norm;
+    int32_t sparse, reserved; /* sparse: the features as a CSR of feature_nnz entries */
+    int64_t feature_nnz;
 } part_header;
 
 typedef struct part_section {
@@ -267,7 +301,14 @@ static size_t part_sections(const bv_graph_view *v, const part_header *h, part_s
     size_t n = 0, rows = (size_t)h->nodes, parts = (size_t)h->parts;
     s[n++] = (part_section){d->adj.rowptr, (rows + 1) * sizeof(int64_t)};
     s[n++] = (part_section){d->adj.colidx, (size_t)h->nnz * sizeof(int32_t)};
-    s[n++] = (part_section){d->features, rows * (size_t)h->num_features * sizeof(float)};
+    if (h->sparse) {
+        const bv_csr *x = &d->features_csr;
+        s[n++] = (part_section){x->rowptr, (rows + 1) * sizeof(int64_t)};
+        s[n++] = (part_section){x->colidx, (size_t)h->feature_nnz * sizeof(int32_t)};
+        s[n++] = (part_section){x->values, (size_t)h->feature_nnz * sizeof(float)};
+    } else {
+        s[n++] = (part_section){d->features, rows * (size_t)h->num_features * sizeof(float)};
+    }
     s[n++] = (part_section){d->labels, rows * sizeof(int32_t)};
     s[n++] = (part_section){d->split, rows};
     s[n++] = (part_section){v->global_of, rows * sizeof(int64_t)};
@@ -295,7 +336,8 @@ bv_status bv_graph_view_write(const bv_graph_view *v, const bv_graph_part_info *
         .train_total = v->train_total, .edge_cut = v->edge_cut,
         .send_total = v->send_off[v->parts], .recv_total = v->recv_off[v->parts],
         .num_undirected_edges = d->num_undirected_edges, .num_classes = d->num_classes,
-        .has_norm = v->adj_norm != NULL,
+        .has_norm = v->adj_norm != NULL, .sparse = bv_graph_features_sparse(d),
+        .feature_nnz = bv_graph_features_sparse(d) ? d->features_csr.nnz : 0,
     };
     memcpy(h.magic, PART_MAGIC, sizeof h.magic);
     memcpy(h.split_count, d->split_count, sizeof h.split_count);
@@ -369,7 +411,9 @@ static bool header_sound(const part_header *h)
            h->parts <= 4096 && h->part >= 0 && h->part < h->parts && h->send_total >= 0 &&
            h->recv_total >= 0 && h->send_total <= h->owned * h->parts &&
            h->recv_total == h->nodes - h->owned && h->num_classes > 0 &&
-           (h->has_norm == 1 || (h->has_norm == 0 && h->norm_nnz == 0));
+           (h->has_norm == 1 || (h->has_norm == 0 && h->norm_nnz == 0)) &&
+           (h->sparse == 1 || (h->sparse == 0 && h->feature_nnz == 0)) &&
+           h->feature_nnz >= 0 && h->feature_nnz <= h->nodes * h->num_features;
 }
 
 /* acc += count × width, false on overflow. */
@@ -386,7 +430,10 @@ static uint64_t part_file_bytes(const part_header *h)
 {
     uint64_t n = (uint64_t)h->nodes, total = sizeof *h + sizeof(uint32_t);
     bool ok = add_bytes(&total, n + 1, 8) && add_bytes(&total, (uint64_t)h->nnz, 4) &&
-              add_bytes(&total, n * (uint64_t)h->num_features, 4) && add_bytes(&total, n, 4) &&
+              (h->sparse ? add_bytes(&total, n + 1, 8) &&
+                               add_bytes(&total, (uint64_t)h->feature_nnz, 8)
+                         : add_bytes(&total, n * (uint64_t)h->num_features, 4)) &&
+              add_bytes(&total, n, 4) &&
               add_bytes(&total, n, 1) && add_bytes(&total, n, 8) &&
               add_bytes(&total, 2 * ((uint64_t)h->parts + 1), 8) &&
               add_bytes(&total, (uint64_t)h->send_total + (uint64_t)h->recv_total, 8) &&
@@ -427,7 +474,16 @@ bv_status bv_graph_view_read(const char *path, bv_graph_view *out, bv_graph_part
         /* as bv_graph_view_make makes them: the dataset's arrays bv_alloc_aligned blocks */
         d->adj.rowptr = bv_alloc_aligned((rows + 1) * sizeof(int64_t));
         d->adj.colidx = bv_alloc_aligned(((size_t)h.nnz + 1) * sizeof(int32_t));
-        d->features = bv_alloc_aligned((rows * (size_t)h.num_features + 1) * sizeof(float));
+        if (h.sparse) {
+            d->features_csr = (bv_csr){.nrows = h.nodes, .ncols = h.num_features,
+                                       .nnz = h.feature_nnz};
+            d->features_csr.rowptr = bv_alloc_aligned((rows + 1) * sizeof(int64_t));
+            d->features_csr.colidx =
+                bv_alloc_aligned(((size_t)h.feature_nnz + 1) * sizeof(int32_t));
+            d->features_csr.values = bv_alloc_aligned(((size_t)h.feature_nnz + 1) * sizeof(float));
+        } else {
+            d->features = bv_alloc_aligned((rows * (size_t)h.num_features + 1) * sizeof(float));
+        }
         d->labels = bv_alloc_aligned((rows + 1) * sizeof(int32_t));
         d->split = bv_alloc_aligned(rows + 1);
         out->global_of = malloc((rows + 1) * sizeof(int64_t));
@@ -436,7 +492,10 @@ bv_status bv_graph_view_read(const char *path, bv_graph_view *out, bv_graph_part
         out->send_idx = malloc(((size_t)h.send_total + 1) * sizeof(int64_t));
         out->recv_off = malloc((parts + 1) * sizeof(int64_t));
         out->recv_idx = malloc(((size_t)h.recv_total + 1) * sizeof(int64_t));
-        if (!d->name || !d->adj.rowptr || !d->adj.colidx || !d->features || !d->labels ||
+        bool features = h.sparse ? d->features_csr.rowptr && d->features_csr.colidx &&
+                                       d->features_csr.values
+                                 : d->features != NULL;
+        if (!d->name || !d->adj.rowptr || !d->adj.colidx || !features || !d->labels ||
             !d->split || !out->global_of || (h.has_norm && !out->adj_norm) ||
             !out->send_off || !out->send_idx || !out->recv_off || !out->recv_idx)
             st = bv_error_set(err, BV_ERR_NOMEM, "out of memory for part %lld of the graph",
@@ -460,6 +519,8 @@ bv_status bv_graph_view_read(const char *path, bv_graph_view *out, bv_graph_part
     if (st == BV_OK) {
         int64_t rows = h.nodes;
         bool sound = csr_sound(d->adj.rowptr, d->adj.colidx, rows, h.nnz, rows) &&
+                     (!h.sparse || csr_sound(d->features_csr.rowptr, d->features_csr.colidx,
+                                             rows, h.feature_nnz, h.num_features)) &&
                      (!h.has_norm || csr_sound(out->adj_norm->rowptr, out->adj_norm->colidx,
                                                rows, h.norm_nnz, rows)) &&
                      all_below(out->global_of, rows, h.whole_nodes) &&

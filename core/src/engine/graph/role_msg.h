@@ -123,6 +123,12 @@ enum { BV_TASK_STREAM = 16384 };
  * the input (tensor rematerialisation, Dorylus §6; compute: {plugin: lambda, remat: true}). */
 enum { BV_TASK_REMAT = 4096 };
 
+/* The task's stage reads features the dataset keeps sparse (with BV_TASK_KEEP_INPUT):
+ * array a holds the interval's rows packed (sparse_rows.h), not rows x in_dim floats; or,
+ * to a tensor worker in the graph server's own process, nothing: the worker views the
+ * rows of the dataset they share. */
+enum { BV_TASK_SPARSE_INPUT = 32768 };
+
 /* Role ids (the wire header's sender). Tensor workers are BV_ROLE_TW + i. */
 enum { BV_ROLE_COORD = 1, BV_ROLE_GS = 2, BV_ROLE_PS = 3, BV_ROLE_TW = 16 };
 

@@ -16,6 +16,7 @@
 
 #include "engine_graph_internal.h"
 #include "role_loop.h"
+#include "sparse_rows.h"
 
 typedef struct tensor_worker {
     bv_graph_engine *e;
@@ -67,6 +68,37 @@ static bv_csr *sparse_rows(const float *x, int64_t rows, int64_t cols)
     }
     a->rowptr[rows] = k;
     return a;
+}
+
+/* Rows [row_begin, + rows) of the dataset's sparse features, which a worker thread shares
+ * with its graph server: row pointers of their own (from 0), in one block with the struct
+ * (bv_csr_free frees both: owned is 0), columns and values the dataset's. */
+static bv_csr *sparse_rows_view(const tensor_worker *w, const bv_task_hdr *h, bv_error *err)
+{
+    const bv_graph_dataset *d = w->e->cfg.data;
+    if (!bv_graph_features_sparse(d) || h->row_begin < 0 || h->rows < 0 ||
+        h->row_begin > d->num_nodes - h->rows) {
+        bv_error_set(err, BV_ERR_CORRUPT, "sparse rows [%lld, +%lld) of a dataset without them",
+                     (long long)h->row_begin, (long long)h->rows);
+        return NULL;
+    }
+    const bv_csr *x = &d->features_csr;
+    bv_csr *v = calloc(1, sizeof *v + (size_t)(h->rows + 1) * sizeof(int64_t));
+    if (!v) {
+        bv_error_set(err, BV_ERR_NOMEM, "out of memory for %lld sparse rows", (long long)h->rows);
+        return NULL;
+    }
+    int64_t base = x->rowptr[h->row_begin];
+    v->nrows = h->rows;
+    v->ncols = x->ncols;
+    v->nnz = x->rowptr[h->row_begin + h->rows] - base;
+    v->rowptr = (int64_t *)(void *)(v + 1);
+    for (int64_t r = 0; r <= h->rows; r++)
+        v->rowptr[r] = x->rowptr[h->row_begin + r] - base;
+    v->colidx = x->colidx + base;
+    v->values = x->values + base;
+    v->owned = 0;
+    return v;
 }
 
 /* A task's interval, named by its graph server (reply_to) and its index there: every
@@ -162,42 +194,68 @@ static const bv_csr *tw_graph(tensor_worker *w, const bv_role_msg *m, int64_t n,
     return g;
 }
 
-/* The task's input rows: from the message, or kept from an earlier task. */
-static const float *tw_input(tensor_worker *w, const bv_role_msg *m, size_t want,
-                             bv_error *err)
+/* The task's input rows (*in): from the message, or kept from an earlier task. Sparse
+ * feature rows (BV_TASK_SPARSE_INPUT) are kept as the CSR they come as, and only so: *in
+ * is then NULL and the model reads ctx.sparse_in. false with err set on a bad task. */
+static bool tw_input(tensor_worker *w, const bv_role_msg *m, size_t want, const float **in,
+                     bv_error *err)
 {
     const bv_task_hdr *h = &m->hdr;
+    *in = NULL;
     if (!tw_interval_ok(w, h)) {
         bv_error_set(err, BV_ERR_CORRUPT, "task names interval %d of %d of graph server %d",
                      h->interval, w->e->cfg.intervals, h->reply_to);
-        return NULL;
+        return false;
     }
+    size_t slot = tw_slot(w, h);
     if (h->flags & BV_TASK_CACHED_INPUT) {
-        if (!w->kept[tw_slot(w, h)] || w->kept_bytes[tw_slot(w, h)] != want) {
+        if (!w->kept[slot] && w->kept_csr[slot] && w->kept_csr[slot]->nrows == h->rows)
+            return true; /* sparse rows */
+        if (!w->kept[slot] || w->kept_bytes[slot] != want) {
             bv_error_set(err, BV_ERR_CORRUPT, "tensor worker %d keeps no input for interval %d",
                          w->index, h->interval);
-            return NULL;
+            return false;
         }
-        return w->kept[tw_slot(w, h)];
+        *in = w->kept[slot];
+        return true;
     }
-    const float *in = bv_engine_task_array(w->e, m, 0, want, err);
-    if (!in)
-        return NULL;
+    if (h->flags & BV_TASK_SPARSE_INPUT) {
+        bv_csr *x = NULL;
+        if (!(h->flags & BV_TASK_KEEP_INPUT) || (h->flags & BV_TASK_REF_A) ||
+            w->e->vin[h->stage] >= 0)
+            bv_error_set(err, BV_ERR_CORRUPT, "sparse rows for a stage that does not read "
+                         "the features, or not to keep");
+        else if (h->na == 0 && !w->e->serving) /* a thread beside the graph server */
+            x = sparse_rows_view(w, h, err);
+        else
+            x = bv_sparse_rows_unpack(m->a, h->na, h->rows, w->e->stages[h->stage]->in_dim,
+                                      err);
+        if (!x)
+            return false;
+        free(w->kept[slot]);
+        w->kept[slot] = NULL;
+        w->kept_bytes[slot] = 0;
+        bv_csr_free(w->kept_csr[slot]);
+        w->kept_csr[slot] = x;
+        return true;
+    }
+    if (!(*in = bv_engine_task_array(w->e, m, 0, want, err)))
+        return false;
     if (h->flags & BV_TASK_KEEP_INPUT) {
-        free(w->kept[tw_slot(w, h)]);
-        w->kept[tw_slot(w, h)] = malloc(want + 1);
-        if (!w->kept[tw_slot(w, h)]) {
+        free(w->kept[slot]);
+        w->kept[slot] = malloc(want + 1);
+        if (!w->kept[slot]) {
             bv_error_set(err, BV_ERR_NOMEM, "out of memory keeping an input");
-            return NULL;
+            return false;
         }
-        memcpy(w->kept[tw_slot(w, h)], in, want);
-        w->kept_bytes[tw_slot(w, h)] = want;
-        bv_csr_free(w->kept_csr[tw_slot(w, h)]);
-        w->kept_csr[tw_slot(w, h)] =
-            sparse_rows(w->kept[tw_slot(w, h)], h->rows, (int64_t)(want / sizeof(float)) /
-                                                           (h->rows ? h->rows : 1));
+        memcpy(w->kept[slot], *in, want);
+        w->kept_bytes[slot] = want;
+        bv_csr_free(w->kept_csr[slot]);
+        w->kept_csr[slot] =
+            sparse_rows(w->kept[slot], h->rows, (int64_t)(want / sizeof(float)) /
+                                                    (h->rows ? h->rows : 1));
     }
-    return in;
+    return true;
 }
 
 /* Where a task's result of `bytes` bytes goes: the graph server's rows it named
@@ -382,8 +440,8 @@ static bv_status tw_forward_streamed(tensor_worker *w, const bv_task_hdr *h, con
         if (k == 1)
             bv_role_link_rest();
         st = w->e->cfg.model_ops->tensor_forward(w->e->cfg.model, (size_t)h->stage, &c,
-                                                 in + r0 * s->in_dim, out + r0 * s->out_dim,
-                                                 err);
+                                                 in ? in + r0 * s->in_dim : NULL,
+                                                 out + r0 * s->out_dim, err);
     }
     bv_csr_free(part[0]);
     bv_csr_free(part[1]);
@@ -396,8 +454,8 @@ static bv_status tw_forward(tensor_worker *w, const bv_role_msg *m, bv_error *er
     if (!task_ok(w, h, BV_STAGE_TENSOR))
         return bv_error_set(err, BV_ERR_CORRUPT, "forward task names a bad stage or rows");
     const bv_stage *s = w->e->stages[h->stage];
-    const float *in = tw_input(w, m, (size_t)(h->rows * s->in_dim) * sizeof(float), err);
-    if (!in)
+    const float *in;
+    if (!tw_input(w, m, (size_t)(h->rows * s->in_dim) * sizeof(float), &in, err))
         return err->status;
     bv_status st = tw_ensure_weights(w, h, err);
     if (st != BV_OK)
@@ -434,10 +492,13 @@ static bv_status tw_backward(tensor_worker *w, const bv_role_msg *m, bv_error *e
     /* rematerialised (Dorylus §6): the forward's output is not sent, the worker computes it
      * again from the input, with the same weights and dropout draws: the same bits */
     bool remat = (h->flags & BV_TASK_REMAT) != 0;
-    const float *in = tw_input(w, m, in_bytes, err);
-    const float *out = in && !remat ? bv_engine_task_array(w->e, m, 1, out_bytes, err) : NULL;
-    const float *dout = in && (remat || out) ? bv_engine_task_array(w->e, m, 2, out_bytes, err)
-                                             : NULL;
+    const float *in;
+    bool have_in = tw_input(w, m, in_bytes, &in, err);
+    const float *out =
+        have_in && !remat ? bv_engine_task_array(w->e, m, 1, out_bytes, err) : NULL;
+    const float *dout = have_in && (remat || out)
+                            ? bv_engine_task_array(w->e, m, 2, out_bytes, err)
+                            : NULL;
     if (!dout)
         return err->status;
     float *din_to = NULL; /* the graph server's rows to add d(input) into */
