@@ -486,8 +486,10 @@ static bv_status engine_prepare(const bv_graph_engine_cfg *cfg, bool graph_array
         if (!e->adj_norm_t)
             st = bv_error_set(err, BV_ERR_NOMEM, "out of memory for the normalised adjacency");
     } else if (st == BV_OK && graph_arrays && e->has_norm_gathers) {
+        /* The whole graph's Â is symmetric to the bit (A is, and w / sqrt(d_r d_c) is the
+         * same product either way round): its transpose is itself, not a second copy. */
         e->adj_norm = bv_graph_gcn_norm_adj(cfg->data);
-        e->adj_norm_t = e->adj_norm ? bv_csr_transpose(e->adj_norm) : NULL;
+        e->adj_norm_t = e->adj_norm;
         if (!e->adj_norm_t)
             st = bv_error_set(err, BV_ERR_NOMEM, "out of memory for the normalised adjacency");
     }
@@ -657,8 +659,9 @@ void bv_graph_engine_stop(bv_graph_engine *e)
         t->destroy(e->transport);
     if (e->fn_transport)
         t->destroy(e->fn_transport);
+    if (e->adj_norm_t != e->adj_norm)
+        bv_csr_free(e->adj_norm_t);
     bv_csr_free(e->adj_norm);
-    bv_csr_free(e->adj_norm_t);
     bv_csr_free(e->adj_loops);
     bv_csr_free(e->adj_loops_t);
     bv_free_aligned(e->loops_perm);

@@ -46,7 +46,7 @@ struct bv_graph_engine {
     bool has_norm_gathers; /* some GATHER uses Â (else Â is never built) */
     /* graph server data */
     bv_csr *adj_norm;   /* Â */
-    bv_csr *adj_norm_t; /* Âᵀ for ∇GA */
+    bv_csr *adj_norm_t; /* Âᵀ for ∇GA: adj_norm itself for a whole graph (symmetric) */
     bv_csr *adj_loops;  /* A + I, unweighted, for EDGE and weighted GATHER stages */
     bv_csr *adj_loops_t;
     int64_t *loops_perm; /* edge of adj_loops_t -> edge of adj_loops */
