@@ -274,4 +274,31 @@ want="bivouac: error: compute plugin 'naive' has no edge kernels (plugin ABI 1.1
 [[ ! -e $tmp/gat-naive/result.json ]] || fail "GAT on naive wrote a result.json"
 echo "refused: $want"
 
+# refused NAME WANT ARGS...: bivouac run ARGS must exit 2 saying exactly WANT, writing no
+# result.json.
+refused() {
+    local name=$1 want=$2
+    shift 2
+    set +e
+    "$bivouac" run "$@" --out "$tmp/$name" --quiet >"$tmp/$name.out" 2>"$tmp/$name.err"
+    local code=$?
+    set -e
+    [[ $code == 2 ]] || fail "$name exited $code, want 2: $(cat "$tmp/$name.err")"
+    [[ $(cat "$tmp/$name.err") == "$want" ]] ||
+        fail "$name said '$(cat "$tmp/$name.err")', want '$want'"
+    [[ ! -e $tmp/$name/result.json ]] || fail "$name wrote a result.json"
+    echo "refused: $want"
+}
+
+step "feature_storage: sparse where the model or the back end cannot take sparse features"
+# the runs above with auto got them dense (naive has no spmm_dropout; mlp's first stage
+# does not set sparse_input): the logs say so
+grep -q "features made dense (1.2 MB) for model 'gcn' on compute 'naive'" "$tmp/naive.log" ||
+    fail "the naive run's log does not say its features were made dense"
+refused naive-sparse "bivouac: error: dataset.feature_storage: sparse, but model 'gcn' on compute 'naive' cannot use them: the compute plugin has no sparse first-layer kernels (spmm_dropout)" \
+    "$example/gcn-quickstart.yaml" -s 'compute={plugin: naive}' \
+    -s dataset.feature_storage=sparse
+refused mlp-sparse "bivouac: error: dataset.feature_storage: sparse, but model 'mlp' on compute 'cpu' cannot use them: its first stage does not take sparse features (bv_stage.sparse_input)" \
+    "$example/mlp-quickstart.yaml" -s dataset.feature_storage=sparse
+
 echo "PASS"

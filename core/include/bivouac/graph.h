@@ -105,6 +105,11 @@ static inline bool bv_graph_features_sparse(const bv_graph_dataset *g)
 /* Nonzero features (the CSR's entries, or a count over the dense array). */
 int64_t bv_graph_features_nnz(const bv_graph_dataset *g);
 
+/* Bytes of the features as they are held (dense array, or CSR), and of the whole dataset
+ * (adjacency, features, labels, split). */
+size_t bv_graph_features_bytes(const bv_graph_dataset *g);
+size_t bv_graph_dataset_bytes(const bv_graph_dataset *g);
+
 /* Puts the features in the form asked (auto: by density). A no-op when they are in it. */
 bv_status bv_graph_features_convert(bv_graph_dataset *g, bv_features_form form, bv_error *err);
 

@@ -235,6 +235,26 @@ int64_t bv_graph_features_nnz(const bv_graph_dataset *g)
     return nnz;
 }
 
+static size_t csr_bytes(const bv_csr *x)
+{
+    return x->rowptr ? (size_t)(x->nrows + 1) * sizeof(int64_t) +
+                           (size_t)x->nnz * (sizeof(int32_t) + (x->values ? sizeof(float) : 0))
+                     : 0;
+}
+
+size_t bv_graph_features_bytes(const bv_graph_dataset *g)
+{
+    return bv_graph_features_sparse(g)
+               ? csr_bytes(&g->features_csr)
+               : (size_t)g->num_nodes * (size_t)g->num_features * sizeof(float);
+}
+
+size_t bv_graph_dataset_bytes(const bv_graph_dataset *g)
+{
+    return csr_bytes(&g->adj) + bv_graph_features_bytes(g) +
+           (size_t)g->num_nodes * (sizeof(int32_t) + sizeof(uint8_t));
+}
+
 static void free_owned(bv_graph_dataset *g, void *p)
 {
     if (bv_graph_owns(g, p))

@@ -60,7 +60,7 @@ typedef struct bv_result_field {
     double value;
 } bv_result_field;
 
-#define BV_RESULT_FIELDS 24
+#define BV_RESULT_FIELDS 32
 typedef struct bv_run_result {
     bv_result_field fields[BV_RESULT_FIELDS];
     size_t nfields;

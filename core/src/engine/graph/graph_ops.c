@@ -34,6 +34,7 @@ struct bv_engine {
     bv_model_ops model_ops; /* the plugin's table at this build's size */
     bv_model *model;
     bv_graph_engine *engine;
+    const bv_graph_dataset *data; /* as the engine holds it (fit_features) */
     double reported_wd; /* weight decay added to the reported losses (decay_in_loss) */
     char experiment_file[4200]; /* the run's copy, for role processes */
     char config_dir[4096];
@@ -198,6 +199,7 @@ static bv_status create(const bv_experiment *x, void *data, const bv_engine_run 
     bv_status st = make_model(g, x, d, err);
     if (st == BV_OK)
         st = fit_features(g, d, err);
+    g->data = d;
     if (st != BV_OK)
         return st;
     bv_graph_engine_cfg cfg = engine_cfg(g, d, run->seed, run->out_dir);
@@ -459,6 +461,13 @@ static void result(bv_engine *g, const bv_history *h, bv_run_result *res)
     bv_result_add(res, "test_accuracy", test, false, BV_RESULT_MEAN | BV_RESULT_HEADLINE);
     bv_result_add(res, "train_loss", last->v[F_TRAIN_LOSS], false, 0);
     bv_result_add(res, "val_loss", last->v[F_VAL_LOSS], false, 0);
+    /* what the features take as held (issue 19: where the memory went) */
+    bv_result_add(res, "features_sparse", bv_graph_features_sparse(g->data), true, 0);
+    bv_result_add(res, "features_nonzero", (double)bv_graph_features_nnz(g->data), true, 0);
+    bv_result_add(res, "features_mb", (double)bv_graph_features_bytes(g->data) / 1048576.0,
+                  false, 0);
+    bv_result_add(res, "dataset_mb", (double)bv_graph_dataset_bytes(g->data) / 1048576.0,
+                  false, 0);
     bv_graph_boundary b = bv_graph_engine_boundary(g->engine);
     if (b.parts > 1) { /* several graph servers: what crossed between them */
         bv_result_add(res, "edge_cut", (double)b.edge_cut, true, 0);
