@@ -313,17 +313,15 @@ static bv_status sparsify(bv_graph_dataset *g, int64_t nnz, bv_error *err)
 bv_status bv_graph_features_convert(bv_graph_dataset *g, bv_features_form form, bv_error *err)
 {
     bool sparse = bv_graph_features_sparse(g);
-    if (form == BV_FEATURES_AUTO) {
-        int64_t nnz = bv_graph_features_nnz(g);
-        double total = (double)g->num_nodes * (double)g->num_features;
-        form = (double)nnz <= BV_FEATURES_SPARSE_DENSITY * total ? BV_FEATURES_SPARSE
-                                                                : BV_FEATURES_DENSE;
-    }
-    if (form == BV_FEATURES_SPARSE && !sparse)
-        return sparsify(g, bv_graph_features_nnz(g), err);
-    if (form == BV_FEATURES_DENSE && sparse)
-        return densify(g, err);
-    return BV_OK;
+    if (form == BV_FEATURES_DENSE)
+        return sparse ? densify(g, err) : BV_OK;
+    if (form == BV_FEATURES_SPARSE && sparse)
+        return BV_OK;
+    int64_t nnz = bv_graph_features_nnz(g); /* a count over the dense array: once */
+    double total = (double)g->num_nodes * (double)g->num_features;
+    if (form == BV_FEATURES_AUTO && (double)nnz > BV_FEATURES_SPARSE_DENSITY * total)
+        return sparse ? densify(g, err) : BV_OK;
+    return sparse ? BV_OK : sparsify(g, nnz, err);
 }
 
 bv_csr *bv_graph_gcn_norm_adj(const bv_graph_dataset *g)

@@ -244,16 +244,17 @@ static bv_status av_forward(bv_model *m, int l, size_t stage, const bv_task_ctx 
 {
     int k = m->heads[l];
     int64_t hd = m->head_dim[l], z = k * hd, w = m->in_width[l], ow = z + 2 * k;
+    bool sparse = gat_sparse(ctx, l); /* X's nonzeros: no rows x width input is made */
     float *a = l > 0 ? malloc((size_t)(ctx->rows * w + 1) * sizeof *a) : NULL;
-    float *x = malloc((size_t)(ctx->rows * w + 1) * sizeof *x);
+    float *x = sparse ? NULL : malloc((size_t)(ctx->rows * w + 1) * sizeof *x);
     float *zb = malloc((size_t)(ctx->rows * z + 1) * sizeof *zb);
-    if ((l > 0 && !a) || !x || !zb) {
+    if ((l > 0 && !a) || (!sparse && !x) || !zb) {
         free(a);
         free(x);
         free(zb);
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory in AV%d", l);
     }
-    const float *act = gat_sparse(ctx, l) ? NULL : av_activation(m, l, ctx, in, a);
+    const float *act = sparse ? NULL : av_activation(m, l, ctx, in, a);
     av_project(m, l, stage, ctx, act, x, zb);
     float *const *p = ctx->params + l * P_PER_LAYER;
     for (int64_t r = 0; r < ctx->rows; r++) {
@@ -293,12 +294,13 @@ static bv_status av_backward(bv_model *m, int l, size_t stage, const bv_task_ctx
     int64_t n = ctx->rows * w;
     float *const *p = ctx->params + l * P_PER_LAYER;
     float *const *dp = dparams + l * P_PER_LAYER;
+    bool sparse = gat_sparse(ctx, l);
     float *a = l > 0 ? malloc((size_t)(n + 1) * sizeof *a) : NULL;
-    float *x = malloc((size_t)(n + 1) * sizeof *x);
+    float *x = sparse ? NULL : malloc((size_t)(n + 1) * sizeof *x);
     float *dx = din ? malloc((size_t)(n + 1) * sizeof *dx) : NULL;
     float *zb = malloc((size_t)(ctx->rows * z + 1) * sizeof *zb);
     float *dz = malloc((size_t)(ctx->rows * z + 1) * sizeof *dz);
-    if ((l > 0 && !a) || !x || (din && !dx) || !zb || !dz) {
+    if ((l > 0 && !a) || (!sparse && !x) || (din && !dx) || !zb || !dz) {
         free(a);
         free(x);
         free(dx);
@@ -307,7 +309,7 @@ static bv_status av_backward(bv_model *m, int l, size_t stage, const bv_task_ctx
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory in backward of AV%d", l);
     }
     /* rematerialised, with the undropped Z */
-    const float *act = gat_sparse(ctx, l) ? NULL : av_activation(m, l, ctx, in, a);
+    const float *act = sparse ? NULL : av_activation(m, l, ctx, in, a);
     if (din)
         memset(din, 0, (size_t)n * sizeof *din);
     /* dZ = dropout'(dZ for aggregation): the rows are contiguous in dz, and so are their
@@ -344,7 +346,7 @@ static bv_status av_backward(bv_model *m, int l, size_t stage, const bv_task_ctx
         }
         if (fused)
             continue;
-        if (gat_sparse(ctx, l)) { /* the first layer: X needs no gradient */
+        if (sparse) { /* the first layer: X needs no gradient */
             ctx->k->spmm_dropout_backward_x(ctx->compute, ctx->sparse_in, gat_rate(m, ctx),
                                             ctx->seed, stream_of(ctx, stage),
                                             input_offset(ctx, w, h), w, dz + h * hd, z, hd,
