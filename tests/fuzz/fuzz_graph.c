@@ -96,6 +96,19 @@ static void check_promises(const bv_graph_dataset *g)
     }
 }
 
+/* The features of both, in the form the loader gives (a CSR). */
+static bool same_features(const bv_graph_dataset *a, const bv_graph_dataset *b)
+{
+    const bv_csr *x = &a->features_csr, *y = &b->features_csr;
+    int64_t n = a->num_nodes;
+    if (!bv_graph_features_sparse(a) || !bv_graph_features_sparse(b))
+        return false;
+    return x->nnz == y->nnz &&
+           memcmp(x->rowptr, y->rowptr, (size_t)(n + 1) * sizeof(int64_t)) == 0 &&
+           memcmp(x->colidx, y->colidx, (size_t)x->nnz * sizeof(int32_t)) == 0 &&
+           memcmp(x->values, y->values, (size_t)x->nnz * sizeof(float)) == 0;
+}
+
 static bool same_dataset(const bv_graph_dataset *a, const bv_graph_dataset *b)
 {
     int64_t n = a->num_nodes;
@@ -104,8 +117,7 @@ static bool same_dataset(const bv_graph_dataset *a, const bv_graph_dataset *b)
            strcmp(a->name, b->name) == 0 &&
            memcmp(a->adj.rowptr, b->adj.rowptr, (size_t)(n + 1) * sizeof(int64_t)) == 0 &&
            memcmp(a->adj.colidx, b->adj.colidx, (size_t)a->adj.nnz * sizeof(int32_t)) == 0 &&
-           memcmp(a->features, b->features,
-                  (size_t)n * (size_t)a->num_features * sizeof(float)) == 0 &&
+           same_features(a, b) &&
            memcmp(a->labels, b->labels, (size_t)n * sizeof(int32_t)) == 0 &&
            memcmp(a->split, b->split, (size_t)n) == 0 &&
            memcmp(a->split_count, b->split_count, sizeof a->split_count) == 0;

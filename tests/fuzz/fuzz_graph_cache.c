@@ -15,9 +15,10 @@
 #include "graph_internal.h"
 
 #define HEADER_SIZE 320
-#define OFF_KEY 24 /* then nodes, features, edges, nnz, classes, split counts, file_size */
-#define OFF_SECTIONS 112 /* 6 x {offset, bytes, hash} */
-#define NSECTIONS 6
+#define OFF_KEY 24 /* then nodes, features, edges, nnz, feature_nnz, classes, split counts,
+                    file_size (format 3, docs/graph-cache.md) */
+#define OFF_SECTIONS 120 /* 8 x {offset, bytes, hash} */
+#define NSECTIONS 8
 #define OFF_HEADER_HASH (OFF_SECTIONS + NSECTIONS * 24)
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)

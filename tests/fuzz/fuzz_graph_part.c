@@ -51,18 +51,23 @@ static void write_seeds(const char *dir)
     bv_graph_dataset *g = small_graph();
     static const int32_t part_of[] = {0, 0, 1, 1, 1, 0};
     bv_csr *adj_norm = bv_graph_gcn_norm_adj(g);
-    for (int p = 0; p < 2; p++)
-        for (int norm = 0; norm < 2; norm++) {
-            bv_graph_view v;
-            bv_error err;
-            char path[600];
-            snprintf(path, sizeof path, "%s/part%d-%d", dir, p, norm);
-            bv_graph_part_info info = {0xfeedULL, 6};
-            if (bv_graph_view_make(g, part_of, 2, p, norm ? adj_norm : NULL, &v, &err) != BV_OK ||
-                bv_graph_view_write(&v, &info, path, &err) != BV_OK)
-                abort();
-            bv_graph_view_free(&v);
-        }
+    bv_error err;
+    for (int sparse = 0; sparse < 2; sparse++) { /* dense features, then as a CSR */
+        if (sparse && bv_graph_features_convert(g, BV_FEATURES_SPARSE, &err) != BV_OK)
+            abort();
+        for (int p = 0; p < 2; p++)
+            for (int norm = 0; norm < 2; norm++) {
+                bv_graph_view v;
+                char path[600];
+                snprintf(path, sizeof path, "%s/part%d-%d%s", dir, p, norm, sparse ? "-csr" : "");
+                bv_graph_part_info info = {0xfeedULL, 6};
+                if (bv_graph_view_make(g, part_of, 2, p, norm ? adj_norm : NULL, &v, &err) !=
+                        BV_OK ||
+                    bv_graph_view_write(&v, &info, path, &err) != BV_OK)
+                    abort();
+                bv_graph_view_free(&v);
+            }
+    }
     bv_csr_free(adj_norm);
     bv_graph_free(g);
     exit(0);

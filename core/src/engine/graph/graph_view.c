@@ -412,7 +412,7 @@ static bool header_sound(const part_header *h)
            h->recv_total >= 0 && h->send_total <= h->owned * h->parts &&
            h->recv_total == h->nodes - h->owned && h->num_classes > 0 &&
            (h->has_norm == 1 || (h->has_norm == 0 && h->norm_nnz == 0)) &&
-           (h->sparse == 1 || (h->sparse == 0 && h->feature_nnz == 0)) &&
+           (h->sparse == 1 || (h->sparse == 0 && h->feature_nnz == 0)) && h->reserved == 0 &&
            h->feature_nnz >= 0 && h->feature_nnz <= h->nodes * h->num_features;
 }
 
