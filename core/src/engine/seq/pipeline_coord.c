@@ -1118,7 +1118,7 @@ bv_status bv_seq_pipe_eval(bv_seq_pipe *p, int64_t done, int split, int64_t iter
     double lost_at = 0;
     for (int attempt = 0;; attempt++) { /* again after a failover */
         memset(a.sums, 0, (size_t)(2 * iters) * sizeof *a.sums);
-        rc = broadcast(p, BV_PIPE_EVAL, BV_SEQ_EVAL_STEP(done, attempt), args, sizeof args,
+        rc = broadcast(p, BV_PIPE_EVAL, BV_SEQ_EVAL_STEP(done, split, attempt), args, sizeof args,
                        take_eval, &a, err);
         if (rc == BV_OK || !recovered(p, &lost_at, err))
             break;

@@ -31,8 +31,13 @@
 #define BV_SEQ_WIRE_STEP(it, attempt) ((int64_t)(it) | (int64_t)(attempt) << BV_SEQ_ATTEMPT_SHIFT)
 #define BV_SEQ_STEP_OF(wire) ((wire) & (((int64_t)1 << BV_SEQ_ATTEMPT_SHIFT) - 1))
 /* An evaluation's command step: its own range, so that an abort of the evaluation after
- * `done` steps is never taken for one of training step `done` (bv_stage_link_command). */
-#define BV_SEQ_EVAL_STEP(done, attempt) (BV_SEQ_WIRE_STEP(done, attempt) | (int64_t)1 << 62)
+ * `done` steps is never taken for one of training step `done` (bv_stage_link_command),
+ * and the split in its attempt field, so that one of the first split's is never taken for
+ * the second's: both run after `done` steps, each from attempt 0. (It was: a failover in
+ * the train split's evaluation left an abort that stopped the val split's, which then
+ * had the same step; failover.sh, "stopped while waiting for activations".) */
+#define BV_SEQ_EVAL_STEP(done, split, attempt)                                             \
+    (BV_SEQ_WIRE_STEP(done, 2 * (int64_t)(attempt) + (split)) | (int64_t)1 << 62)
 
 typedef struct bv_seq_pipe_cfg {
     const bv_experiment *x;
