@@ -20,10 +20,6 @@ static int64_t stage_rows(const graph_server *gs, size_t s)
     return e->stages[s]->kind == BV_STAGE_EDGE ? e->adj_loops->nnz : e->cfg.data->num_nodes;
 }
 
-/* Input rows of stage s for interval h, or none if the worker already keeps them. A
- * function worker keeps nothing between invocations: each of its tasks carries them, and
- * is marked kept so that it takes sparse features as the sparse rows they are, as a
- * tensor worker does. */
 /* Input rows of stage s for interval h (*in, *bytes), or none if the worker already keeps
  * them. A function worker keeps nothing between invocations: each of its tasks carries
  * them, and is marked kept so that it takes sparse features as the sparse rows they are,
