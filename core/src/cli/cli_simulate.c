@@ -24,6 +24,7 @@
 #include "plugin_defaults.h"
 #include "registry.h"
 #include "sim.h"
+#include "sorted.h"
 
 #define MAX_OVERRIDES 256
 #define RUNS_MAX 100000
@@ -64,12 +65,6 @@ static const column columns[] = {
 static double field(const bv_sim_result *r, const column *c)
 {
     return *(const double *)((const char *)r + c->offset);
-}
-
-static int compare_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
 }
 
 /* Mean, sample standard deviation, minimum and maximum of a column over n runs. */
@@ -318,7 +313,7 @@ static int write_distribution(const char *dir, const bv_sim_result *r, size_t n)
     for (size_t c = 0; ok && c < NCOLUMNS; c++) {
         for (size_t i = 0; i < n; i++)
             v[i] = field(&r[i], &columns[c]);
-        qsort(v, n, sizeof *v, compare_double);
+        bv_sort_doubles(v, n);
         for (size_t i = 0; i < n; i++) {
             fprintf(f, "{\"rank\": %zu, \"series\": \"%s\", \"unit\": \"%s\"", i + 1,
                     columns[c].key, columns[c].unit);

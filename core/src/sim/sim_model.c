@@ -10,21 +10,7 @@
 #include "input_file.h"
 #include "json_read.h"
 #include "sim.h"
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-/* The median of v[0..n), which it sorts; nan when empty. */
-static double median(double *v, size_t n)
-{
-    if (!n)
-        return NAN;
-    qsort(v, n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
+#include "sorted.h"
 
 static bool read_profile(const char *dir, bv_sim_profile *p, bv_error *err)
 {
@@ -93,8 +79,8 @@ static bool read_profile(const char *dir, bv_sim_profile *p, bv_error *err)
     free(text);
     if (!ok)
         bv_error_set(err, BV_ERR_NOMEM, "out of memory");
-    p->step = median(normal, n);
-    p->degraded = median(slow, nd);
+    p->step = bv_median(normal, n);
+    p->degraded = bv_median(slow, nd);
     free(normal);
     free(slow);
     if (ok && !(p->step > 0)) {

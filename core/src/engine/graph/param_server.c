@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "engine_graph_internal.h"
+#include "sorted.h"
 #include "grow.h"
 #include "role_loop.h"
 
@@ -51,20 +52,11 @@ typedef struct param_server {
     double seconds[64];
 } param_server;
 
-static int compare_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* The median of this epoch's seconds per message (of the last 64), 0 with none. */
 static double median_seconds(param_server *ps)
 {
     size_t n = ps->taken < 64 ? (size_t)ps->taken : 64;
-    if (!n)
-        return 0;
-    qsort(ps->seconds, n, sizeof *ps->seconds, compare_double);
-    return n % 2 ? ps->seconds[n / 2] : 0.5 * (ps->seconds[n / 2 - 1] + ps->seconds[n / 2]);
+    return n ? bv_median(ps->seconds, n) : 0;
 }
 
 static int compare_pending(const void *a, const void *b)
