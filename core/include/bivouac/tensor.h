@@ -45,6 +45,9 @@ typedef struct bv_csr {
 
 bv_csr *bv_csr_new(int64_t nrows, int64_t ncols, int64_t nnz);
 void bv_csr_free(bv_csr *m);
+/* Fills a's row pointers, columns (ascending) and values with the nonzeros of x, an
+ * a->nrows x a->ncols row-major array; a's arrays hold a->nnz entries, x's nonzero count. */
+void bv_csr_set_dense(bv_csr *a, const float *x);
 /* The transpose as a new CSR (counting sort; keeps columns ascending). */
 bv_csr *bv_csr_transpose(const bv_csr *m);
 /* The same, and *perm (nnz entries, from bv_alloc_aligned: free it with bv_free_aligned)

@@ -294,16 +294,7 @@ static bv_status sparsify(bv_graph_dataset *g, int64_t nnz, bv_error *err)
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory for %lld sparse features",
                             (long long)nnz);
     }
-    int64_t k = 0, f = g->num_features;
-    for (int64_t r = 0; r < g->num_nodes; r++) {
-        x.rowptr[r] = k;
-        for (int64_t c = 0; c < f; c++)
-            if (g->features[r * f + c] != 0.0f) {
-                x.colidx[k] = (int32_t)c;
-                x.values[k++] = g->features[r * f + c];
-            }
-    }
-    x.rowptr[g->num_nodes] = k;
+    bv_csr_set_dense(&x, g->features);
     free_owned(g, g->features);
     g->features = NULL;
     g->features_csr = x;

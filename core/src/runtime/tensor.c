@@ -189,6 +189,20 @@ bv_csr *bv_csr_new(int64_t nrows, int64_t ncols, int64_t nnz)
     return m;
 }
 
+void bv_csr_set_dense(bv_csr *a, const float *x)
+{
+    int64_t k = 0, cols = a->ncols;
+    for (int64_t i = 0; i < a->nrows; i++) {
+        a->rowptr[i] = k;
+        for (int64_t j = 0; j < cols; j++)
+            if (x[i * cols + j] != 0.0f) {
+                a->colidx[k] = (int32_t)j;
+                a->values[k++] = x[i * cols + j];
+            }
+    }
+    a->rowptr[a->nrows] = k;
+}
+
 void bv_csr_free(bv_csr *m)
 {
     if (!m)

@@ -951,7 +951,8 @@ static bv_status gs_setup(void *self, bv_error *err)
     /* Sparse features: the workers keep them (sparse rows, or dense ones their sparse_rows
      * turns into a CSR). Dense ones too when the roles are processes: sending them costs
      * every epoch (threads read them in place instead). */
-    gs->keep_features = bv_graph_features_sparse(e->cfg.data) || nonzero * 4 <= total ||
+    gs->keep_features = bv_graph_features_sparse(e->cfg.data) ||
+                        (double)nonzero <= BV_FEATURES_SPARSE_DENSITY * (double)total ||
                         e->serving;
     int64_t train = 0;
     for (int64_t i = 0; i < n; i++)

@@ -46,27 +46,18 @@ typedef struct tensor_worker {
 } tensor_worker;
 
 /* The kept input rows as a CSR, if at most a quarter of them is nonzero (bag-of-words
- * features: ~1 %): then the model can skip the zeros (ctx.sparse_in). */
+ * features: ~1 %; dense features a dataset keeps dense, dataset.feature_storage): then the
+ * model can skip the zeros (ctx.sparse_in). */
 static bv_csr *sparse_rows(const float *x, int64_t rows, int64_t cols)
 {
     int64_t nnz = 0;
     for (int64_t i = 0; i < rows * cols; i++)
         nnz += x[i] != 0.0f;
-    if (nnz * 4 > rows * cols)
+    if ((double)nnz > BV_FEATURES_SPARSE_DENSITY * (double)(rows * cols))
         return NULL;
     bv_csr *a = bv_csr_new(rows, cols, nnz);
-    if (!a)
-        return NULL;
-    int64_t k = 0;
-    for (int64_t i = 0; i < rows; i++) {
-        a->rowptr[i] = k;
-        for (int64_t j = 0; j < cols; j++)
-            if (x[i * cols + j] != 0.0f) {
-                a->colidx[k] = (int32_t)j;
-                a->values[k++] = x[i * cols + j];
-            }
-    }
-    a->rowptr[rows] = k;
+    if (a)
+        bv_csr_set_dense(a, x);
     return a;
 }
 
