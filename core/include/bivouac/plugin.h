@@ -37,7 +37,8 @@ extern "C" {
  *   1.14: bv_cloud_ops.next_event and advance (cloud.h): a cloud with a simulated clock;
  *        bv_cloud_event.zone.
  *   1.15: bv_stage.sparse_input (model.h): a first stage that takes sparse features as
- *        ctx->sparse_in alone; the graph dataset's features_csr (graph.h). */
+ *        ctx->sparse_in alone; the graph dataset's features_csr (graph.h);
+ *        bv_csr_set_dense (tensor.h). */
 #define BV_ABI_MAJOR 1
 #define BV_ABI_MINOR 15
 
