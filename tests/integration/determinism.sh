@@ -110,12 +110,14 @@ same_run "--repeat 2, seed 43 vs a run of seed 43 alone" "$tmp/s43" "$tmp/rep/se
 
 # Tensor tasks reading and writing the graph server's arrays in place (engine.share_arrays,
 # the default) compute exactly what tasks carrying copies do, with several intervals and
-# workers in flight; for GCN (tensor stages only) and GAT (edge stages too).
+# workers in flight; for GCN (tensor stages only) and GAT (edge stages too: 7 intervals
+# over the 4 slots of partial gradients its backward edge tasks write, so tasks wait for
+# a slot to be added up and free).
 for model in gcn gat; do
     experiment="$BIVOUAC_SOURCE_DIR/configs/$model-cora.yaml"
     for share in true false; do
         train "$tmp/$model-share-$share" --seed 42 -s "train.epochs=$((EPOCHS / 3))" \
-            -s engine.intervals=3 -s engine.tensor_workers=2 -s "engine.share_arrays=$share"
+            -s engine.intervals=7 -s engine.tensor_workers=2 -s "engine.share_arrays=$share"
     done
     if grep -qx '  share_arrays: false' "$tmp/$model-share-false/experiment.yaml"; then
         ok "$model: the copying run ran with share_arrays: false"

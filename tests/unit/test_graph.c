@@ -827,20 +827,28 @@ static void test_auto_intervals(void **state)
 static void test_shared_window_checks_every_reference(void **state)
 {
     (void)state;
-    float features[40], act[12];
-    bv_shared_array table[BV_SHARED_STAGES + 2] = {{features, sizeof features}};
+    float features[40], act[12], partials[8];
+    bv_shared_array table[BV_SHARED_STAGES + 4] = {{features, sizeof features}};
     table[bv_shared_act(0)] = (bv_shared_array){act, sizeof act};
     bv_graph_engine e = {.nstages = 1, .cfg.share_arrays = true, .shared = table};
+    table[bv_shared_edge_partials(&e)] = (bv_shared_array){partials, sizeof partials};
+    assert_int_equal(bv_shared_count(&e), BV_SHARED_STAGES + 4);
     bv_error err;
     bv_array_ref ref = {bv_shared_act(0), 8, 16};
     assert_ptr_equal(bv_engine_shared_window(&e, 0, &ref, 16, true, &err), act + 2);
+    ref = (bv_array_ref){bv_shared_edge_partials(&e), 16, 16}; /* an edge task's slot */
+    assert_ptr_equal(bv_engine_shared_window(&e, 0, &ref, 16, true, &err), partials + 4);
+    ref = (bv_array_ref){bv_shared_edge_input(&e), 0, 4}; /* no edge stage: none */
+    assert_null(bv_engine_shared_window(&e, 0, &ref, 4, false, &err));
+    assert_string_equal(err.msg,
+                        "task names bytes [0, +4) of shared array 5 (0 bytes, want 4)");
     ref = (bv_array_ref){BV_SHARED_FEATURES, 0, 160};
     assert_ptr_equal(bv_engine_shared_window(&e, 0, &ref, 160, false, &err), features);
     assert_null(bv_engine_shared_window(&e, 0, &ref, 160, true, &err));
     assert_string_equal(err.msg, "task names shared array 0, which is not one");
-    ref = (bv_array_ref){bv_shared_dact(0) + 1, 0, 4};
+    ref = (bv_array_ref){(int64_t)bv_shared_count(&e), 0, 4};
     assert_null(bv_engine_shared_window(&e, 0, &ref, 4, false, &err));
-    assert_string_equal(err.msg, "task names shared array 5, which is not one");
+    assert_string_equal(err.msg, "task names shared array 7, which is not one");
     ref = (bv_array_ref){bv_shared_dact(0), 0, 4}; /* no gradient array right now */
     assert_null(bv_engine_shared_window(&e, 0, &ref, 4, false, &err));
     assert_string_equal(err.msg,

@@ -137,9 +137,22 @@ static inline int64_t bv_shared_dact(size_t stage)
 {
     return BV_SHARED_STAGES + 2 * (int64_t)stage + 1;
 }
+/* Then a graph server's two arrays of edge tasks (graph_server.c, bv_gs_edge_pass): the
+ * attention inputs of every vertex, packed once per edge pass, which every task of the
+ * pass reads; and the partial d(inputs) of every vertex the backward tasks in flight
+ * write, one slot each (bv_gs_edge_slots), which the graph server adds up in interval
+ * order. */
+static inline int64_t bv_shared_edge_input(const bv_graph_engine *e)
+{
+    return BV_SHARED_STAGES + 2 * (int64_t)e->nstages;
+}
+static inline int64_t bv_shared_edge_partials(const bv_graph_engine *e)
+{
+    return bv_shared_edge_input(e) + 1;
+}
 static inline size_t bv_shared_count(const bv_graph_engine *e)
 {
-    return (size_t)BV_SHARED_STAGES + 2 * e->nstages;
+    return (size_t)bv_shared_edge_partials(e) + 1;
 }
 /* The window ref names in graph server gs's arrays, if it lies inside a shared array that
  * exists, is `bytes` long and, for writing, is not the dataset's; else NULL and err says

@@ -195,25 +195,31 @@ static bv_status gs_wait(graph_server *gs, uint16_t type, bv_role_msg *m, bv_err
     }
 }
 
-/* Sends the intervals' tasks with at most two per tensor worker in flight, so queued
- * messages never hold more than a few intervals' data (a 1M-vertex graph's ApplyEdge
- * tasks each carry every vertex's attention inputs). On functions, every task goes to the
- * controller at once: it invokes as many as it has workers for and queues the rest. */
+/* Sends the intervals' tasks with at most BV_GS_TASKS_PER_WORKER per tensor worker in
+ * flight, so queued messages never hold more than a few intervals' data (a 1M-vertex
+ * graph's ApplyEdge tasks each carry every vertex's attention inputs when they travel
+ * in messages), and a task only once its kind is ready for it. On functions, every task
+ * goes to the controller at once: it invokes as many as it has workers for and queues the
+ * rest. */
 static bv_status gs_run_tasks(graph_server *gs, size_t s, const bv_task_hdr *epoch,
                               const task_kind *kind, void *ctx, bv_error *err)
 {
-    int n = gs->e->cfg.intervals, sent = 0;
-    int window = gs->pool ? n : 2 * gs->e->cfg.tensor_workers;
+    int n = gs->e->cfg.intervals, sent = 0, taken = 0;
+    int window = gs->pool ? n : BV_GS_TASKS_PER_WORKER * gs->e->cfg.tensor_workers;
     bv_status rc = BV_OK;
-    while (rc == BV_OK && sent < n && sent < window)
-        rc = kind->send(gs, s, epoch, sent++, ctx, err);
-    for (int done = 0; rc == BV_OK && done < n; done++) {
+    while (rc == BV_OK && taken < n) {
+        while (rc == BV_OK && sent < n && sent - taken < window &&
+               (!kind->ready || kind->ready(gs, sent, ctx)))
+            rc = kind->send(gs, s, epoch, sent++, ctx, err);
+        if (rc == BV_OK && sent == taken) /* nothing in flight: no result can free a slot */
+            rc = bv_error_set(err, BV_ERR_INTERNAL, "graph server: task %d of %s cannot go "
+                              "out", sent, gs->e->stages[s]->name);
         bv_role_msg m;
-        rc = gs_wait(gs, kind->result_type, &m, err);
+        if (rc == BV_OK)
+            rc = gs_wait(gs, kind->result_type, &m, err);
         if (rc == BV_OK)
             rc = kind->take(gs, s, &m, ctx, err);
-        if (rc == BV_OK && sent < n)
-            rc = kind->send(gs, s, epoch, sent++, ctx, err);
+        taken++;
     }
     return rc;
 }
@@ -241,13 +247,14 @@ static bv_array_ref shared_ref(const graph_server *gs, int64_t array, const void
 }
 
 /* Whether a task names array `array` by reference: with shared arrays, any of them in one
- * process; between processes only the stage arrays of the segment (the dataset's are the
- * graph server's part of it, which its workers do not have: they are sent). Never the
- * stage arrays of an evaluation's own (bv_gs_pipeline_swap_arrays): they are not shared. */
+ * process; between processes only the stage and edge arrays of the segment (the dataset's
+ * are the graph server's part of it, which its workers do not have: they are sent). Never
+ * the stage arrays of an evaluation's own (bv_gs_pipeline_swap_arrays): they are not
+ * shared. */
 static bool by_reference(const graph_server *gs, int64_t array)
 {
     const bv_graph_engine *e = gs->e;
-    if (gs->private_arrays && array >= BV_SHARED_STAGES)
+    if (gs->private_arrays && array >= BV_SHARED_STAGES && array < bv_shared_edge_input(e))
         return false;
     return e->cfg.share_arrays && array >= (e->shm ? BV_SHARED_STAGES : 0);
 }
@@ -333,7 +340,7 @@ static bv_status av_take(graph_server *gs, size_t s, bv_role_msg *m, void *ctx, 
     return rc;
 }
 
-const task_kind bv_gs_apply_vertex = {BV_MSG_FWD_RESULT, av_send, av_take};
+const task_kind bv_gs_apply_vertex = {BV_MSG_FWD_RESULT, av_send, av_take, NULL};
 
 /* ---- the loss ---- */
 
@@ -374,7 +381,7 @@ static bv_status loss_take(graph_server *gs, size_t s, bv_role_msg *m, void *ctx
     return rc;
 }
 
-const task_kind bv_gs_loss_task = {BV_MSG_LOSS_RESULT, loss_send, loss_take};
+const task_kind bv_gs_loss_task = {BV_MSG_LOSS_RESULT, loss_send, loss_take, NULL};
 
 static bv_status gs_loss(graph_server *gs, const bv_task_hdr *epoch, double stats[9],
                          bv_error *err)
@@ -459,30 +466,44 @@ static bv_status avb_take(graph_server *gs, size_t s, bv_role_msg *m, void *ctx,
     return rc;
 }
 
-const task_kind bv_gs_apply_vertex_backward = {BV_MSG_BWD_RESULT, avb_send, avb_take};
+const task_kind bv_gs_apply_vertex_backward = {BV_MSG_BWD_RESULT, avb_send, avb_take, NULL};
 
 /* ---- AE: ApplyEdge ---- */
 
+/* With shared arrays (edge_ctx.refs) an edge task reads every vertex's inputs in place in
+ * gs->edge_input, a forward task writes its values into the stage's array, and a backward
+ * task reads the values and their gradient there and writes its partial d(inputs) of
+ * every vertex into a slot of gs->edge_partials, one per task that may be in flight
+ * (bv_gs_edge_slots); without, all of it travels in the messages. */
 typedef struct edge_ctx {
-    float *src;        /* every vertex's window of the stage's input */
+    bool refs;
     bv_role_msg *held; /* ∇AE results that arrived before their turn */
     bool *have;
+    bool *busy; /* per slot: a ∇AE task writes it, or its partial waits to be added */
     int next;
 } edge_ctx;
 
-/* Sends an edge task: every vertex's attention inputs (a), the interval's own rows of
- * them (b), and c. */
-static bv_status edge_task_send(graph_server *gs, size_t s, int i, uint16_t type,
-                                const bv_task_hdr *h, const edge_ctx *ec, const void *c,
-                                size_t nc, bv_error *err)
+static int64_t edge_rows(const graph_server *gs)
 {
-    int64_t in_dim = gs->e->stages[s]->in_dim, n = gs->e->cfg.data->num_nodes;
-    size_t na = (size_t)(n * in_dim) * sizeof(float), nb = (size_t)(h->rows * in_dim) * sizeof(float);
-    const float *b = ec->src + h->row_begin * in_dim;
-    if (gs->pool)
-        return bv_lambda_pool_submit(gs->pool, type, h, ec->src, na, b, nb, c, nc, err);
-    return bv_role_send(gs->t, bv_gs_worker_of(gs, i), type, BV_ROLE_GS, h, ec->src, na, b, nb,
-                        c, nc, err);
+    return gs->e->cfg.data->num_nodes;
+}
+
+static float *edge_partial(const graph_server *gs, int slot)
+{
+    return gs->edge_partials + (size_t)slot * (size_t)(edge_rows(gs) * gs->edge_width);
+}
+
+/* Sends an edge task: every vertex's attention inputs (a), the interval's own rows of
+ * them (b), and the bytes c. */
+static bv_status edge_task_send(graph_server *gs, size_t s, int i, uint16_t type,
+                                bv_task_hdr *h, const void *c, size_t nc, bv_error *err)
+{
+    int64_t in_dim = gs->e->stages[s]->in_dim, input = bv_shared_edge_input(gs->e);
+    size_t na = (size_t)(edge_rows(gs) * in_dim) * sizeof(float);
+    size_t nb = (size_t)(h->rows * in_dim) * sizeof(float);
+    return gs_send_task(gs, i, type, h, (task_array){gs->edge_input, na, input},
+                        (task_array){gs->edge_input + h->row_begin * in_dim, nb, input},
+                        (task_array){c, nc, -1}, err);
 }
 
 /* The interval's edges for an edge task, at the front of its array c (extra bytes after
@@ -510,59 +531,92 @@ static bv_status graph_slice_for(graph_server *gs, bv_task_hdr *h, int i, size_t
     return BV_OK;
 }
 
+/* The first edge of interval h's rows and how many there are; the window of them in an
+ * edge stage's array. */
+static int64_t interval_edges(const graph_server *gs, const bv_task_hdr *h, int64_t *e0)
+{
+    const bv_csr *a = gs->e->adj_loops;
+    *e0 = a->rowptr[h->row_begin];
+    return a->rowptr[h->row_begin + h->rows] - *e0;
+}
+
 static bv_status ae_send(graph_server *gs, size_t s, const bv_task_hdr *epoch, int i,
                          void *ctx, bv_error *err)
 {
-    edge_ctx *ec = ctx;
+    const edge_ctx *ec = ctx;
+    const bv_stage *st = gs->e->stages[s];
     bv_task_hdr h = interval_hdr(gs, s, epoch, i);
+    int64_t e0, ne = interval_edges(gs, &h, &e0);
+    if (ec->refs)
+        reply_in_place(gs, &h, bv_shared_act(s), gs->act[s] + e0 * st->out_dim,
+                       (size_t)(ne * st->out_dim) * sizeof(float));
     size_t gbytes;
     uint8_t *slice;
     bv_status rc = graph_slice_for(gs, &h, i, 0, &slice, &gbytes, err);
     if (rc == BV_OK)
-        rc = edge_task_send(gs, s, i, BV_MSG_EDGE_FWD_TASK, &h, ec, gbytes ? slice : NULL,
-                            gbytes, err);
+        rc = edge_task_send(gs, s, i, BV_MSG_EDGE_FWD_TASK, &h, gbytes ? slice : NULL, gbytes,
+                            err);
     free(slice);
     return rc;
 }
 
 static bv_status ae_take(graph_server *gs, size_t s, bv_role_msg *m, void *ctx, bv_error *err)
 {
+    const edge_ctx *ec = ctx;
     const bv_stage *st = gs->e->stages[s];
-    const bv_csr *a = gs->e->adj_loops;
     bv_status rc = BV_OK;
     if (!interval_matches(gs->e, &m->hdr, (int32_t)s)) {
         rc = bv_error_set(err, BV_ERR_CORRUPT, "bad result for %s", st->name);
     } else {
-        int64_t e0 = a->rowptr[m->hdr.row_begin];
-        int64_t ne = a->rowptr[m->hdr.row_begin + m->hdr.rows] - e0;
-        if (m->hdr.na != (uint64_t)(ne * st->out_dim) * sizeof(float))
+        int64_t e0, ne = interval_edges(gs, &m->hdr, &e0);
+        uint64_t want = ec->refs ? 0 : (uint64_t)(ne * st->out_dim) * sizeof(float);
+        if (m->hdr.na != want)
             rc = bv_error_set(err, BV_ERR_CORRUPT, "bad result for %s", st->name);
-        else
+        else if (want)
             memcpy(gs->act[s] + e0 * st->out_dim, m->a, m->hdr.na);
     }
     bv_role_release(gs->t, m);
-    (void)ctx;
     return rc;
 }
 
-const task_kind bv_gs_apply_edge = {BV_MSG_EDGE_FWD_RESULT, ae_send, ae_take};
+const task_kind bv_gs_apply_edge = {BV_MSG_EDGE_FWD_RESULT, ae_send, ae_take, NULL};
+
+static bool aeb_ready(const graph_server *gs, int i, const void *ctx)
+{
+    const edge_ctx *ec = ctx;
+    return !ec->refs || !ec->busy[i % bv_gs_edge_slots(gs->e)];
+}
 
 static bv_status aeb_send(graph_server *gs, size_t s, const bv_task_hdr *epoch, int i,
                           void *ctx, bv_error *err)
 {
     edge_ctx *ec = ctx;
     const bv_stage *st = gs->e->stages[s];
-    const bv_csr *a = gs->e->adj_loops;
     bv_task_hdr h = interval_hdr(gs, s, epoch, i);
-    int64_t e0 = a->rowptr[h.row_begin], ne = a->rowptr[h.row_begin + h.rows] - e0;
+    int64_t e0, ne = interval_edges(gs, &h, &e0);
     size_t half = (size_t)(ne * st->out_dim) * sizeof(float), nc;
-    uint8_t *c; /* the edges, unless kept (the forward task sent them); then these values */
-    bv_status rc = graph_slice_for(gs, &h, i, 2 * half, &c, &nc, err);
+    const float *out = gs->act[s] + e0 * st->out_dim, *dout = gs->dact[s] + e0 * st->out_dim;
+    bv_array_ref refs[2];
+    size_t extra = ec->refs ? sizeof refs : 2 * half;
+    uint8_t *c; /* the edges, unless kept (the forward task sent them); then the values and
+                   their gradient, or the references to them */
+    bv_status rc = graph_slice_for(gs, &h, i, extra, &c, &nc, err);
     if (rc != BV_OK)
         return rc;
-    memcpy(c + nc - 2 * half, gs->act[s] + e0 * st->out_dim, half);
-    memcpy(c + nc - half, gs->dact[s] + e0 * st->out_dim, half);
-    rc = edge_task_send(gs, s, i, BV_MSG_EDGE_BWD_TASK, &h, ec, c, nc, err);
+    if (ec->refs) {
+        int slot = i % bv_gs_edge_slots(gs->e);
+        refs[0] = shared_ref(gs, bv_shared_act(s), out, half);
+        refs[1] = shared_ref(gs, bv_shared_dact(s), dout, half);
+        memcpy(c + nc - extra, refs, sizeof refs);
+        h.flags |= BV_TASK_REF_C;
+        reply_in_place(gs, &h, bv_shared_edge_partials(gs->e), edge_partial(gs, slot),
+                       (size_t)(edge_rows(gs) * st->in_dim) * sizeof(float));
+        ec->busy[slot] = true;
+    } else {
+        memcpy(c + nc - 2 * half, out, half);
+        memcpy(c + nc - half, dout, half);
+    }
+    rc = edge_task_send(gs, s, i, BV_MSG_EDGE_BWD_TASK, &h, c, nc, err);
     free(c);
     return rc;
 }
@@ -573,9 +627,10 @@ static bv_status aeb_take(graph_server *gs, size_t s, bv_role_msg *m, void *ctx,
 {
     edge_ctx *ec = ctx;
     const bv_stage *st = gs->e->stages[s];
-    int64_t n = gs->e->cfg.data->num_nodes;
+    int64_t n = edge_rows(gs);
+    int slots = bv_gs_edge_slots(gs->e);
     if (!interval_matches(gs->e, &m->hdr, (int32_t)s) ||
-        m->hdr.na != (uint64_t)(n * st->in_dim) * sizeof(float) ||
+        m->hdr.na != (ec->refs ? 0 : (uint64_t)(n * st->in_dim) * sizeof(float)) ||
         m->hdr.nb != (uint64_t)(m->hdr.rows * st->in_dim) * sizeof(float) ||
         ec->have[m->hdr.interval]) {
         bv_role_release(gs->t, m);
@@ -585,31 +640,37 @@ static bv_status aeb_take(graph_server *gs, size_t s, bv_role_msg *m, void *ctx,
     ec->have[m->hdr.interval] = true;
     for (; ec->next < gs->e->cfg.intervals && ec->have[ec->next]; ec->next++) {
         bv_role_msg *r = &ec->held[ec->next];
-        unpack_window_add(gs, s, 0, n, (const float *)r->a);
+        unpack_window_add(gs, s, 0, n,
+                          ec->refs ? edge_partial(gs, ec->next % slots) : (const float *)r->a);
         unpack_window_add(gs, s, r->hdr.row_begin, r->hdr.rows, (const float *)r->b);
         bv_role_release(gs->t, r);
         ec->have[ec->next] = false;
+        if (ec->refs)
+            ec->busy[ec->next % slots] = false;
     }
     return BV_OK;
 }
 
-const task_kind bv_gs_apply_edge_backward = {BV_MSG_EDGE_BWD_RESULT, aeb_send, aeb_take};
+const task_kind bv_gs_apply_edge_backward = {BV_MSG_EDGE_BWD_RESULT, aeb_send, aeb_take,
+                                             aeb_ready};
 
 /* AE and ∇AE: the attention inputs of every vertex are packed once per pass. */
 bv_status bv_gs_edge_pass(graph_server *gs, size_t s, const bv_task_hdr *epoch,
                           const task_kind *kind, bv_error *err)
 {
     bv_graph_engine *e = gs->e;
-    const bv_stage *st = e->stages[s];
-    int64_t n = e->cfg.data->num_nodes;
-    edge_ctx ec = {bv_alloc_aligned((size_t)(n * st->in_dim) * sizeof(float)),
+    int slots = bv_gs_edge_slots(e);
+    edge_ctx ec = {by_reference(gs, bv_shared_edge_input(e)) &&
+                       by_reference(gs, bv_shared_act(s)),
                    calloc((size_t)e->cfg.intervals, sizeof(bv_role_msg)),
-                   calloc((size_t)e->cfg.intervals, sizeof(bool)), 0};
-    bv_status rc = (ec.src && ec.held && ec.have)
+                   calloc((size_t)e->cfg.intervals, sizeof(bool)),
+                   calloc((size_t)slots, sizeof(bool)), 0};
+    bv_status rc = (ec.held && ec.have && ec.busy)
                        ? BV_OK
-                       : bv_error_set(err, BV_ERR_NOMEM, "out of memory in %s", st->name);
+                       : bv_error_set(err, BV_ERR_NOMEM, "out of memory in %s",
+                                      e->stages[s]->name);
     if (rc == BV_OK) {
-        pack_window(gs, s, 0, n, ec.src);
+        pack_window(gs, s, 0, edge_rows(gs), gs->edge_input);
         rc = gs_run_tasks(gs, s, epoch, kind, &ec, err);
     }
     for (int i = 0; ec.held && ec.have && i < e->cfg.intervals; i++)
@@ -617,7 +678,7 @@ bv_status bv_gs_edge_pass(graph_server *gs, size_t s, const bv_task_hdr *epoch,
             bv_role_release(gs->t, &ec.held[i]);
     free(ec.held);
     free(ec.have);
-    bv_free_aligned(ec.src);
+    free(ec.busy);
     return rc;
 }
 
@@ -879,15 +940,50 @@ static bv_status gs_epoch(graph_server *gs, const bv_task_hdr *cmd, bv_task_hdr 
     return rc;
 }
 
-/* Roles as processes on one host: every stage's array and its gradient get a place in
- * one segment of shared memory, and each tensor worker is told where (BV_MSG_SEGMENT)
- * before any task names a window of it. */
+/* The edge arrays' bytes (graph_server.h): none without edge stages; the slots only when
+ * tasks name them (shared arrays). */
+static size_t edge_input_bytes(const graph_server *gs)
+{
+    return (size_t)(edge_rows(gs) * gs->edge_width) * sizeof(float);
+}
+
+static size_t edge_partials_bytes(const graph_server *gs)
+{
+    return gs->e->cfg.share_arrays ? (size_t)bv_gs_edge_slots(gs->e) * edge_input_bytes(gs) : 0;
+}
+
+/* The edge arrays, in the segment (e->shm) or of their own, and in the table of shared
+ * arrays. */
+static bv_status gs_edge_arrays(graph_server *gs, bv_error *err)
+{
+    bv_graph_engine *e = gs->e;
+    size_t in = edge_input_bytes(gs), partials = edge_partials_bytes(gs);
+    if (in == 0)
+        return BV_OK;
+    if (e->shm) {
+        gs->edge_input = (float *)(void *)((char *)e->segment.base +
+                                           gs->seg_offset[bv_shared_edge_input(e)]);
+        gs->edge_partials = (float *)(void *)((char *)e->segment.base +
+                                              gs->seg_offset[bv_shared_edge_partials(e)]);
+    } else if (!(gs->edge_input = bv_alloc_aligned(in)) ||
+               (partials && !(gs->edge_partials = bv_alloc_aligned(partials)))) {
+        return bv_error_set(err, BV_ERR_NOMEM, "out of memory for the edge stages' arrays");
+    }
+    e->shared[bv_shared_edge_input(e)] = (bv_shared_array){gs->edge_input, in};
+    if (partials)
+        e->shared[bv_shared_edge_partials(e)] = (bv_shared_array){gs->edge_partials, partials};
+    return BV_OK;
+}
+
+/* Roles as processes on one host: every stage's array and its gradient, and the edge
+ * arrays, get a place in one segment of shared memory, and each tensor worker is told
+ * where (BV_MSG_SEGMENT) before any task names a window of it. */
 static bv_status gs_segment(graph_server *gs, bv_error *err)
 {
     bv_graph_engine *e = gs->e;
     size_t count = bv_shared_count(e);
     size_t *bytes = calloc(count, sizeof *bytes);
-    bv_array_ref *refs = calloc(2 * e->nstages, sizeof *refs);
+    bv_array_ref *refs = calloc(count - BV_SHARED_STAGES, sizeof *refs);
     gs->seg_offset = calloc(count, sizeof *gs->seg_offset);
     if (!bytes || !refs || !gs->seg_offset) {
         free(bytes);
@@ -896,6 +992,8 @@ static bv_status gs_segment(graph_server *gs, bv_error *err)
     }
     for (size_t s = 0; s < e->nstages; s++)
         bytes[bv_shared_act(s)] = bytes[bv_shared_dact(s)] = bv_gs_stage_bytes(gs, s);
+    bytes[bv_shared_edge_input(e)] = edge_input_bytes(gs);
+    bytes[bv_shared_edge_partials(e)] = edge_partials_bytes(gs);
     char name[32];
     snprintf(name, sizeof name, "bivouac-gs%d", e->gs_index);
     bv_status st = bv_segment_create(&e->segment, name, bytes, count, gs->seg_offset, err);
@@ -925,7 +1023,12 @@ static bv_status gs_setup(void *self, bv_error *err)
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory in the graph server");
     int64_t n = e->cfg.data->num_nodes;
     int64_t widest = 0; /* of the gathers' inputs that take a gradient (∇GA's scratch) */
+    for (size_t s = 0; s < e->nstages; s++)
+        if (e->stages[s]->kind == BV_STAGE_EDGE && e->stages[s]->in_dim > gs->edge_width)
+            gs->edge_width = e->stages[s]->in_dim;
     bv_status st = e->shm ? gs_segment(gs, err) : BV_OK;
+    if (st == BV_OK)
+        st = gs_edge_arrays(gs, err);
     if (st != BV_OK)
         return st;
     for (size_t s = 0; s < e->nstages; s++) {
@@ -987,6 +1090,10 @@ static void gs_teardown(void *self)
     for (size_t s = 0; gs->act && !e->shm && s < e->nstages; s++) {
         bv_free_aligned(gs->act[s]);
         bv_free_aligned(gs->dact[s]);
+    }
+    if (!e->shm) {
+        bv_free_aligned(gs->edge_input);
+        bv_free_aligned(gs->edge_partials);
     }
     free(gs->seg_offset); /* the segment itself lives as long as the engine */
     free(gs->act);

@@ -15,6 +15,11 @@ typedef struct graph_server {
     float **act;  /* per stage output: num_nodes x out_dim (EDGE: nnz(A + I) x out_dim) */
     float **dact; /* per stage d(output), accumulated over the stages that read it */
     float *scratch; /* num_nodes x widest vertex array, for ∇GA */
+    /* Edge passes (bv_gs_edge_pass): every vertex's attention inputs, packed, and with
+     * shared arrays the slots of partial d(inputs) the backward tasks write; edge_width
+     * floats per vertex, the widest edge stage's in_dim. */
+    float *edge_input, *edge_partials;
+    int64_t edge_width;
     float grad_scale;
     bool *input_sent; /* per interval: its static input is at its tensor worker */
     bool *graph_sent; /* per interval: its edges are at its tensor worker */
@@ -44,7 +49,19 @@ typedef struct task_kind {
     bv_status (*send)(graph_server *gs, size_t s, const bv_task_hdr *epoch, int i, void *ctx,
                       bv_error *err);
     bv_status (*take)(graph_server *gs, size_t s, bv_role_msg *m, void *ctx, bv_error *err);
+    /* Whether interval i's task may go out now (NULL: always); false only while an
+     * earlier task holds what it needs. */
+    bool (*ready)(const graph_server *gs, int i, const void *ctx);
 } task_kind;
+
+/* Tasks of one stage in flight at once, per tensor worker. */
+#define BV_GS_TASKS_PER_WORKER 2
+/* Slots of partial d(inputs) an edge pass's backward tasks write with shared arrays: one
+ * per task in flight. */
+static inline int bv_gs_edge_slots(const bv_graph_engine *e)
+{
+    return BV_GS_TASKS_PER_WORKER * e->cfg.tensor_workers;
+}
 
 typedef struct loss_ctx {
     double *per; /* 9 stats per interval */

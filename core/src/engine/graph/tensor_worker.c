@@ -120,15 +120,34 @@ static const bv_csr *tw_sparse_input(const tensor_worker *w, const bv_task_hdr *
     return a && a->nrows == h->rows ? a : NULL;
 }
 
-/* The vertices of the graph an edge task's windows (array a) cover: the whole graph's, or
- * with several graph servers, the sender's part with its ghosts; -1 if a does not hold
- * whole windows of at most the whole graph's vertices. */
-static int64_t tw_src_rows(const tensor_worker *w, const bv_task_hdr *h, const bv_stage *s)
+/* An edge task's inputs: every vertex's window (a: *n rows of in_dim; the whole graph's
+ * vertices, or with several graph servers the sender's part with its ghosts) and the
+ * interval's own rows' (b), in the message or, by reference, in the graph server's edge
+ * inputs. */
+static bool tw_edge_inputs(const tensor_worker *w, const bv_role_msg *m, const bv_stage *s,
+                           int64_t *n, const float **src, const float **dst, bv_error *err)
 {
-    uint64_t row = (uint64_t)s->in_dim * sizeof(float);
-    if (row == 0 || h->na % row != 0 || h->na / row > (uint64_t)w->e->cfg.data->num_nodes)
-        return -1;
-    return (int64_t)(h->na / row);
+    const bv_task_hdr *h = &m->hdr;
+    uint64_t row = (uint64_t)s->in_dim * sizeof(float), na = h->na;
+    bv_array_ref ref = {0};
+    if ((h->flags & BV_TASK_REF_A) && h->na == sizeof ref) {
+        memcpy(&ref, m->a, sizeof ref);
+        na = ref.bytes;
+    }
+    *src = *dst = NULL;
+    if (row == 0 || na % row != 0 || na / row > (uint64_t)w->e->cfg.data->num_nodes ||
+        ((h->flags & BV_TASK_REF_A) && h->na != sizeof ref) || h->rows < 1) {
+        bv_error_set(err, BV_ERR_CORRUPT, "edge task for %s has wrong sizes", s->name);
+        return false;
+    }
+    *n = (int64_t)(na / row);
+    *src = (h->flags & BV_TASK_REF_A)
+               ? bv_engine_shared_window(w->e, h->reply_to, &ref, (size_t)na, false, err)
+               : (const float *)(const void *)m->a;
+    if (*src)
+        *dst = bv_engine_task_array(w->e, m, 1, (size_t)(h->rows * s->in_dim) * sizeof(float),
+                                    err);
+    return *dst != NULL;
 }
 
 /* The interval's edges over n source vertices: unpacked from the front of array c the
@@ -581,9 +600,10 @@ static bv_status tw_edge_forward(tensor_worker *w, const bv_role_msg *m, bv_erro
     if (!task_ok(w, h, BV_STAGE_EDGE))
         return bv_error_set(err, BV_ERR_CORRUPT, "edge task names a bad stage or rows");
     const bv_stage *s = w->e->stages[h->stage];
-    int64_t n = tw_src_rows(w, h, s);
-    if (n < 0 || h->nb != (uint64_t)(h->rows * s->in_dim) * sizeof(float))
-        return bv_error_set(err, BV_ERR_CORRUPT, "edge task for %s has wrong sizes", s->name);
+    int64_t n;
+    const float *src, *dst;
+    if (!tw_edge_inputs(w, m, s, &n, &src, &dst, err))
+        return err->status;
     size_t used;
     const bv_csr *g = tw_graph(w, m, n, &used, err);
     if (!g)
@@ -594,18 +614,44 @@ static bv_status tw_edge_forward(tensor_worker *w, const bv_role_msg *m, bv_erro
     if (st != BV_OK)
         return st;
     size_t out_bytes = (size_t)(g->nnz * s->out_dim) * sizeof(float);
-    float *out = malloc(out_bytes + sizeof(float));
+    bool owned;
+    float *out = tw_result_buffer(w, h, out_bytes, &owned, err);
     if (!out)
-        return bv_error_set(err, BV_ERR_NOMEM, "out of memory in %s", s->name);
+        return err->status;
     bv_task_ctx ctx = tw_ctx(w, h);
     ctx.edge_begin = h->edge_begin;
-    st = w->e->cfg.model_ops->edge_forward(w->e->cfg.model, (size_t)h->stage, &ctx, g,
-                                           (const float *)m->a, (const float *)m->b, out, err);
+    st = w->e->cfg.model_ops->edge_forward(w->e->cfg.model, (size_t)h->stage, &ctx, g, src, dst,
+                                           out, err);
     if (st == BV_OK)
-        st = bv_role_send(w->t, w->to_gs[h->reply_to], BV_MSG_EDGE_FWD_RESULT, w->id, h, out, out_bytes, NULL,
-                          0, NULL, 0, err);
-    free(out);
+        st = bv_role_send(w->t, w->to_gs[h->reply_to], BV_MSG_EDGE_FWD_RESULT, w->id, h, out,
+                          owned ? out_bytes : 0, NULL, 0, NULL, 0, err);
+    if (owned)
+        free(out);
     return st;
+}
+
+/* A backward edge task's forward values and their gradient, after the edges in array c:
+ * their bytes, or (BV_TASK_REF_C) a reference to each in the graph server's arrays. */
+static bool tw_edge_values(const tensor_worker *w, const bv_role_msg *m, size_t used,
+                           size_t bytes, const float **out, const float **dout, bv_error *err)
+{
+    const bv_task_hdr *h = &m->hdr;
+    bv_array_ref refs[2];
+    *out = *dout = NULL;
+    if (h->nc != used + ((h->flags & BV_TASK_REF_C) ? sizeof refs : 2 * bytes)) {
+        bv_error_set(err, BV_ERR_CORRUPT, "edge backward task for %s has wrong sizes",
+                     w->e->stages[h->stage]->name);
+        return false;
+    }
+    if (!(h->flags & BV_TASK_REF_C)) {
+        *out = (const float *)(const void *)(m->c + used);
+        *dout = (const float *)(const void *)(m->c + used + bytes);
+        return true;
+    }
+    memcpy(refs, m->c + used, sizeof refs);
+    if ((*out = bv_engine_shared_window(w->e, h->reply_to, &refs[0], bytes, false, err)))
+        *dout = bv_engine_shared_window(w->e, h->reply_to, &refs[1], bytes, false, err);
+    return *dout != NULL;
 }
 
 static bv_status tw_edge_backward(tensor_worker *w, const bv_role_msg *m, bv_error *err)
@@ -614,44 +660,48 @@ static bv_status tw_edge_backward(tensor_worker *w, const bv_role_msg *m, bv_err
     if (!task_ok(w, h, BV_STAGE_EDGE))
         return bv_error_set(err, BV_ERR_CORRUPT, "edge task names a bad stage or rows");
     const bv_stage *s = w->e->stages[h->stage];
-    int64_t n = tw_src_rows(w, h, s);
-    if (n < 0)
-        return bv_error_set(err, BV_ERR_CORRUPT, "edge backward task for %s has wrong sizes",
-                            s->name);
+    int64_t n;
+    const float *src, *dst, *out, *dout;
     size_t used;
-    const bv_csr *g = tw_graph(w, m, n, &used, err);
-    if (!g)
+    const bv_csr *g = tw_edge_inputs(w, m, s, &n, &src, &dst, err)
+                          ? tw_graph(w, m, n, &used, err)
+                          : NULL;
+    if (!g || !tw_edge_values(w, m, used, (size_t)(g->nnz * s->out_dim) * sizeof(float), &out,
+                              &dout, err))
         return err->status;
     size_t src_bytes = (size_t)(n * s->in_dim) * sizeof(float);
     size_t dst_bytes = (size_t)(h->rows * s->in_dim) * sizeof(float);
-    size_t half = (size_t)(g->nnz * s->out_dim) * sizeof(float);
-    if (h->na != src_bytes || h->nb != dst_bytes || h->nc != used + 2 * half)
-        return bv_error_set(err, BV_ERR_CORRUPT, "edge backward task for %s has wrong sizes",
-                            s->name);
     bv_status st = tw_ensure_weights(w, h, err);
     if (st != BV_OK)
         return st;
-    float *dsrc = calloc(1, src_bytes + sizeof(float));
+    /* d(src) of every vertex: into the slot the graph server named, or sent back */
+    bool in_place = (h->flags & BV_TASK_REPLY_IN_PLACE) != 0;
+    float *dsrc = in_place ? bv_engine_shared_window(w->e, h->reply_to, &h->reply, src_bytes,
+                                                     true, err)
+                           : calloc(1, src_bytes + sizeof(float));
+    if (in_place && !dsrc)
+        return err->status;
+    if (in_place)
+        memset(dsrc, 0, src_bytes);
     float *ddst = calloc(1, dst_bytes + sizeof(float));
     if (!dsrc || !ddst) {
-        free(dsrc);
+        if (!in_place)
+            free(dsrc);
         free(ddst);
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory in ∇%s", s->name);
     }
     memset(w->grads, 0, w->e->param_floats * sizeof(float));
     bv_task_ctx ctx = tw_ctx(w, h);
     ctx.edge_begin = h->edge_begin;
-    const float *out = (const float *)(const void *)(m->c + used);
-    const float *dout = (const float *)(const void *)(m->c + used + half);
-    st = w->e->cfg.model_ops->edge_backward(w->e->cfg.model, (size_t)h->stage, &ctx, g,
-                                            (const float *)m->a, (const float *)m->b, out, dout,
-                                            dsrc, ddst, w->grad_ptrs, err);
+    st = w->e->cfg.model_ops->edge_backward(w->e->cfg.model, (size_t)h->stage, &ctx, g, src,
+                                            dst, out, dout, dsrc, ddst, w->grad_ptrs, err);
     if (st == BV_OK)
         st = tw_send_grads(w, h, err);
     if (st == BV_OK)
-        st = bv_role_send(w->t, w->to_gs[h->reply_to], BV_MSG_EDGE_BWD_RESULT, w->id, h, dsrc, src_bytes, ddst,
-                          dst_bytes, NULL, 0, err);
-    free(dsrc);
+        st = bv_role_send(w->t, w->to_gs[h->reply_to], BV_MSG_EDGE_BWD_RESULT, w->id, h, dsrc,
+                          in_place ? 0 : src_bytes, ddst, dst_bytes, NULL, 0, err);
+    if (!in_place)
+        free(dsrc);
     free(ddst);
     return st;
 }
