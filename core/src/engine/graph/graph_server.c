@@ -477,6 +477,8 @@ const task_kind bv_gs_apply_vertex_backward = {BV_MSG_BWD_RESULT, avb_send, avb_
  * (bv_gs_edge_slots); without, all of it travels in the messages. */
 typedef struct edge_ctx {
     bool refs;
+    float *acc; /* ∇AE: the partials' sum, added into the window once (edge_window_alone);
+                   NULL: each partial is added into it */
     bv_role_msg *held; /* ∇AE results that arrived before their turn */
     bool *have;
     bool *busy; /* per slot: a ∇AE task writes it, or its partial waits to be added */
@@ -640,8 +642,12 @@ static bv_status aeb_take(graph_server *gs, size_t s, bv_role_msg *m, void *ctx,
     ec->have[m->hdr.interval] = true;
     for (; ec->next < gs->e->cfg.intervals && ec->have[ec->next]; ec->next++) {
         bv_role_msg *r = &ec->held[ec->next];
-        unpack_window_add(gs, s, 0, n,
-                          ec->refs ? edge_partial(gs, ec->next % slots) : (const float *)r->a);
+        const float *partial =
+            ec->refs ? edge_partial(gs, ec->next % slots) : (const float *)r->a;
+        if (ec->acc)
+            gs->e->cfg.compute_ops->axpy(gs->compute, n * st->in_dim, 1.0f, partial, ec->acc);
+        else
+            unpack_window_add(gs, s, 0, n, partial);
         unpack_window_add(gs, s, r->hdr.row_begin, r->hdr.rows, (const float *)r->b);
         bv_role_release(gs->t, r);
         ec->have[ec->next] = false;
@@ -654,14 +660,34 @@ static bv_status aeb_take(graph_server *gs, size_t s, bv_role_msg *m, void *ctx,
 const task_kind bv_gs_apply_edge_backward = {BV_MSG_EDGE_BWD_RESULT, aeb_send, aeb_take,
                                              aeb_ready};
 
+/* Whether edge stage s is the only stage that reads its window of its input array: then
+ * the window's gradient is zero until its ∇AE pass adds to it, and (0 + Σ partials) added
+ * into it at the end has the same bits as each partial added into it in turn. The sum
+ * runs in a contiguous array with the back end's axpy, in parallel, instead of a strided
+ * pass of this thread per interval. */
+static bool edge_window_alone(const bv_graph_engine *e, size_t s)
+{
+    const bv_stage *st = e->stages[s];
+    for (size_t r = 0; r < e->nstages; r++) {
+        const bv_stage *o = e->stages[r];
+        if (r != s && e->vin[r] == e->vin[s] && o->in_offset < st->in_offset + st->in_dim &&
+            st->in_offset < o->in_offset + o->in_dim)
+            return false;
+    }
+    return true;
+}
+
 /* AE and ∇AE: the attention inputs of every vertex are packed once per pass. */
 bv_status bv_gs_edge_pass(graph_server *gs, size_t s, const bv_task_hdr *epoch,
                           const task_kind *kind, bv_error *err)
 {
     bv_graph_engine *e = gs->e;
     int slots = bv_gs_edge_slots(e);
+    bool sum = kind == &bv_gs_apply_edge_backward && stage_input_grad(gs, s) &&
+               edge_window_alone(e, s);
     edge_ctx ec = {by_reference(gs, bv_shared_edge_input(e)) &&
                        by_reference(gs, bv_shared_act(s)),
+                   sum ? gs->edge_acc : NULL,
                    calloc((size_t)e->cfg.intervals, sizeof(bv_role_msg)),
                    calloc((size_t)e->cfg.intervals, sizeof(bool)),
                    calloc((size_t)slots, sizeof(bool)), 0};
@@ -671,8 +697,12 @@ bv_status bv_gs_edge_pass(graph_server *gs, size_t s, const bv_task_hdr *epoch,
                                       e->stages[s]->name);
     if (rc == BV_OK) {
         pack_window(gs, s, 0, edge_rows(gs), gs->edge_input);
+        if (ec.acc)
+            memset(ec.acc, 0, (size_t)(edge_rows(gs) * e->stages[s]->in_dim) * sizeof(float));
         rc = gs_run_tasks(gs, s, epoch, kind, &ec, err);
     }
+    if (rc == BV_OK && ec.acc)
+        unpack_window_add(gs, s, 0, edge_rows(gs), ec.acc);
     for (int i = 0; ec.held && ec.have && i < e->cfg.intervals; i++)
         if (ec.have[i])
             bv_role_release(gs->t, &ec.held[i]);
@@ -969,6 +999,8 @@ static bv_status gs_edge_arrays(graph_server *gs, bv_error *err)
                (partials && !(gs->edge_partials = bv_alloc_aligned(partials)))) {
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory for the edge stages' arrays");
     }
+    if (!(gs->edge_acc = bv_alloc_aligned(in)))
+        return bv_error_set(err, BV_ERR_NOMEM, "out of memory for the edge stages' arrays");
     e->shared[bv_shared_edge_input(e)] = (bv_shared_array){gs->edge_input, in};
     if (partials)
         e->shared[bv_shared_edge_partials(e)] = (bv_shared_array){gs->edge_partials, partials};
@@ -1095,6 +1127,7 @@ static void gs_teardown(void *self)
         bv_free_aligned(gs->edge_input);
         bv_free_aligned(gs->edge_partials);
     }
+    bv_free_aligned(gs->edge_acc);
     free(gs->seg_offset); /* the segment itself lives as long as the engine */
     free(gs->act);
     free(gs->dact);

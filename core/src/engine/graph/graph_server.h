@@ -19,6 +19,7 @@ typedef struct graph_server {
      * shared arrays the slots of partial d(inputs) the backward tasks write; edge_width
      * floats per vertex, the widest edge stage's in_dim. */
     float *edge_input, *edge_partials;
+    float *edge_acc; /* this server's own: a ∇AE pass's sum of partials (edge_window_alone) */
     int64_t edge_width;
     float grad_scale;
     bool *input_sent; /* per interval: its static input is at its tensor worker */
