@@ -38,9 +38,11 @@ extern "C" {
  *        bv_cloud_event.zone.
  *   1.15: bv_stage.sparse_input (model.h): a first stage that takes sparse features as
  *        ctx->sparse_in alone; the graph dataset's features_csr (graph.h);
- *        bv_csr_set_dense (tensor.h). */
+ *        bv_csr_set_dense (tensor.h).
+ *   1.16: bv_task_ctx.scratch and scratch_owner, bv_task_temp (model.h): a task's
+ *        temporaries in buffers its caller keeps. */
 #define BV_ABI_MAJOR 1
-#define BV_ABI_MINOR 15
+#define BV_ABI_MINOR 16
 
 typedef enum bv_plugin_kind {
     BV_KIND_MODEL = 1,

@@ -2,6 +2,7 @@
  * DIR/metrics.jsonl, DIR/result.json, and print a one-line summary. */
 #include <errno.h>
 #include <limits.h>
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -353,6 +354,15 @@ int bv_cli_run(int argc, char **argv)
     int rc = parse_args(argc, argv, &a, true);
     if (rc)
         return rc;
+    /* glibc raises its mmap threshold (to up to 32 MiB) each time a mapped block is freed,
+     * after which blocks that size come from the heap and freed ones stay resident (up to
+     * twice the threshold per thread's arena): on the wide-sparse GCN of bench/ that was
+     * 20 of its 69 MB peak. The embedded run's hot paths keep their large buffers instead
+     * of allocating them per task (the tensor workers' scratch, bv_task_ctx.scratch), so
+     * the threshold stays at 128 KiB and a large block goes back to the kernel when freed:
+     * the peak is what is live. (A role process, whose messages are allocated per task,
+     * does the opposite: cli_role.c.) */
+    mallopt(M_TRIM_THRESHOLD, 4 << 20);
     char *experiment = (char *)a.experiment;
     char copy[4200];
     if (a.resume) {

@@ -18,6 +18,9 @@
 #define GAT_MAX_LAYERS 4
 #define GAT_STAGES_PER_LAYER 3
 
+/* the tasks' temporaries (bv_task_temp): each its own scratch slot */
+enum { T_ACT, T_X, T_Z, T_DX, T_DZ, T_PRE, T_ALPHA, T_D };
+
 /* parameter slots of layer l: W, a_src, a_dst, b (bias added after aggregation) */
 enum { P_W = 0, P_ASRC = 1, P_ADST = 2, P_B = 3, P_PER_LAYER = 4 };
 
@@ -145,6 +148,12 @@ static const bv_stage *gat_stage(const bv_model *m, size_t i)
     return &m->stages[i];
 }
 
+static void temps_free(const bv_task_ctx *ctx, float **p, int n)
+{
+    for (int i = 0; i < n; i++)
+        bv_task_temp_free(ctx, p[i]);
+}
+
 static uint64_t stream_of(const bv_task_ctx *ctx, size_t stage)
 {
     return (uint64_t)ctx->epoch * 64 + stage;
@@ -245,13 +254,14 @@ static bv_status av_forward(bv_model *m, int l, size_t stage, const bv_task_ctx 
     int k = m->heads[l];
     int64_t hd = m->head_dim[l], z = k * hd, w = m->in_width[l], ow = z + 2 * k;
     bool sparse = gat_sparse(ctx, l); /* X's nonzeros: no rows x width input is made */
-    float *a = l > 0 ? malloc((size_t)(ctx->rows * w + 1) * sizeof *a) : NULL;
-    float *x = sparse ? NULL : malloc((size_t)(ctx->rows * w + 1) * sizeof *x);
-    float *zb = malloc((size_t)(ctx->rows * z + 1) * sizeof *zb);
+    float *a =
+        l > 0 ? bv_task_temp(ctx, T_ACT, (size_t)(ctx->rows * w + 1) * sizeof *a) : NULL;
+    float *x = sparse ? NULL : bv_task_temp(ctx, T_X, (size_t)(ctx->rows * w + 1) * sizeof *x);
+    float *zb = bv_task_temp(ctx, T_Z, (size_t)(ctx->rows * z + 1) * sizeof *zb);
     if ((l > 0 && !a) || (!sparse && !x) || !zb) {
-        free(a);
-        free(x);
-        free(zb);
+        bv_task_temp_free(ctx, a);
+        bv_task_temp_free(ctx, x);
+        bv_task_temp_free(ctx, zb);
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory in AV%d", l);
     }
     const float *act = sparse ? NULL : av_activation(m, l, ctx, in, a);
@@ -279,9 +289,9 @@ static bv_status av_forward(bv_model *m, int l, size_t stage, const bv_task_ctx 
                                 zb, zb);
     for (int64_t r = 0; r < ctx->rows; r++)
         memcpy(out + r * ow, zb + r * z, (size_t)z * sizeof *out);
-    free(a);
-    free(x);
-    free(zb);
+    bv_task_temp_free(ctx, a);
+    bv_task_temp_free(ctx, x);
+    bv_task_temp_free(ctx, zb);
     return BV_OK;
 }
 
@@ -295,17 +305,14 @@ static bv_status av_backward(bv_model *m, int l, size_t stage, const bv_task_ctx
     float *const *p = ctx->params + l * P_PER_LAYER;
     float *const *dp = dparams + l * P_PER_LAYER;
     bool sparse = gat_sparse(ctx, l);
-    float *a = l > 0 ? malloc((size_t)(n + 1) * sizeof *a) : NULL;
-    float *x = sparse ? NULL : malloc((size_t)(n + 1) * sizeof *x);
-    float *dx = din ? malloc((size_t)(n + 1) * sizeof *dx) : NULL;
-    float *zb = malloc((size_t)(ctx->rows * z + 1) * sizeof *zb);
-    float *dz = malloc((size_t)(ctx->rows * z + 1) * sizeof *dz);
+    float *a = l > 0 ? bv_task_temp(ctx, T_ACT, (size_t)(n + 1) * sizeof *a) : NULL;
+    float *x = sparse ? NULL : bv_task_temp(ctx, T_X, (size_t)(n + 1) * sizeof *x);
+    float *dx = din ? bv_task_temp(ctx, T_DX, (size_t)(n + 1) * sizeof *dx) : NULL;
+    float *zb = bv_task_temp(ctx, T_Z, (size_t)(ctx->rows * z + 1) * sizeof *zb);
+    float *dz = bv_task_temp(ctx, T_DZ, (size_t)(ctx->rows * z + 1) * sizeof *dz);
+    float *temps[] = {a, x, dx, zb, dz};
     if ((l > 0 && !a) || (!sparse && !x) || (din && !dx) || !zb || !dz) {
-        free(a);
-        free(x);
-        free(dx);
-        free(zb);
-        free(dz);
+        temps_free(ctx, temps, 5);
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory in backward of AV%d", l);
     }
     /* rematerialised, with the undropped Z */
@@ -380,11 +387,7 @@ static bv_status av_backward(bv_model *m, int l, size_t stage, const bv_task_ctx
         ctx->k->bias_backward(ctx->compute, ctx->rows, w, din, db, true);
     }
     (void)out;
-    free(a);
-    free(x);
-    free(dx);
-    free(zb);
-    free(dz);
+    temps_free(ctx, temps, 5);
     return BV_OK;
 }
 
@@ -489,7 +492,7 @@ static bv_status gat_edge_forward(bv_model *m, size_t stage, const bv_task_ctx *
                                   float *out, bv_error *err)
 {
     int k = m->heads[stage / GAT_STAGES_PER_LAYER];
-    float *pre = malloc((size_t)(edge_block_max(a, k) + 1) * sizeof *pre);
+    float *pre = bv_task_temp(ctx, T_PRE, (size_t)(edge_block_max(a, k) + 1) * sizeof *pre);
     if (!pre)
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory in AE");
     for (int64_t rb = 0, re; rb < a->nrows; rb = re) {
@@ -501,7 +504,7 @@ static bv_status gat_edge_forward(bv_model *m, size_t stage, const bv_task_ctx *
                                     m->attn_dropout, ctx->seed, stream_of(ctx, stage),
                                     edge_offset(ctx, a, rb, k), alpha, alpha);
     }
-    free(pre);
+    bv_task_temp_free(ctx, pre);
     return BV_OK;
 }
 
@@ -512,13 +515,12 @@ static bv_status gat_edge_backward(bv_model *m, size_t stage, const bv_task_ctx 
 {
     int k = m->heads[stage / GAT_STAGES_PER_LAYER];
     int64_t most = edge_block_max(a, k);
-    float *pre = malloc((size_t)(most + 1) * sizeof *pre);
-    float *alpha = malloc((size_t)(most + 1) * sizeof *alpha);
-    float *d = malloc((size_t)(most + 1) * sizeof *d);
+    float *pre = bv_task_temp(ctx, T_PRE, (size_t)(most + 1) * sizeof *pre);
+    float *alpha = bv_task_temp(ctx, T_ALPHA, (size_t)(most + 1) * sizeof *alpha);
+    float *d = bv_task_temp(ctx, T_D, (size_t)(most + 1) * sizeof *d);
+    float *temps[] = {pre, alpha, d};
     if (!pre || !alpha || !d) {
-        free(pre);
-        free(alpha);
-        free(d);
+        temps_free(ctx, temps, 3);
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory in ∇AE");
     }
     for (int64_t rb = 0, re; rb < a->nrows; rb = re) {
@@ -537,9 +539,7 @@ static bv_status gat_edge_backward(bv_model *m, size_t stage, const bv_task_ctx 
     }
     (void)out;
     (void)dparams;
-    free(pre);
-    free(alpha);
-    free(d);
+    temps_free(ctx, temps, 3);
     return BV_OK;
 }
 

@@ -122,13 +122,13 @@ static bv_status gcn_tensor_forward(bv_model *m, size_t stage, const bv_task_ctx
                              s->out_dim, s->out_dim, out, s->out_dim);
         return BV_OK;
     }
-    float *buf = malloc((size_t)(ctx->rows * s->in_dim + 1) * sizeof *buf);
+    float *buf = bv_task_temp(ctx, 0, (size_t)(ctx->rows * s->in_dim + 1) * sizeof *buf);
     if (!buf)
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory in %s", s->name);
     const float *x = gcn_stage_input(m, stage, ctx, in, buf);
     ctx->k->gemm(ctx->compute, false, false, ctx->rows, s->out_dim, s->in_dim, 1.0f, x,
                  s->in_dim, ctx->params[stage / 2], s->out_dim, 0.0f, out, s->out_dim);
-    free(buf);
+    bv_task_temp_free(ctx, buf);
     return BV_OK;
 }
 
@@ -145,7 +145,7 @@ static bv_status gcn_tensor_backward(bv_model *m, size_t stage, const bv_task_ct
                                         s->out_dim, s->out_dim, dparams[0], s->out_dim);
         return BV_OK;
     }
-    float *buf = malloc((size_t)(n + 1) * sizeof *buf);
+    float *buf = bv_task_temp(ctx, 0, (size_t)(n + 1) * sizeof *buf);
     if (!buf)
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory in backward of %s", s->name);
     const float *x = gcn_stage_input(m, stage, ctx, in, buf); /* rematerialised, not stored */
@@ -164,7 +164,7 @@ static bv_status gcn_tensor_backward(bv_model *m, size_t stage, const bv_task_ct
             ctx->k->relu_backward(ctx->compute, n, in, din, din); /* in > 0 iff relu(in) > 0 */
     }
     (void)out;
-    free(buf);
+    bv_task_temp_free(ctx, buf);
     return BV_OK;
 }
 

@@ -18,6 +18,16 @@
 #include "role_loop.h"
 #include "sparse_rows.h"
 
+/* The worker's own kept buffers, after the model's scratch slots. */
+enum {
+    TW_BUF_RESULT = BV_TASK_SCRATCH_SLOTS, /* a result sent back in a message */
+    TW_BUF_DIN,                            /* a backward task's d(input) */
+    TW_BUF_REDONE,                         /* a rematerialised forward output */
+    TW_BUF_DSRC,                           /* an edge backward task's d(src), sent back */
+    TW_BUF_DDST,                           /* and its d(dst) */
+    TW_BUFS
+};
+
 typedef struct tensor_worker {
     bv_graph_engine *e;
     int index;
@@ -43,7 +53,29 @@ typedef struct tensor_worker {
     bv_csr **kept_csr;  /* per interval: the kept input as CSR when it is sparse */
     bool function;      /* a serverless function worker */
     double cpu_share;   /* its share of a core, which a task marked BV_TASK_THROTTLE keeps to */
+    /* Buffers kept from task to task (tw_buffer): the model's scratch slots
+     * (bv_task_ctx.scratch), then the worker's own (TW_BUF_*). */
+    void *buf[TW_BUFS];
+    size_t buf_bytes[TW_BUFS];
 } tensor_worker;
+
+/* At least `bytes` bytes of kept buffer k, grown (never shrunk) as tasks need; NULL when
+ * out of memory. A task's temporaries of megabytes, allocated and freed every task, were
+ * mapped and zeroed afresh each time: glibc gives large blocks back to the kernel. */
+static void *tw_buffer(tensor_worker *w, int k, size_t bytes)
+{
+    if (w->buf_bytes[k] < bytes) {
+        bv_free_aligned(w->buf[k]);
+        w->buf[k] = bv_alloc_aligned(bytes);
+        w->buf_bytes[k] = w->buf[k] ? bytes : 0;
+    }
+    return w->buf[k];
+}
+
+static void *tw_scratch(void *owner, int slot, size_t bytes)
+{
+    return slot >= 0 && slot < BV_TASK_SCRATCH_SLOTS ? tw_buffer(owner, slot, bytes) : NULL;
+}
 
 /* The kept input rows as a CSR, if at most a quarter of them is nonzero (bag-of-words
  * features: ~1 %; dense features a dataset keeps dense, dataset.feature_storage): then the
@@ -269,14 +301,15 @@ static bool tw_input(tensor_worker *w, const bv_role_msg *m, size_t want, const 
 }
 
 /* Where a task's result of `bytes` bytes goes: the graph server's rows it named
- * (BV_TASK_REPLY_IN_PLACE), else a fresh buffer for the reply message (*owned). */
+ * (BV_TASK_REPLY_IN_PLACE), else the worker's buffer for results, which the reply
+ * message then carries (*owned). */
 static float *tw_result_buffer(tensor_worker *w, const bv_task_hdr *h, size_t bytes,
                                bool *owned, bv_error *err)
 {
     *owned = !(h->flags & BV_TASK_REPLY_IN_PLACE);
     if (!*owned)
         return bv_engine_shared_window(w->e, h->reply_to, &h->reply, bytes, true, err);
-    float *p = malloc(bytes + sizeof(float));
+    float *p = tw_buffer(w, TW_BUF_RESULT, bytes + sizeof(float));
     if (!p)
         bv_error_set(err, BV_ERR_NOMEM, "out of memory for a %zu-byte task result", bytes);
     return p;
@@ -385,6 +418,8 @@ static bv_task_ctx tw_ctx(tensor_worker *w, const bv_task_hdr *h)
         .rows = h->rows,
         .num_nodes = e->cfg.data->num_nodes,
         .params = w->param_ptrs,
+        .scratch = tw_scratch,
+        .scratch_owner = w,
     };
 }
 
@@ -486,8 +521,6 @@ static bv_status tw_forward(tensor_worker *w, const bv_role_msg *m, bv_error *er
     if (st == BV_OK)
         st = bv_role_send(w->t, w->to_gs[h->reply_to], BV_MSG_FWD_RESULT, w->id, &reply, out,
                           owned ? out_bytes : 0, NULL, 0, NULL, 0, err);
-    if (owned)
-        free(out);
     return st;
 }
 
@@ -518,13 +551,11 @@ static bv_status tw_backward(tensor_worker *w, const bv_role_msg *m, bv_error *e
     bv_status st = tw_ensure_weights(w, h, err);
     if (st != BV_OK)
         return st;
-    float *din = s->needs_input_grad ? malloc(in_bytes + sizeof(float)) : NULL;
-    float *redone = remat ? malloc(out_bytes + sizeof(float)) : NULL;
-    if ((s->needs_input_grad && !din) || (remat && !redone)) {
-        free(din);
-        free(redone);
+    float *din =
+        s->needs_input_grad ? tw_buffer(w, TW_BUF_DIN, in_bytes + sizeof(float)) : NULL;
+    float *redone = remat ? tw_buffer(w, TW_BUF_REDONE, out_bytes + sizeof(float)) : NULL;
+    if ((s->needs_input_grad && !din) || (remat && !redone))
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory in backward of %s", s->name);
-    }
     memset(w->grads, 0, w->e->param_floats * sizeof(float));
     bv_task_ctx ctx = tw_ctx(w, h);
     ctx.sparse_in = tw_sparse_input(w, h);
@@ -543,8 +574,6 @@ static bv_status tw_backward(tensor_worker *w, const bv_role_msg *m, bv_error *e
     if (st == BV_OK)
         st = bv_role_send(w->t, w->to_gs[h->reply_to], BV_MSG_BWD_RESULT, w->id, &reply, din,
                           din && !din_to ? in_bytes : 0, NULL, 0, NULL, 0, err);
-    free(din);
-    free(redone);
     return st;
 }
 
@@ -566,11 +595,8 @@ static bv_status tw_loss(tensor_worker *w, const bv_role_msg *m, bv_error *err)
     if (h->training && !(dlogits = tw_result_buffer(w, h, logit_bytes, &owned, err)))
         return err->status;
     uint8_t *mask = malloc((size_t)h->rows + 1);
-    if (!mask) {
-        if (owned)
-            free(dlogits);
+    if (!mask)
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory in the loss task");
-    }
     bv_task_hdr reply = reply_hdr(w, h);
     bv_task_ctx ctx = tw_ctx(w, h);
     bv_status st = BV_OK;
@@ -589,8 +615,6 @@ static bv_status tw_loss(tensor_worker *w, const bv_role_msg *m, bv_error *err)
         st = bv_role_send(w->t, w->to_gs[h->reply_to], BV_MSG_LOSS_RESULT, w->id, &reply, dlogits,
                           owned ? logit_bytes : 0, NULL, 0, NULL, 0, err);
     free(mask);
-    if (owned)
-        free(dlogits);
     return st;
 }
 
@@ -625,8 +649,6 @@ static bv_status tw_edge_forward(tensor_worker *w, const bv_role_msg *m, bv_erro
     if (st == BV_OK)
         st = bv_role_send(w->t, w->to_gs[h->reply_to], BV_MSG_EDGE_FWD_RESULT, w->id, h, out,
                           owned ? out_bytes : 0, NULL, 0, NULL, 0, err);
-    if (owned)
-        free(out);
     return st;
 }
 
@@ -678,18 +700,14 @@ static bv_status tw_edge_backward(tensor_worker *w, const bv_role_msg *m, bv_err
     bool in_place = (h->flags & BV_TASK_REPLY_IN_PLACE) != 0;
     float *dsrc = in_place ? bv_engine_shared_window(w->e, h->reply_to, &h->reply, src_bytes,
                                                      true, err)
-                           : calloc(1, src_bytes + sizeof(float));
+                           : tw_buffer(w, TW_BUF_DSRC, src_bytes + sizeof(float));
     if (in_place && !dsrc)
         return err->status;
-    if (in_place)
-        memset(dsrc, 0, src_bytes);
-    float *ddst = calloc(1, dst_bytes + sizeof(float));
-    if (!dsrc || !ddst) {
-        if (!in_place)
-            free(dsrc);
-        free(ddst);
+    float *ddst = tw_buffer(w, TW_BUF_DDST, dst_bytes + sizeof(float));
+    if (!dsrc || !ddst)
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory in ∇%s", s->name);
-    }
+    memset(dsrc, 0, src_bytes);
+    memset(ddst, 0, dst_bytes);
     memset(w->grads, 0, w->e->param_floats * sizeof(float));
     bv_task_ctx ctx = tw_ctx(w, h);
     ctx.edge_begin = h->edge_begin;
@@ -700,9 +718,6 @@ static bv_status tw_edge_backward(tensor_worker *w, const bv_role_msg *m, bv_err
     if (st == BV_OK)
         st = bv_role_send(w->t, w->to_gs[h->reply_to], BV_MSG_EDGE_BWD_RESULT, w->id, h, dsrc,
                           in_place ? 0 : src_bytes, ddst, dst_bytes, NULL, 0, err);
-    if (!in_place)
-        free(dsrc);
-    free(ddst);
     return st;
 }
 
@@ -756,6 +771,8 @@ static void tw_teardown(void *self)
     free(w->slices);
     for (int i = 0; w->kept_csr && i < (int)tw_slots(w); i++)
         bv_csr_free(w->kept_csr[i]);
+    for (int k = 0; k < TW_BUFS; k++)
+        bv_free_aligned(w->buf[k]);
     free(w->kept_csr);
 }
 
