@@ -295,6 +295,53 @@ static bv_status av_forward(bv_model *m, int l, size_t stage, const bv_task_ctx 
     return BV_OK;
 }
 
+/* Through head h's attention terms s_src = Z_h . a_src, s_dst = Z_h . a_dst, for `units`
+ * of its units: dZ_h += ds a_src + dd a_dst row by row, and a_src's and a_dst's gradients
+ * += ds Z_h and dd Z_h summed over the rows in order. ds and dd are read with stride ow,
+ * Z_h and dZ_h rows with stride z. The gradients are summed in locals (a constant
+ * ATTN_UNITS of them for a whole chunk), so the loops vectorise over the units and keep
+ * the sums in registers: every element gets the same operations in the same order as a
+ * unit at a time (a quarter of an AV backward went to that loop's scalar stores). */
+#define ATTN_UNITS 8
+
+static inline __attribute__((always_inline)) void
+attention_terms_rows(int64_t rows, int64_t units, const float *ds, const float *dd, int64_t ow,
+                     const float *restrict zb, float *restrict dz, int64_t z,
+                     const float *restrict asrc, const float *restrict adst, float *dasrc,
+                     float *dadst)
+{
+    float gs[ATTN_UNITS], gd[ATTN_UNITS];
+    for (int64_t f = 0; f < units; f++) {
+        gs[f] = dasrc[f];
+        gd[f] = dadst[f];
+    }
+    for (int64_t r = 0; r < rows; r++) {
+        float s = ds[r * ow], d = dd[r * ow];
+        const float *restrict zr = zb + r * z;
+        float *restrict dzr = dz + r * z;
+        for (int64_t f = 0; f < units; f++) {
+            dzr[f] += s * asrc[f] + d * adst[f];
+            gs[f] += s * zr[f];
+            gd[f] += d * zr[f];
+        }
+    }
+    for (int64_t f = 0; f < units; f++) {
+        dasrc[f] = gs[f];
+        dadst[f] = gd[f];
+    }
+}
+
+static void attention_terms_backward(int64_t rows, int64_t units, const float *ds,
+                                     const float *dd, int64_t ow, const float *zb, float *dz,
+                                     int64_t z, const float *asrc, const float *adst,
+                                     float *dasrc, float *dadst)
+{
+    if (units == ATTN_UNITS) /* a constant: the unit loops unroll and vectorise */
+        attention_terms_rows(rows, ATTN_UNITS, ds, dd, ow, zb, dz, z, asrc, adst, dasrc, dadst);
+    else
+        attention_terms_rows(rows, units, ds, dd, ow, zb, dz, z, asrc, adst, dasrc, dadst);
+}
+
 static bv_status av_backward(bv_model *m, int l, size_t stage, const bv_task_ctx *ctx,
                              const float *in, const float *out, const float *dout, float *din,
                              float *const *dparams, bv_error *err)
@@ -337,20 +384,12 @@ static bv_status av_backward(bv_model *m, int l, size_t stage, const bv_task_ctx
     for (int h = 0; h < k; h++) {
         if (!fused)
             av_project_head(m, l, stage, ctx, h, act, x, zb);
-        /* head h's slices, restrict so that the unit loop vectorises */
-        const float *restrict asrc = p[P_ASRC] + h * hd, *restrict adst = p[P_ADST] + h * hd;
-        float *restrict dasrc = dp[P_ASRC] + h * hd, *restrict dadst = dp[P_ADST] + h * hd;
-        for (int64_t r = 0; r < ctx->rows; r++) {
-            const float *drow = dout + r * ow;
-            float *restrict dzr = dz + r * z + h * hd;
-            const float *restrict zr = zb + r * z + h * hd;
-            float ds = drow[z + h], dd = drow[z + k + h];
-            for (int64_t f = 0; f < hd; f++) {
-                dzr[f] += ds * asrc[f] + dd * adst[f];
-                dasrc[f] += ds * zr[f];
-                dadst[f] += dd * zr[f];
-            }
-        }
+        for (int64_t f = 0; f < hd; f += ATTN_UNITS)
+            attention_terms_backward(ctx->rows, hd - f < ATTN_UNITS ? hd - f : ATTN_UNITS,
+                                     dout + z + h, dout + z + k + h, ow, zb + h * hd + f,
+                                     dz + h * hd + f, z, p[P_ASRC] + h * hd + f,
+                                     p[P_ADST] + h * hd + f, dp[P_ASRC] + h * hd + f,
+                                     dp[P_ADST] + h * hd + f);
         if (fused)
             continue;
         if (sparse) { /* the first layer: X needs no gradient */
