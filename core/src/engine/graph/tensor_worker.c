@@ -791,9 +791,16 @@ static bv_status tw_handle(void *self, bv_role_msg *m, bv_error *err)
 }
 
 /* A function worker ends an invocation holding nothing of it: what a task marked kept
- * (its input rows, their sparse form, its edges) is dropped. */
+ * (its input rows, their sparse form, its edges) is dropped, and so are the buffers of
+ * its temporaries, which tasks of other kinds would otherwise add to (the platform caps
+ * the worker's memory, and a warm worker takes any kind of task next). */
 static void tw_forget(tensor_worker *w)
 {
+    for (int k = 0; k < TW_BUFS; k++) {
+        bv_free_aligned(w->buf[k]);
+        w->buf[k] = NULL;
+        w->buf_bytes[k] = 0;
+    }
     for (size_t i = 0; i < tw_slots(w); i++) {
         free(w->kept[i]);
         w->kept[i] = NULL;
