@@ -112,6 +112,18 @@ void cpu_edge_scores(bv_compute *c, const bv_csr *a, int64_t row_begin, int64_t 
  * and scans every edge of the range, adding only those whose column it owns. Each dsrc
  * element thus receives its terms in edge order, exactly as the serial loop would, for any
  * thread count; the price is that every task reads all column indices. */
+/* The d(src) row a task adds into CPU_GATHER_PREFETCH edges ahead, if it is the task's:
+ * the sources are at random, and each add reads and writes its row. */
+static inline __attribute__((always_inline)) void
+prefetch_dsrc(const scores_ctx *s, int64_t k, int64_t k_end, int64_t col_begin, int64_t col_end)
+{
+    if (k + CPU_GATHER_PREFETCH >= k_end)
+        return;
+    int64_t ahead = s->a->colidx[k + CPU_GATHER_PREFETCH];
+    if (ahead >= col_begin && ahead < col_end)
+        __builtin_prefetch(s->dsrc + ahead * s->src_stride, 1, 0);
+}
+
 CPU_VEC_INLINE void edge_scores_backward_rows_body(const scores_ctx *s, int64_t b, int64_t e,
                                                   int64_t col_begin, int64_t col_end)
 {
@@ -127,7 +139,8 @@ CPU_VEC_INLINE void edge_scores_backward_rows_body(const scores_ctx *s, int64_t 
             vec8_store(dd + h, s->accumulate ? vec8_load(dd + h, 8) + sum : sum, 8);
         }
     }
-    for (int64_t k = rowptr[s->row_begin]; k < rowptr[s->row_end]; k++) {
+    for (int64_t k = rowptr[s->row_begin], k_end = rowptr[s->row_end]; k < k_end; k++) {
+        prefetch_dsrc(s, k, k_end, col_begin, col_end);
         int64_t col = colidx[k];
         if (col < col_begin || col >= col_end)
             continue;
@@ -169,7 +182,8 @@ static void edge_scores_backward_task(void *arg, int tid, int ntasks)
 
     int64_t col_begin, col_end;
     cpu_split(s->a->ncols, tid, ntasks, &col_begin, &col_end);
-    for (int64_t k = rowptr[s->row_begin]; k < rowptr[s->row_end]; k++) {
+    for (int64_t k = rowptr[s->row_begin], k_end = rowptr[s->row_end]; k < k_end; k++) {
+        prefetch_dsrc(s, k, k_end, col_begin, col_end);
         int64_t col = colidx[k];
         if (col < col_begin || col >= col_end)
             continue;
@@ -585,10 +599,13 @@ CPU_ALWAYS_INLINE void gather_heads_backward_w_rows(const gather_ctx *g, int64_t
     const int64_t *rowptr = g->a->rowptr;
     const int32_t *colidx = g->a->colidx;
     int heads = g->heads;
-    int64_t width = (int64_t)heads * d;
+    int64_t width = (int64_t)heads * d, k_end = rowptr[e];
     for (int64_t i = b; i < e; i++) {
         const float *dyr = g->dy + (i - g->row_begin) * width;
         for (int64_t k = rowptr[i]; k < rowptr[i + 1]; k++) {
+            if (k + CPU_GATHER_PREFETCH < k_end) /* the source rows are read at random */
+                cpu_prefetch_row(g->x + (int64_t)colidx[k + CPU_GATHER_PREFETCH] * g->x_stride,
+                                 width);
             const float *xr = g->x + (int64_t)colidx[k] * g->x_stride;
             float *dw = g->out + (k - g->base) * heads;
             for (int h = 0; h < heads; h++)
