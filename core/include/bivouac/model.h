@@ -112,7 +112,7 @@ typedef struct bv_task_ctx {
      * undefined, valid until the model returns; NULL when out of memory. Each slot
      * (0 .. BV_TASK_SCRATCH_SLOTS - 1) is a buffer of its own that the caller keeps from
      * task to task, so temporaries of the same size every task are not mapped and zeroed
-     * afresh each time (on a 1M-vertex graph a third of a GAT epoch went to that). */
+     * afresh each time (on the 1M-vertex GAT of bench/ that was 15 % of an epoch). */
     void *(*scratch)(void *scratch_owner, int slot, size_t bytes);
     void *scratch_owner;
 } bv_task_ctx;
