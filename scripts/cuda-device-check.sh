@@ -3,7 +3,9 @@
 # scripts/cuda-device-pack.sh: every cuda kernel against the cpu one, gradient checks,
 # training on the GPU (tests/integration/cuda_train.sh), the refusal without a GPU, then
 # the benchmark against PyTorch / PyG on the same GPU (bench/harness/cuda.py).
-#   scripts/cuda-device-check.sh PACK_DIR OUT_DIR [tests|bench|all] [BENCH_ONLY]
+#   scripts/cuda-device-check.sh PACK_DIR OUT_DIR [all|tests|kernels|train|bench] [BENCH_ONLY]
+# (tests: kernels, then train; CUDA_TRAIN_MODELS picks train's models, default all three)
+# (BENCH_REPS, BENCH_ARGS: more of bench/harness/cuda.py's arguments, e.g. --base-bin DIR)
 # Logs go to OUT_DIR; a summary is printed last.
 set -uo pipefail
 pack=$(realpath "$1")
@@ -31,17 +33,19 @@ step() { # name timeout command...: within its timeout and the check's deadline
     tail -n 40 "$out/$name.log"
 }
 nvidia-smi -L
-if [ "$what" != bench ]; then
+if [ "$what" = all ] || [ "$what" = tests ] || [ "$what" = kernels ]; then
     step kernels 120 "$pack/tests/test_compute_cuda"
     step gradcheck 120 "$pack/tests/test_gradcheck_cuda"
     step refused 60 bash tests/integration/cuda_refused.sh
+fi
+if [ "$what" = all ] || [ "$what" = tests ] || [ "$what" = train ]; then
     step train 400 bash tests/integration/cuda_train.sh
 fi
-if [ "$what" != tests ]; then
+if [ "$what" = all ] || [ "$what" = bench ]; then
     # torch gets its own libraries; bivouac's programs get the pack's (BIVOUAC_LIB_PATH)
     BIVOUAC_LIB_PATH=$LD_LIBRARY_PATH \
         step bench 500 env -u LD_LIBRARY_PATH python3 bench/harness/cuda.py --bin "$pack/bin" --tools "$pack/tools" \
         --data-dir "$pack/data" --out "${BENCH_OUT:-$out/bench}" ${4:+--only "$4"} \
-        --reps "${BENCH_REPS:-2}"
+        --reps "${BENCH_REPS:-2}" ${BENCH_ARGS:-}
 fi
 printf '%s\n' "${summary[@]}"

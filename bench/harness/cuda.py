@@ -2,6 +2,7 @@
 
   python3 bench/harness/cuda.py --bin DIR --tools DIR --data-dir DIR --out DIR
                                 [--reps 2] [--only limits,spmm,gcn,gat,transformer,accuracy]
+                                [--base-bin DIR]   (--only profile: an op profile, A/B)
 
 --bin holds the bivouac binary (with plugins/ beside it); --tools the bench tools built by
 bench/Makefile (spmm, graph_export). The references run with the python3 that has torch and
@@ -25,13 +26,14 @@ import stats  # noqa: E402
 import suite  # noqa: E402
 
 
-def run(argv, timeout=900, env=None):
+def run(argv, timeout=900, env=None, lib_first=None):
     """argv's process; bivouac's own programs get BIVOUAC_LIB_PATH as their library path
-    (a machine without bivouac's packages: scripts/cuda-device-check.sh), the references
-    the python's own."""
+    (a machine without bivouac's packages: scripts/cuda-device-check.sh), after lib_first
+    where given (another build's libbivouac), the references the python's own."""
     lib = os.environ.get("BIVOUAC_LIB_PATH")
     if lib and argv[0] != sys.executable:
-        env = dict(env or os.environ, LD_LIBRARY_PATH=lib)
+        env = dict(env or os.environ, LD_LIBRARY_PATH=lib_first + ":" + lib if lib_first
+                   else lib)
     t0 = time.time()
     p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env)
     if p.returncode != 0:
@@ -147,12 +149,57 @@ def versus(a, name):
     return row
 
 
+def profile(a):
+    """Each model's epochs (steps) on the GPU with the plugin's op profile
+    (BIVOUAC_CUDA_PROFILE): where the time goes, op by op, and between ops. With
+    --base-bin, the same runs with that build too, alternated (an A/B of a change)."""
+    rows = []
+    bins = [("new", a.bin)] + ([("base", a.base_bin)] if a.base_bin else [])
+    short = {"gcn-powerlaw-1m": 5, "gat-powerlaw-1m": 3, "transformer-shakespeare": 60}
+    variants = {"gcn-powerlaw-1m": [[], ["-s", "engine.intervals=16"]],
+                "gat-powerlaw-1m": [[], ["-s", "engine.intervals=16"]]}
+    for name, epochs in short.items():
+        b = next(x for x in suite.BENCHMARKS if x.name == name)
+        exp = b.experiment(1)
+        exp["compute"] = {"plugin": "cuda"}
+        if b.plugin == "transformer":
+            exp["train"].update({"steps": epochs, "eval_interval": epochs})
+        else:
+            exp["train"]["epochs"] = epochs
+        config = os.path.join(a.out, "profile-%s.yaml" % name)
+        with open(config, "w") as f:
+            json.dump(exp, f, indent=2)
+        for rep in range(a.reps):
+            for (label, bindir), extra in ((x, v) for v in variants.get(name, [[]])
+                                           for x in bins):
+                label += " ".join([""] + extra[1::2])
+                d = os.path.join(a.out, "profile", "%s-%s-%d" % (name, label.replace(" ", "_"),
+                                                                rep))
+                env = dict(os.environ, BIVOUAC_CUDA_PROFILE="1")
+                p, wall = run([os.path.join(bindir, "bivouac"), "run", config, "--out", d,
+                               "--quiet", "--force", "--no-plot"] + extra, env=env,
+                              lib_first=os.path.join(os.path.dirname(bindir), "lib"))
+                times = stats.bivouac_times(d, b.plugin, suite.BIVOUAC_SKIP[b.plugin]) \
+                    if p.returncode == 0 else []
+                lines = [x for x in p.stderr.splitlines() if "compute cuda" in x]
+                rows.append({"name": name, "build": label, "rep": rep, "rc": p.returncode,
+                             "median_s": stats.median(times) if times else None,
+                             "times": times, "wall_s": wall, "log": lines})
+                print("%-24s %-26s rc=%d median %s s  %s" % (
+                    name, label, p.returncode, rows[-1]["median_s"],
+                    " ".join("%.4f" % t for t in times)), flush=True)
+                if rep == 0:
+                    for x in lines[:24]:
+                        print("    " + x, flush=True)
+    return rows
+
+
 def accuracy(a):
     rows = []
     for config, repeat in (("gcn-cora.yaml", 10), ("gcn-citeseer.yaml", 10),
                            ("gat-cora.yaml", 10), ("gat-citeseer.yaml", 10)):
         row = {"config": config, "seeds": repeat}
-        for plugin in ("cpu", "cuda"):
+        for plugin in a.acc_plugins.split(","):
             d = os.path.join(a.out, "acc", "%s-%s" % (config, plugin))
             p, wall = run([os.path.join(a.bin, "bivouac"), "run",
                            os.path.join(REPO, "configs", config), "--out", d, "--quiet",
@@ -162,6 +209,8 @@ def accuracy(a):
                 with open(os.path.join(d, "result.json")) as f:
                     row[plugin] = json.load(f).get("test_accuracy")
             row[plugin + "_wall_s"] = wall
+            print("accuracy %s on %s: %s (%.0f s)" % (config, plugin, row.get(plugin), wall),
+                  flush=True)
         rows.append(row)
     return rows
 
@@ -174,6 +223,10 @@ def main():
     ap.add_argument("--data-dir", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--reps", type=int, default=2)
+    ap.add_argument("--base-bin", help="a second build's bin folder, for profile's A/B")
+    ap.add_argument("--acc-plugins", default="cpu,cuda",
+                    help="the back ends accuracy runs (cpu's may come from another machine: "
+                    "its kernels give the same bits for any thread count)")
     ap.add_argument("--only", default="limits,spmm,gcn,gat,transformer,accuracy")
     a = ap.parse_args()
     a.out, a.data_dir = os.path.abspath(a.out), os.path.abspath(a.data_dir)
@@ -196,6 +249,8 @@ def main():
             res[part] = versus(a, names[part])
         elif part == "accuracy":
             res["accuracy"] = accuracy(a)
+        elif part == "profile":
+            res["profile"] = profile(a)
         else:
             sys.exit("unknown part '%s'" % part)
         save()

@@ -2,8 +2,11 @@
 # A compute plugin with memory of its own (ABI 1.10 mem_alloc, as the cuda plugin's managed
 # memory): the core takes the engines' buffers from it, and every one of them must come back
 # through bv_free_aligned. tests/plugins/compute_memcheck.c gives mapped memory that free()
-# refuses, with the cpu kernels: GCN and GAT (graph engine, roles as threads) and the
-# transformer train with it to the same losses as with the cpu plugin, to the bit.
+# refuses, with the cpu kernels, and ABI 1.17's zero and copy_rows: GCN and the transformer
+# train with it to the same losses as with the cpu plugin, to the bit. GAT takes its path
+# for a back end with memory of its own (gat.c, on_device: its attention terms as gemms,
+# not host loops), whose sums differ from the host loops' in their rounding: its loss is
+# the cpu's within 1e-6, relative.
 # Environment (set by ctest): BIVOUAC, BIVOUAC_BUILD_DIR, BIVOUAC_PLUGIN_PATH.
 set -euo pipefail
 : "${BIVOUAC:?BIVOUAC must name the bivouac binary}"
@@ -43,11 +46,14 @@ loss() {
     field "$tmp/$name-$plugin" train_loss
 }
 
-for model in gcn gat; do
-    want=$(loss "$model" "$tmp/$model.yaml" cpu)
-    check "$model: the same loss with the plugin's memory ($want)" \
-        "$(loss "$model" "$tmp/$model.yaml" memcheck)" "$want"
-done
+want=$(loss gcn "$tmp/gcn.yaml" cpu)
+check "gcn: the same loss with the plugin's memory ($want)" \
+    "$(loss gcn "$tmp/gcn.yaml" memcheck)" "$want"
+want=$(loss gat "$tmp/gat.yaml" cpu)
+got=$(loss gat "$tmp/gat.yaml" memcheck)
+check "gat: the loss with the plugin's memory ($got) is the cpu's ($want) within 1e-6" \
+    "$(awk -v a="${want#*: }" -v b="${got#*: }" 'BEGIN { d = (a - b) / a; if (d < 0) d = -d;
+        print (a == a + 0 && b == b + 0 && d <= 1e-6) ? "yes" : "no" }')" yes
 tf=(-s train.steps=12 -s train.eval_interval=12 -s train.eval_iters=2
     -s train.final_eval_iters=2 -s resilience.0.every=12)
 want=$(loss transformer "$BIVOUAC_SOURCE_DIR/configs/transformer-shakespeare.yaml" cpu "${tf[@]}")

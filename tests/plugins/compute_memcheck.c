@@ -32,6 +32,21 @@ static void memcheck_free(void *q)
     munmap(p, *(size_t *)p);
 }
 
+/* ABI 1.17's zero and copy_rows, so that the engines' and models' paths for a back end
+ * with memory of its own (a device's) run here too */
+static void memcheck_zero(bv_compute *c, int64_t n, float *x)
+{
+    (void)c;
+    memset(x, 0, (size_t)n * sizeof(float));
+}
+
+static void memcheck_copy_rows(bv_compute *c, int64_t rows, int64_t cols, const float *x,
+                               int64_t ldx, float *y, int64_t ldy, bool add)
+{
+    static const bv_compute_ops host; /* no copy_rows: bv_copy_rows's host loop */
+    bv_copy_rows(&host, c, rows, cols, x, ldx, y, ldy, add);
+}
+
 static bv_compute_ops memcheck_ops;
 
 static bv_plugin memcheck_plugin = {
@@ -49,6 +64,8 @@ const bv_plugin *bv_compute_memcheck_plugin(void)
     memcpy(&memcheck_ops, cpu->ops, sizeof memcheck_ops);
     memcheck_ops.mem_alloc = memcheck_alloc;
     memcheck_ops.mem_free = memcheck_free;
+    memcheck_ops.zero = memcheck_zero;
+    memcheck_ops.copy_rows = memcheck_copy_rows;
     memcheck_plugin.options = cpu->options;
     return &memcheck_plugin;
 }

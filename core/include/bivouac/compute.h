@@ -9,6 +9,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "bivouac/error.h"
 #include "bivouac/options.h"
@@ -253,7 +254,45 @@ typedef struct bv_compute_ops {
      * server invokes through the run's cloud (the `lambda` plugin: its kernels are cpu's;
      * docs/lambda.md). */
     uint32_t task_placement;
+
+    /* ---- ABI 1.17: moving floats where the backend's memory lies (optional; NULL: the
+     * caller does it on the host, as bv_zero and bv_copy_rows below do). For memory of the
+     * backend's own (mem_alloc): a host loop over CUDA's managed memory moves every page
+     * it touches to the host, and the next kernel moves them back.
+     * zero: x[0 .. n) = +0.0f. copy_rows: y[r ldy + j] = x[r ldx + j] (add: +=) for
+     * r < rows, j < cols; x and y do not overlap. */
+    void (*zero)(bv_compute *c, int64_t n, float *x);
+    void (*copy_rows)(bv_compute *c, int64_t rows, int64_t cols, const float *x, int64_t ldx,
+                      float *y, int64_t ldy, bool add);
 } bv_compute_ops;
+
+/* zero, or a memset where the back end has none. */
+static inline void bv_zero(const bv_compute_ops *k, bv_compute *c, int64_t n, float *x)
+{
+    if (k->zero)
+        k->zero(c, n, x);
+    else if (n > 0)
+        memset(x, 0, (size_t)n * sizeof *x);
+}
+
+/* copy_rows, or the same on the host where the back end has none. */
+static inline void bv_copy_rows(const bv_compute_ops *k, bv_compute *c, int64_t rows,
+                                int64_t cols, const float *x, int64_t ldx, float *y,
+                                int64_t ldy, bool add)
+{
+    if (k->copy_rows) {
+        k->copy_rows(c, rows, cols, x, ldx, y, ldy, add);
+        return;
+    }
+    for (int64_t r = 0; r < rows && cols > 0; r++) {
+        if (!add) {
+            memcpy(y + r * ldy, x + r * ldx, (size_t)cols * sizeof *y);
+            continue;
+        }
+        for (int64_t j = 0; j < cols; j++)
+            y[r * ldy + j] += x[r * ldx + j];
+    }
+}
 
 enum { BV_TASKS_ON_FUNCTIONS = 1 };
 

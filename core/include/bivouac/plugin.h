@@ -40,9 +40,11 @@ extern "C" {
  *        ctx->sparse_in alone; the graph dataset's features_csr (graph.h);
  *        bv_csr_set_dense (tensor.h).
  *   1.16: bv_task_ctx.scratch and scratch_owner, bv_task_temp (model.h): a task's
- *        temporaries in buffers its caller keeps. */
+ *        temporaries in buffers its caller keeps.
+ *   1.17: bv_compute_ops.zero and copy_rows, bv_zero and bv_copy_rows (compute.h):
+ *        zeroing and copying where the backend's memory lies. */
 #define BV_ABI_MAJOR 1
-#define BV_ABI_MINOR 16
+#define BV_ABI_MINOR 17
 
 typedef enum bv_plugin_kind {
     BV_KIND_MODEL = 1,

@@ -5,6 +5,7 @@
 #ifndef BIVOUAC_DEVICE_MEM_H
 #define BIVOUAC_DEVICE_MEM_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 /* From now on, bv_alloc_aligned asks `alloc` first (zeroed memory, or NULL: then host
@@ -13,5 +14,10 @@
  * mem_alloc, before any data is loaded. A second install with other functions is refused
  * (returns -1): one backend's memory per process. */
 int bv_mem_install(void *(*alloc)(size_t bytes), void (*release)(void *p));
+
+/* Whether a backend's allocator is installed: the engines' large buffers are then likely
+ * device memory, which host code should neither touch nor give back and take again per
+ * pass (CUDA frees wait for the whole device). */
+bool bv_mem_on_device(void);
 
 #endif

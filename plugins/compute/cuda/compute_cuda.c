@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
@@ -41,6 +42,7 @@ static pthread_once_t gpu_once = PTHREAD_ONCE_INIT;
 static int gpu_count;          /* devices CUDA sees; 0 when none or no driver */
 static char gpu_why[160];      /* why not, for probe and create */
 static size_t managed_budget;  /* managed bytes mem_alloc may still hand out */
+static cudaStream_t alloc_stream; /* mem_alloc zeroes its blocks there */
 static pthread_mutex_t managed_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static void gpu_init(void)
@@ -76,8 +78,11 @@ static void gpu_init(void)
         (void)cudaGetLastError();
         bv_log(BV_LOG_INFO, "compute cuda: the host cannot use managed memory while kernels "
                "run here; every buffer is staged per call");
-    } else if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess && free_b > ((size_t)2 << 30))
+    } else if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess && free_b > ((size_t)2 << 30) &&
+               cudaStreamCreateWithFlags(&alloc_stream, cudaStreamNonBlocking) == cudaSuccess) {
         managed_budget = free_b - ((size_t)2 << 30);
+    }
+    (void)cudaGetLastError();
 }
 
 static bool cuda_probe(char *why, size_t why_len)
@@ -117,9 +122,16 @@ static void *cuda_mem_alloc(size_t bytes)
         pthread_mutex_unlock(&managed_lock);
         return NULL;
     }
-    /* zeroed by the host: the pages start there (the caller fills most buffers next) and
-     * move to the GPU at a kernel's first touch; no device-wide wait in an allocation */
-    memset(p, 0, total);
+    /* Zeroed by the GPU, so that the pages start there: most buffers are written by
+     * kernels first (activations, gradients, a task's temporaries), and a host memset
+     * would fault every page in on the host for the first kernel to move back. The wait
+     * is this stream's alone, not the device's. Data the host fills next (the graph, the
+     * features) moves to the host once and back at its first kernel. */
+    if (cudaMemsetAsync(p, 0, total, alloc_stream) != cudaSuccess ||
+        cudaStreamSynchronize(alloc_stream) != cudaSuccess) {
+        (void)cudaGetLastError();
+        memset(p, 0, total);
+    }
     *(size_t *)p = total;
     return p + MANAGED_HEAD;
 }
@@ -155,12 +167,24 @@ struct bv_compute {
     double *reduce; /* 3 * CU_REDUCE_BLOCKS partials, then 3 results */
     double *result_host; /* pinned, 3 doubles */
     uint64_t to_device, to_host, copies;
+    /* BIVOUAC_CUDA_PROFILE set: each op's calls, seconds (from its start to the end of its
+     * wait) and staged bytes, and the time between ops, logged when the instance ends */
+    bool profile;
+    double prof_created, prof_last_end, prof_between;
+    int prof_n;
+    struct {
+        const char *op;
+        uint64_t calls, staged;
+        double seconds;
+    } prof[64];
 };
 
 /* One op in progress: its name for errors, the staged outputs to copy back at its end. */
 typedef struct cu_call {
     bv_compute *c;
     const char *op;
+    double t0;          /* the op's start, when profiling */
+    uint64_t staged0;   /* bytes staged before it, when profiling */
     int npend;
     struct {
         void *host;
@@ -187,9 +211,22 @@ static void check_blas(const cu_call *k, cublasStatus_t st)
         die(k, "cuBLAS", cublasGetStatusString(st));
 }
 
+static double now_seconds(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
 static cu_call call_begin(bv_compute *c, const char *op)
 {
     cu_call k = {.c = c, .op = op};
+    if (c->profile) {
+        k.t0 = now_seconds();
+        k.staged0 = c->to_device + c->to_host;
+        if (c->prof_last_end > 0)
+            c->prof_between += k.t0 - c->prof_last_end;
+    }
     if (c->device != 0)
         check(&k, cudaSetDevice(c->device), "cudaSetDevice");
     c->cur = 0;
@@ -270,6 +307,46 @@ static void *out(cu_call *k, void *host, size_t bytes, bool read)
     return d;
 }
 
+static void profile_op(const cu_call *k)
+{
+    bv_compute *c = k->c;
+    double t = now_seconds();
+    int i = 0;
+    while (i < c->prof_n && c->prof[i].op != k->op)
+        i++;
+    if (i == c->prof_n) {
+        if (c->prof_n == (int)(sizeof c->prof / sizeof c->prof[0]))
+            return;
+        c->prof[c->prof_n++].op = k->op;
+    }
+    c->prof[i].calls++;
+    c->prof[i].seconds += t - k->t0;
+    c->prof[i].staged += c->to_device + c->to_host - k->staged0;
+    c->prof_last_end = t;
+}
+
+static void profile_log(bv_compute *c)
+{
+    double total = now_seconds() - c->prof_created, ops = 0;
+    for (int i = 0; i < c->prof_n; i++)
+        ops += c->prof[i].seconds;
+    bv_log(BV_LOG_INFO, "compute cuda profile: %.3f s alive, %.3f s in ops, %.3f s between "
+           "ops", total, ops, c->prof_between);
+    for (int pass = 0; pass < c->prof_n; pass++) { /* largest first */
+        int best = -1;
+        for (int i = 0; i < c->prof_n; i++)
+            if (c->prof[i].calls && (best < 0 || c->prof[i].seconds > c->prof[best].seconds))
+                best = i;
+        if (best < 0)
+            break;
+        bv_log(BV_LOG_INFO, "compute cuda profile: %-30s %8llu calls %9.3f s %8.1f us/call "
+               "%9.1f MB staged", c->prof[best].op, (unsigned long long)c->prof[best].calls,
+               c->prof[best].seconds, 1e6 * c->prof[best].seconds / (double)c->prof[best].calls,
+               (double)c->prof[best].staged / 1e6);
+        c->prof[best].calls = 0;
+    }
+}
+
 /* Ends an op: launch errors, staged outputs back, and the wait. */
 static void call_end(cu_call *k)
 {
@@ -283,6 +360,8 @@ static void call_end(cu_call *k)
         c->copies++;
     }
     check(k, cudaStreamSynchronize(c->stream), "kernel");
+    if (c->profile)
+        profile_op(k);
 }
 
 #define FLOATS(n) ((size_t)(n) * sizeof(float))
@@ -322,6 +401,8 @@ static bv_compute *cuda_create(const bv_opts *opts, bv_error *err)
         return NULL;
     }
     c->device = device;
+    if ((c->profile = getenv("BIVOUAC_CUDA_PROFILE") != NULL))
+        c->prof_created = now_seconds();
     const char *failed = NULL;
     if (cudaSetDevice(device) != cudaSuccess)
         failed = "cudaSetDevice";
@@ -357,6 +438,8 @@ static void cuda_destroy(bv_compute *c)
     if (!c)
         return;
     cudaStreamSynchronize(c->stream);
+    if (c->profile)
+        profile_log(c);
     if (c->copies)
         bv_log(BV_LOG_INFO, "compute cuda: %llu host buffers staged: %.1f MB to the device, "
                "%.1f MB back", (unsigned long long)c->copies, (double)c->to_device / 1e6,
@@ -387,6 +470,41 @@ static int blas_int(const cu_call *k, int64_t v)
     return (int)v;
 }
 
+/* A small C over a long k (a weight's gradient over an interval's rows: 64 x 16 over
+ * 62,500) gets few blocks from cuBLAS, each walking all of k: 290 us where the bytes take
+ * 10 (H100, GCN on the 1M-vertex graph). Such a product is split along k into parts of
+ * SPLIT_K_ROWS or more, multiplied as one batch into scratch memory, and the parts are
+ * added in order (cu_sum_parts): the same bits every run. */
+#define SPLIT_K_MAX_OUT (64 * 1024)
+#define SPLIT_K_MIN_K 4096
+#define SPLIT_K_ROWS 1024
+#define SPLIT_K_MAX_PARTS 128
+
+static void gemm_split_k(cu_call *kc, bool trans_a, bool trans_b, int64_t m, int64_t n,
+                         int64_t k, float alpha, const float *da, int64_t lda, const float *db,
+                         int64_t ldb, float beta, float *dc, int64_t ldc)
+{
+    int64_t parts = k / SPLIT_K_ROWS < SPLIT_K_MAX_PARTS ? k / SPLIT_K_ROWS : SPLIT_K_MAX_PARTS;
+    int64_t chunk = (k + parts - 1) / parts, last = k - (parts - 1) * chunk;
+    /* where part p starts along k in A (m x k, or k x m transposed) and B (k x n, or n x k) */
+    int64_t step_a = trans_a ? chunk * lda : chunk, step_b = trans_b ? chunk : chunk * ldb;
+    float *ws = scratch(kc, FLOATS(parts * m * n));
+    const float one = 1.0f, zero = 0.0f;
+    cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    int bn = blas_int(kc, n), bm = blas_int(kc, m);
+    int bldb = blas_int(kc, ldb > 0 ? ldb : 1), blda = blas_int(kc, lda > 0 ? lda : 1);
+    if (parts > 1) /* parts - 1 of `chunk`, then the last of what is left */
+        check_blas(kc, cublasSgemmStridedBatched(kc->c->blas, op_b, op_a, bn, bm,
+                                                 blas_int(kc, chunk), &one, db, bldb, step_b,
+                                                 da, blda, step_a, &zero, ws, bn, m * n,
+                                                 blas_int(kc, parts - 1)));
+    check_blas(kc, cublasSgemm(kc->c->blas, op_b, op_a, bn, bm, blas_int(kc, last), &one,
+                               db + (parts - 1) * step_b, bldb, da + (parts - 1) * step_a, blda,
+                               &zero, ws + (parts - 1) * m * n, bn));
+    cu_sum_parts(kc->c->stream, (int)parts, m, n, ws, alpha, beta, dc, ldc);
+}
+
 /* Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: cuBLAS gets B first. */
 static void cuda_gemm(bv_compute *c, bool trans_a, bool trans_b, int64_t m, int64_t n,
                       int64_t k, float alpha, const float *a, int64_t lda, const float *b,
@@ -399,6 +517,11 @@ static void cuda_gemm(bv_compute *c, bool trans_a, bool trans_b, int64_t m, int6
     const float *db = in(&kc, b, trans_b ? span(n, k, ldb) : span(k, n, ldb));
     /* C is read when beta says so, and staged with its gaps when ldc leaves some */
     float *dc = out(&kc, cm, span(m, n, ldc), beta != 0.0f || ldc != n);
+    if (m * n <= SPLIT_K_MAX_OUT && k >= SPLIT_K_MIN_K) {
+        gemm_split_k(&kc, trans_a, trans_b, m, n, k, alpha, da, lda, db, ldb, beta, dc, ldc);
+        call_end(&kc);
+        return;
+    }
     check_blas(&kc, cublasSgemm(c->blas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
                                 trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, blas_int(&kc, n),
                                 blas_int(&kc, m), blas_int(&kc, k), &alpha, db,
@@ -565,8 +688,10 @@ static void cuda_bias_backward(bv_compute *c, int64_t rows, int64_t cols, const 
         return;
     cu_call k = call_begin(c, "bias_backward");
     const float *ddy = in(&k, dy, FLOATS(rows > 0 ? rows * cols : 0));
-    cu_bias_backward(c->stream, rows, cols, ddy, out(&k, dbias, FLOATS(cols), accumulate),
-                     accumulate);
+    int64_t parts = rows > 0 ? (rows + 255) / 256 : 0; /* kernels_dense.cu's BIAS_ROWS */
+    double *partial = parts ? scratch(&k, (size_t)(parts * cols) * sizeof(double)) : NULL;
+    cu_bias_backward(c->stream, rows, cols, ddy, partial,
+                     out(&k, dbias, FLOATS(cols), accumulate), accumulate);
     call_end(&k);
 }
 
@@ -577,6 +702,31 @@ static void cuda_axpy(bv_compute *c, int64_t n, float alpha, const float *x, flo
     cu_call k = call_begin(c, "axpy");
     const float *dx = in(&k, x, FLOATS(n));
     cu_axpy(c->stream, n, alpha, dx, out(&k, y, FLOATS(n), true));
+    call_end(&k);
+}
+
+/* ABI 1.17: zeroes on the device where x is the plugin's memory (a host memset of managed
+ * memory would move its pages to the host, and the next kernel would move them back). */
+static void cuda_zero(bv_compute *c, int64_t n, float *x)
+{
+    if (n <= 0)
+        return;
+    cu_call k = call_begin(c, "zero");
+    check(&k, cudaMemsetAsync(out(&k, x, FLOATS(n), false), 0, FLOATS(n), c->stream),
+          "cudaMemsetAsync");
+    call_end(&k);
+}
+
+static void cuda_copy_rows(bv_compute *c, int64_t rows, int64_t cols, const float *x,
+                           int64_t ldx, float *y, int64_t ldy, bool add)
+{
+    if (rows <= 0 || cols <= 0)
+        return;
+    cu_call k = call_begin(c, "copy_rows");
+    const float *dx = in(&k, x, span(rows, cols, ldx));
+    /* y is read to add to it, and to keep its gaps between rows when staged */
+    float *dy = out(&k, y, span(rows, cols, ldy), add || (rows > 1 && ldy != cols));
+    cu_copy_rows(c->stream, rows, cols, dx, ldx, dy, ldy, add);
     call_end(&k);
 }
 
@@ -1016,6 +1166,8 @@ static const bv_compute_ops cuda_ops = {
     .spmm_dropout_heads_backward_x = cuda_spmm_dropout_heads_backward_x,
     .mem_alloc = cuda_mem_alloc,
     .mem_free = cuda_mem_free,
+    .zero = cuda_zero,
+    .copy_rows = cuda_copy_rows,
 };
 
 static const bv_plugin cuda_plugin = {

@@ -86,9 +86,17 @@ typedef struct cu_adam {
 void cu_adam_step(cudaStream_t s, int64_t n, float *param, const float *grad, float *m,
                   float *v, cu_adam a);
 void cu_add_bias(cudaStream_t s, int64_t rows, int64_t cols, const float *bias, float *y);
+/* partial: (rows + 255) / 256 * cols doubles of device memory */
 void cu_bias_backward(cudaStream_t s, int64_t rows, int64_t cols, const float *dy,
-                      float *dbias, bool accumulate);
+                      double *partial, float *dbias, bool accumulate);
 void cu_axpy(cudaStream_t s, int64_t n, float alpha, const float *x, float *y);
+/* y[r ldy + j] = x[r ldx + j] (add: +=) for r < rows, j < cols. */
+void cu_copy_rows(cudaStream_t s, int64_t rows, int64_t cols, const float *x, int64_t ldx,
+                  float *y, int64_t ldy, bool add);
+/* C (m x n, row-major, ldc) = alpha sum_p ws[p] + beta C (not read when beta is 0), the
+ * parts (each m x n, contiguous) added in order p = 0, 1, ... */
+void cu_sum_parts(cudaStream_t s, int parts, int64_t m, int64_t n, const float *ws,
+                  float alpha, float beta, float *c, int64_t ldc);
 void cu_scale(cudaStream_t s, int64_t n, float alpha, float *x);
 /* Sum of squares in double into *out (device), in a fixed order for a given n. partial
  * holds CU_REDUCE_BLOCKS doubles. */

@@ -159,6 +159,29 @@ static uint64_t stream_of(const bv_task_ctx *ctx, size_t stage)
     return (uint64_t)ctx->epoch * 64 + stage;
 }
 
+/* A back end with memory of its own (mem_alloc: a GPU's) is given every step as an op: a
+ * host loop over its memory would move the pages to the host, and the next kernel would
+ * move them back (docs/cuda.md). Where the kernels run on the host, the host loops stay:
+ * they do in one pass what the ops do in several, and their sums keep the cpu's bits. */
+static bool on_device(const bv_task_ctx *ctx)
+{
+    return ctx->k->mem_alloc != NULL;
+}
+
+/* a = in + b, rows of w */
+static void add_input_bias(const bv_task_ctx *ctx, int64_t w, const float *in, const float *b,
+                           float *a)
+{
+    if (on_device(ctx)) {
+        bv_copy_rows(ctx->k, ctx->compute, 1, ctx->rows * w, in, 0, a, 0, false);
+        ctx->k->add_bias(ctx->compute, ctx->rows, w, b, a);
+        return;
+    }
+    for (int64_t r = 0; r < ctx->rows; r++)
+        for (int64_t j = 0; j < w; j++)
+            a[r * w + j] = in[r * w + j] + b[j];
+}
+
 /* act(in): the input itself for the first layer (no copy), ELU(in + b_{l-1}) into a
  * after. */
 static const float *av_activation(const bv_model *m, int l, const bv_task_ctx *ctx,
@@ -167,10 +190,7 @@ static const float *av_activation(const bv_model *m, int l, const bv_task_ctx *c
     int64_t w = m->in_width[l], n = ctx->rows * w;
     if (l == 0)
         return in;
-    const float *b = ctx->params[(l - 1) * P_PER_LAYER + P_B];
-    for (int64_t r = 0; r < ctx->rows; r++)
-        for (int64_t j = 0; j < w; j++)
-            a[r * w + j] = in[r * w + j] + b[j];
+    add_input_bias(ctx, w, in, ctx->params[(l - 1) * P_PER_LAYER + P_B], a);
     ctx->k->elu_forward(ctx->compute, n, a, a);
     return a;
 }
@@ -267,7 +287,13 @@ static bv_status av_forward(bv_model *m, int l, size_t stage, const bv_task_ctx 
     const float *act = sparse ? NULL : av_activation(m, l, ctx, in, a);
     av_project(m, l, stage, ctx, act, x, zb);
     float *const *p = ctx->params + l * P_PER_LAYER;
-    for (int64_t r = 0; r < ctx->rows; r++) {
+    if (on_device(ctx)) { /* per head h, the rows' Z_h a_src_h and Z_h a_dst_h */
+        ctx->k->gemm_batched(ctx->compute, k, false, false, ctx->rows, 1, hd, 1.0f, zb, z, hd,
+                             p[P_ASRC], 1, hd, 0.0f, out + z, ow, 1);
+        ctx->k->gemm_batched(ctx->compute, k, false, false, ctx->rows, 1, hd, 1.0f, zb, z, hd,
+                             p[P_ADST], 1, hd, 0.0f, out + z + k, ow, 1);
+    }
+    for (int64_t r = 0; r < ctx->rows && !on_device(ctx); r++) {
         float *row = out + r * ow;
         for (int h = 0; h < k; h++) {
             const float *zh = zb + r * z + h * hd;
@@ -287,8 +313,7 @@ static bv_status av_forward(bv_model *m, int l, size_t stage, const bv_task_ctx 
         ctx->k->dropout_forward(ctx->compute, ctx->rows * z, m->dropout, ctx->seed,
                                 features_stream(ctx, stage), (uint64_t)(ctx->row_begin * z),
                                 zb, zb);
-    for (int64_t r = 0; r < ctx->rows; r++)
-        memcpy(out + r * ow, zb + r * z, (size_t)z * sizeof *out);
+    bv_copy_rows(ctx->k, ctx->compute, ctx->rows, z, zb, z, out, ow, false);
     bv_task_temp_free(ctx, a);
     bv_task_temp_free(ctx, x);
     bv_task_temp_free(ctx, zb);
@@ -342,6 +367,25 @@ static void attention_terms_backward(int64_t rows, int64_t units, const float *d
         attention_terms_rows(rows, units, ds, dd, ow, zb, dz, z, asrc, adst, dasrc, dadst);
 }
 
+/* The same for all of head h's units, as ops: dZ_h += ds a_src_h + dd a_dst_h (two
+ * products of rank 1), and a_src_h's and a_dst_h's gradients += ds^T Z_h and dd^T Z_h. */
+static void attention_terms_backward_ops(const bv_task_ctx *ctx, int k, int64_t hd, int h,
+                                         const float *dout, int64_t ow, const float *zb,
+                                         float *dz, int64_t z, float *const *p,
+                                         float *const *dp)
+{
+    int64_t z_h = h * hd;
+    for (int t = 0; t < 2; t++) { /* t = 0: the source term, 1: the destination's */
+        const float *dterm = dout + z + t * k + h; /* rows x 1, stride ow */
+        const float *av = p[t ? P_ADST : P_ASRC] + z_h;
+        float *dav = dp[t ? P_ADST : P_ASRC] + z_h;
+        ctx->k->gemm(ctx->compute, false, false, ctx->rows, hd, 1, 1.0f, dterm, ow, av, hd,
+                     1.0f, dz + z_h, z);
+        ctx->k->gemm(ctx->compute, true, false, 1, hd, ctx->rows, 1.0f, dterm, ow, zb + z_h, z,
+                     1.0f, dav, hd);
+    }
+}
+
 static bv_status av_backward(bv_model *m, int l, size_t stage, const bv_task_ctx *ctx,
                              const float *in, const float *out, const float *dout, float *din,
                              float *const *dparams, bv_error *err)
@@ -365,11 +409,10 @@ static bv_status av_backward(bv_model *m, int l, size_t stage, const bv_task_ctx
     /* rematerialised, with the undropped Z */
     const float *act = sparse ? NULL : av_activation(m, l, ctx, in, a);
     if (din)
-        memset(din, 0, (size_t)n * sizeof *din);
+        bv_zero(ctx->k, ctx->compute, n, din);
     /* dZ = dropout'(dZ for aggregation): the rows are contiguous in dz, and so are their
      * mask indices ((row_begin + r) z + j), so one call covers them all */
-    for (int64_t r = 0; r < ctx->rows; r++)
-        memcpy(dz + r * z, dout + r * ow, (size_t)z * sizeof *dz);
+    bv_copy_rows(ctx->k, ctx->compute, ctx->rows, z, dout, ow, dz, z, false);
     if (ctx->training && m->dropout > 0)
         ctx->k->dropout_backward(ctx->compute, ctx->rows * z, m->dropout, ctx->seed,
                                  features_stream(ctx, stage), (uint64_t)(ctx->row_begin * z),
@@ -384,7 +427,9 @@ static bv_status av_backward(bv_model *m, int l, size_t stage, const bv_task_ctx
     for (int h = 0; h < k; h++) {
         if (!fused)
             av_project_head(m, l, stage, ctx, h, act, x, zb);
-        for (int64_t f = 0; f < hd; f += ATTN_UNITS)
+        if (on_device(ctx))
+            attention_terms_backward_ops(ctx, k, hd, h, dout, ow, zb, dz, z, p, dp);
+        for (int64_t f = 0; f < hd && !on_device(ctx); f += ATTN_UNITS)
             attention_terms_backward(ctx->rows, hd - f < ATTN_UNITS ? hd - f : ATTN_UNITS,
                                      dout + z + h, dout + z + k + h, ow, zb + h * hd + f,
                                      dz + h * hd + f, z, p[P_ASRC] + h * hd + f,
@@ -417,11 +462,8 @@ static bv_status av_backward(bv_model *m, int l, size_t stage, const bv_task_ctx
             input_offset(ctx, w, 0), input_offset(ctx, w, 1) - input_offset(ctx, w, 0), w, k,
             dz, z, hd, dp[P_W], z);
     if (din) { /* back through ELU(in + b) */
-        const float *b = ctx->params[(l - 1) * P_PER_LAYER + P_B];
         float *db = dparams[(l - 1) * P_PER_LAYER + P_B];
-        for (int64_t r = 0; r < ctx->rows; r++)
-            for (int64_t j = 0; j < w; j++)
-                a[r * w + j] = in[r * w + j] + b[j];
+        add_input_bias(ctx, w, in, ctx->params[(l - 1) * P_PER_LAYER + P_B], a);
         ctx->k->elu_backward(ctx->compute, n, a, din, din);
         ctx->k->bias_backward(ctx->compute, ctx->rows, w, din, db, true);
     }
@@ -436,6 +478,14 @@ static bv_status out_forward(bv_model *m, const bv_task_ctx *ctx, const float *i
     int l = m->layers - 1, k = m->heads[l];
     int64_t c = m->head_dim[l];
     const float *b = ctx->params[l * P_PER_LAYER + P_B];
+    if (on_device(ctx)) { /* the heads' sum, times 1/k, plus b */
+        for (int h = 0; h < k; h++)
+            bv_copy_rows(ctx->k, ctx->compute, ctx->rows, c, in + h * c, k * c, out, c, h > 0);
+        if (k > 1)
+            ctx->k->scale(ctx->compute, ctx->rows * c, 1.0f / (float)k, out);
+        ctx->k->add_bias(ctx->compute, ctx->rows, c, b, out);
+        return BV_OK;
+    }
     for (int64_t r = 0; r < ctx->rows; r++)
         for (int64_t j = 0; j < c; j++) {
             float s = 0;
@@ -453,6 +503,14 @@ static bv_status out_backward(bv_model *m, const bv_task_ctx *ctx, const float *
     int64_t c = m->head_dim[l];
     ctx->k->bias_backward(ctx->compute, ctx->rows, c, dout, dparams[l * P_PER_LAYER + P_B],
                           true);
+    if (on_device(ctx)) { /* each head's columns get dout, times 1/k */
+        for (int h = 0; h < k; h++)
+            bv_copy_rows(ctx->k, ctx->compute, ctx->rows, c, dout, c, din + h * c, k * c,
+                         false);
+        if (k > 1)
+            ctx->k->scale(ctx->compute, ctx->rows * k * c, 1.0f / (float)k, din);
+        return BV_OK;
+    }
     for (int64_t r = 0; r < ctx->rows; r++)
         for (int h = 0; h < k; h++)
             for (int64_t j = 0; j < c; j++)
@@ -487,8 +545,12 @@ static bv_status gat_tensor_backward(bv_model *m, size_t stage, const bv_task_ct
  * block: the same bits as one call over all rows. */
 #define GAT_EDGE_BLOCK 32768
 
-static int64_t edge_block_end(const bv_csr *a, int64_t rb, int k)
+/* On a device (on_device) a block is the whole interval: each call is a launch and a wait
+ * there, and 5,000 blocks per pass of the 1M-vertex graph took 90 % of its epoch. */
+static int64_t edge_block_end(const bv_task_ctx *ctx, const bv_csr *a, int64_t rb, int k)
 {
+    if (on_device(ctx))
+        return a->nrows;
     int64_t re = rb + 1;
     while (re < a->nrows && (a->rowptr[re + 1] - a->rowptr[rb]) * k <= GAT_EDGE_BLOCK)
         re++;
@@ -496,11 +558,11 @@ static int64_t edge_block_end(const bv_csr *a, int64_t rb, int k)
 }
 
 /* the most edge-heads in one block */
-static int64_t edge_block_max(const bv_csr *a, int k)
+static int64_t edge_block_max(const bv_task_ctx *ctx, const bv_csr *a, int k)
 {
     int64_t most = 1;
     for (int64_t rb = 0, re; rb < a->nrows; rb = re) {
-        re = edge_block_end(a, rb, k);
+        re = edge_block_end(ctx, a, rb, k);
         int64_t n = (a->rowptr[re] - a->rowptr[rb]) * k;
         most = n > most ? n : most;
     }
@@ -531,11 +593,11 @@ static bv_status gat_edge_forward(bv_model *m, size_t stage, const bv_task_ctx *
                                   float *out, bv_error *err)
 {
     int k = m->heads[stage / GAT_STAGES_PER_LAYER];
-    float *pre = bv_task_temp(ctx, T_PRE, (size_t)(edge_block_max(a, k) + 1) * sizeof *pre);
+    float *pre = bv_task_temp(ctx, T_PRE, (size_t)(edge_block_max(ctx, a, k) + 1) * sizeof *pre);
     if (!pre)
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory in AE");
     for (int64_t rb = 0, re; rb < a->nrows; rb = re) {
-        re = edge_block_end(a, rb, k);
+        re = edge_block_end(ctx, a, rb, k);
         float *alpha = out + (a->rowptr[rb] - a->rowptr[0]) * k;
         attention(m, k, ctx, a, rb, re, src, dst, pre, alpha);
         if (ctx->training && m->attn_dropout > 0)
@@ -553,7 +615,7 @@ static bv_status gat_edge_backward(bv_model *m, size_t stage, const bv_task_ctx 
                                    float *ddst, float *const *dparams, bv_error *err)
 {
     int k = m->heads[stage / GAT_STAGES_PER_LAYER];
-    int64_t most = edge_block_max(a, k);
+    int64_t most = edge_block_max(ctx, a, k);
     float *pre = bv_task_temp(ctx, T_PRE, (size_t)(most + 1) * sizeof *pre);
     float *alpha = bv_task_temp(ctx, T_ALPHA, (size_t)(most + 1) * sizeof *alpha);
     float *d = bv_task_temp(ctx, T_D, (size_t)(most + 1) * sizeof *d);
@@ -563,10 +625,11 @@ static bv_status gat_edge_backward(bv_model *m, size_t stage, const bv_task_ctx 
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory in ∇AE");
     }
     for (int64_t rb = 0, re; rb < a->nrows; rb = re) {
-        re = edge_block_end(a, rb, k);
+        re = edge_block_end(ctx, a, rb, k);
         int64_t n = (a->rowptr[re] - a->rowptr[rb]) * k;
         attention(m, k, ctx, a, rb, re, src, dst, pre, alpha); /* α before dropout, again */
-        memcpy(d, dout + (a->rowptr[rb] - a->rowptr[0]) * k, (size_t)n * sizeof *d);
+        bv_copy_rows(ctx->k, ctx->compute, 1, n, dout + (a->rowptr[rb] - a->rowptr[0]) * k, 0,
+                     d, 0, false);
         if (ctx->training && m->attn_dropout > 0)
             ctx->k->dropout_backward(ctx->compute, n, m->attn_dropout, ctx->seed,
                                      stream_of(ctx, stage), edge_offset(ctx, a, rb, k), d, d);

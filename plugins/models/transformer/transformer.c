@@ -232,7 +232,7 @@ static void block_forward(bv_seq_model *m, size_t layer, const bv_seq_ctx *ctx,
     if (drop)
         k->dropout_forward(c, T * C, m->dropout, ctx->seed, dropout_stream(ctx, layer, 0),
                            mask_offset(m, ctx), w.tmp, w.tmp);
-    memcpy(s.xmid, x, (size_t)(T * C) * sizeof *x);
+    bv_copy_rows(k, c, 1, T * C, x, 0, s.xmid, 0, false); /* on the device, if there */
     k->axpy(c, T * C, 1.0f, w.tmp, s.xmid);
     k->layernorm_forward(c, T, C, TF_LN_EPS, s.xmid, p[P_LN2], NULL, s.ln2, s.mean2, s.rstd2);
     k->gemm(c, false, false, T, 4 * C, C, 1.0f, s.ln2, C, p[P_WFC], 4 * C, 0.0f, s.h, 4 * C);
@@ -291,7 +291,7 @@ static void block_backward(bv_seq_model *m, size_t layer, const bv_seq_ctx *ctx,
     bool drop = ctx->training && m->dropout > 0.0f;
 
     /* din carries d(xmid) until the end, when it becomes d(x). */
-    memcpy(din, dout, (size_t)(T * C) * sizeof *din);
+    bv_copy_rows(k, c, 1, T * C, dout, 0, din, 0, false);
     const float *dmlp = dout;
     if (drop) {
         k->dropout_backward(c, T * C, m->dropout, ctx->seed, dropout_stream(ctx, layer, 1),

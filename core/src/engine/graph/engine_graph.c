@@ -457,8 +457,9 @@ static bv_status engine_prepare(const bv_graph_engine_cfg *cfg, bool graph_array
      * that every process agrees on the count without knowing the parts: a METIS part may
      * be a few per cent under n / G, so with G > 1 the bound is half of that. */
     int64_t smallest = e->cfg.data->num_nodes / (e->ngs > 1 ? 2 * e->ngs : 1);
-    if (e->cfg.intervals == 0)
-        e->cfg.intervals = bv_graph_auto_intervals(smallest);
+    if (e->cfg.intervals == 0) /* on a device's memory, one: each task is a launch there,
+                                * and its memory holds the whole graph's (docs/cuda.md) */
+        e->cfg.intervals = e->cfg.compute_ops->mem_alloc ? 1 : bv_graph_auto_intervals(smallest);
     if (e->cfg.intervals > smallest)
         e->cfg.intervals = (int)(smallest > 0 ? smallest : 1);
     if (e->cfg.functions) { /* each graph server has the same share of the worker slots */

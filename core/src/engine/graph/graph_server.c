@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "bivouac/log.h"
+#include "device_mem.h"
 #include "graph_server.h"
 #include "grow.h"
 #include "lambda_pool.h"
@@ -83,32 +84,42 @@ static float *stage_input_grad(const graph_server *gs, size_t s)
     return v < 0 ? NULL : gs->dact[v];
 }
 
+/* Zeroing and copying the server's arrays where they lie: a backend with memory of its own
+ * (a device's) does it there, since a host loop would move the arrays' pages to the host
+ * and its next kernel back; the host otherwise, and always for the segment's arrays, which
+ * are host memory. */
+static const bv_compute_ops *gs_mover(const graph_server *gs)
+{
+    static const bv_compute_ops host; /* neither op: compute.h's host loops */
+    const bv_compute_ops *k = gs->e->cfg.compute_ops;
+    return k->mem_alloc && !gs->e->shm ? k : &host;
+}
+
+void bv_gs_zero(graph_server *gs, float *x, int64_t n)
+{
+    bv_zero(gs_mover(gs), gs->compute, n, x);
+}
+
 /* The window [in_offset, in_offset + in_dim) of rows [r0, r0 + rows) of stage s's input,
  * packed. */
-static void pack_window(const graph_server *gs, size_t s, int64_t r0, int64_t rows, float *out)
+static void pack_window(graph_server *gs, size_t s, int64_t r0, int64_t rows, float *out)
 {
     const bv_stage *st = gs->e->stages[s];
-    const float *in = stage_input(gs, s);
     int64_t w = gs->e->vin_width[s];
-    for (int64_t i = 0; i < rows; i++)
-        memcpy(out + i * st->in_dim, in + (r0 + i) * w + st->in_offset,
-               (size_t)st->in_dim * sizeof(float));
+    bv_copy_rows(gs_mover(gs), gs->compute, rows, st->in_dim,
+                 stage_input(gs, s) + r0 * w + st->in_offset, w, out, st->in_dim, false);
 }
 
 /* Adds packed window gradients back into rows [r0, r0 + rows) of the input's gradient. */
-static void unpack_window_add(const graph_server *gs, size_t s, int64_t r0, int64_t rows,
+static void unpack_window_add(graph_server *gs, size_t s, int64_t r0, int64_t rows,
                               const float *d)
 {
     const bv_stage *st = gs->e->stages[s];
     float *din = stage_input_grad(gs, s);
     int64_t w = gs->e->vin_width[s];
-    if (!din)
-        return;
-    for (int64_t i = 0; i < rows; i++) {
-        float *row = din + (r0 + i) * w + st->in_offset;
-        for (int64_t j = 0; j < st->in_dim; j++)
-            row[j] += d[i * st->in_dim + j];
-    }
+    if (din)
+        bv_copy_rows(gs_mover(gs), gs->compute, rows, st->in_dim, d, st->in_dim,
+                     din + r0 * w + st->in_offset, w, true);
 }
 
 /* The interval's edges as a CSR slice: rowptr rebased to 0, then colidx. */
@@ -698,7 +709,7 @@ bv_status bv_gs_edge_pass(graph_server *gs, size_t s, const bv_task_hdr *epoch,
     if (rc == BV_OK) {
         pack_window(gs, s, 0, edge_rows(gs), gs->edge_input);
         if (ec.acc)
-            memset(ec.acc, 0, (size_t)(edge_rows(gs) * e->stages[s]->in_dim) * sizeof(float));
+            bv_gs_zero(gs, ec.acc, edge_rows(gs) * e->stages[s]->in_dim);
         rc = gs_run_tasks(gs, s, epoch, kind, &ec, err);
     }
     if (rc == BV_OK && ec.acc)
@@ -791,7 +802,7 @@ bv_status bv_gs_ensure_grad(graph_server *gs, int s, bv_error *err)
     } else if (gs->spare_grad[s]) {
         gs->dact[s] = gs->spare_grad[s];
         gs->spare_grad[s] = NULL;
-        memset(gs->dact[s], 0, bytes);
+        bv_gs_zero(gs, gs->dact[s], (int64_t)(bytes / sizeof(float)));
     } else if (!(gs->dact[s] = bv_alloc_aligned(bytes))) {
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory for the gradient of %s",
                             gs->e->stages[s]->name);
@@ -810,8 +821,10 @@ bv_status bv_gs_ensure_grad(graph_server *gs, int s, bv_error *err)
 void bv_gs_drop_grad(graph_server *gs, size_t s)
 {
     gs->e->shared[bv_shared_dact(s)] = (bv_shared_array){NULL, 0};
+    /* With a backend's memory every one is kept: giving device memory back waits for the
+     * whole device, and taking it again costs its pages' first touch (docs/cuda.md). */
     if (!gs->e->shm && gs->dact[s] && !gs->spare_grad[s] &&
-        bv_gs_stage_bytes(gs, s) <= BV_GS_SPARE_GRAD_BYTES)
+        (bv_gs_stage_bytes(gs, s) <= BV_GS_SPARE_GRAD_BYTES || bv_mem_on_device()))
         gs->spare_grad[s] = gs->dact[s];
     else if (!gs->e->shm)
         bv_free_aligned(gs->dact[s]);

@@ -15,7 +15,7 @@ typedef struct graph_server {
     float **act;  /* per stage output: num_nodes x out_dim (EDGE: nnz(A + I) x out_dim) */
     float **dact; /* per stage d(output), accumulated over the stages that read it */
     float **spare_grad; /* per stage: its dropped gradient array, kept for the next pass
-                           (small ones only: bv_gs_drop_grad) */
+                           (small ones, or all with a backend's memory: bv_gs_drop_grad) */
     float *scratch; /* num_nodes x widest vertex array, for ∇GA */
     /* Edge passes (bv_gs_edge_pass): every vertex's attention inputs, packed, and with
      * shared arrays the slots of partial d(inputs) the backward tasks write; edge_width
@@ -104,6 +104,7 @@ void bv_gs_sum_losses(const graph_server *gs, const loss_ctx *lc, double stats[9
 int64_t bv_gs_grad_messages(const graph_server *gs);
 /* Gradient arrays: made zeroed when first needed, dropped when used. */
 bv_status bv_gs_ensure_grad(graph_server *gs, int s, bv_error *err);
+void bv_gs_zero(graph_server *gs, float *x, int64_t n);
 void bv_gs_drop_grad(graph_server *gs, size_t s);
 /* Before stage s's backward: the arrays it adds into. */
 bv_status bv_gs_grads_for(graph_server *gs, size_t s, bv_error *err);

@@ -412,9 +412,8 @@ void bv_layer_engine_zero_grads(bv_layer_engine *e)
     for (size_t l = e->first; l < e->end; l++) {
         const seq_layer_state *L = &e->layers[l];
         for (size_t i = 0; i < L->desc->nparams; i++)
-            if (L->owned[i] || L->replica[i] || e->span)
-                memset(L->grad[i], 0,
-                       (size_t)numel(&L->desc->params[i]) * sizeof(float));
+            if (L->owned[i] || L->replica[i] || e->span) /* on the device, if there */
+                bv_zero(e->k, e->c, numel(&L->desc->params[i]), L->grad[i]);
     }
 }
 

@@ -1153,6 +1153,23 @@ static void call_scale(const bv_compute_ops *o, bv_compute *c, const tcase *k, i
     o->scale(c, k->a.n, k->a.alpha, p[0]);
 }
 
+/* zero (ABI 1.17) is the cuda plugin's alone: the reference is the host's memset */
+static void call_zero(const bv_compute_ops *o, bv_compute *c, const tcase *k, int side,
+                      void *const *p)
+{
+    if (o->zero)
+        o->zero(c, k->a.n, p[0]);
+    else
+        memset(p[0], 0, (size_t)k->a.n * sizeof(float));
+}
+
+/* copy_rows (ABI 1.17): the reference is compute.h's host loop (the cpu plugin has none) */
+static void call_copy_rows(const bv_compute_ops *o, bv_compute *c, const tcase *k, int side,
+                           void *const *p)
+{
+    bv_copy_rows(o, c, k->a.rows, k->a.cols, p[0], k->a.ldx, p[1], k->a.ldy, k->a.accumulate);
+}
+
 static void call_axpy(const bv_compute_ops *o, bv_compute *c, const tcase *k, int side,
                       void *const *p)
 {
@@ -1184,6 +1201,24 @@ static void cases_vector_ops(void)
     k->a.alpha = -1.7f;
     sprinkle_zeros(out_f32(k, "x", N_ELEM), N_ELEM);
     run_case(k);
+
+    k = case_new("zero", call_zero, EXACT, "n=%lld", (long long)N_ELEM);
+    k->a.n = N_ELEM;
+    fill(out_f32(k, "x", N_ELEM), N_ELEM, -1, 1);
+    run_case(k);
+
+    for (int add = 0; add <= 1; add++) {
+        k = case_new("copy_rows", call_copy_rows, EXACT, "%d x %d of ld %d into ld %d add=%d",
+                     ROWS, FEAT - 5, FEAT, FEAT + 3, add);
+        k->a.rows = ROWS;
+        k->a.cols = FEAT - 5;
+        k->a.ldx = FEAT;
+        k->a.ldy = FEAT + 3;
+        k->a.accumulate = add;
+        in_f32(k, "x", (int64_t)ROWS * FEAT, -1, 1);
+        fill(out_f32(k, "y", (int64_t)ROWS * (FEAT + 3)), (int64_t)ROWS * (FEAT + 3), -1, 1);
+        run_case(k);
+    }
 
     k = case_new("axpy", call_axpy, TOL_ELEMENTWISE, "n=%lld alpha=-0.75", (long long)N_ELEM);
     k->a.n = N_ELEM;
@@ -1826,6 +1861,11 @@ static void run_all_cases(void)
         }
     case_gemm(false, false, FEAT + 4, 0.0f, true);
     case_gemm(true, false, 0, 0.5f, false); /* k = 0: C = beta C */
+    /* a small C over a long k: the cuda plugin splits k (compute_cuda.c, gemm_split_k) */
+    for (int ta = 0; ta <= 1; ta++)
+        for (int tb = 0; tb <= 1; tb++)
+            case_gemm(ta, tb, 9001, ta == tb ? 0.0f : 0.7f, false);
+    case_gemm(true, false, 9001, 0.0f, true);
     for (int ta = 0; ta <= 1; ta++)
         for (int tb = 0; tb <= 1; tb++)
             case_gemm_batched(ta, tb, 0.5f);
