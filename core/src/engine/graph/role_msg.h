@@ -55,8 +55,13 @@ enum bv_msg_type {
                                row_begin = its descriptor of the segment, rows = the
                                segment's bytes, reply_to = its part; a = bv_array_ref per
                                stage array (offset from the segment's start) */
-    BV_MSG_KNOB             /* coord -> GS, between epochs: a policy set a knob of the task
+    BV_MSG_KNOB,            /* coord -> GS, between epochs: a policy set a knob of the task
                                gate; a = the knob's name, stats[0] = its value */
+    BV_MSG_GRADS_KEPT       /* PS -> function worker: the GRADS of the task in the header
+                               (epoch, stage, interval, reply_to) are kept, or were already:
+                               only then does the worker send the task's result, so that a
+                               worker the platform kills in between cannot leave the
+                               graph server counting a task whose gradients never came */
 };
 
 /* Roles that share one address space (the engine's threads) pass the large arrays of

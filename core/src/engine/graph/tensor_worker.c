@@ -384,9 +384,10 @@ static bv_status tw_ensure_weights(tensor_worker *w, const bv_task_hdr *task, bv
                                 &w->e->frames_dropped, err);
         if (st != BV_OK)
             return st;
-        /* a function worker's inbox may hold the answer to the pull of a worker killed
-         * before it came, at this address (lambda_pool.h): not this pull's */
-        if (!w->function || m.wire.type != BV_MSG_WEIGHTS || m.hdr.version == version)
+        /* a function worker's inbox may hold the answer to the pull, or the
+         * acknowledgement of the gradients, of a worker killed before it came, at this
+         * address (lambda_pool.h): not this pull's */
+        if (!w->function || (m.wire.type == BV_MSG_WEIGHTS && m.hdr.version == version))
             break;
         bv_role_release(w->t, &m);
     }
@@ -438,8 +439,27 @@ static bv_status tw_send_grads(tensor_worker *w, const bv_task_hdr *h, bv_error 
     bv_endpoint *ps = task_server(w, h, err);
     if (!ps)
         return err->status;
-    return bv_role_send(w->t, ps, BV_MSG_GRADS, w->id, h, w->grads,
-                        w->e->param_floats * sizeof(float), NULL, 0, NULL, 0, err);
+    bv_status st = bv_role_send(w->t, ps, BV_MSG_GRADS, w->id, h, w->grads,
+                                w->e->param_floats * sizeof(float), NULL, 0, NULL, 0, err);
+    /* A function worker waits until the server has them (BV_MSG_GRADS_KEPT) before it
+     * sends the result: killed in between, its task is invoked again and sends them again
+     * (kept once), and never counted done with its gradients lost. Stale messages at this
+     * address (an earlier worker's) are passed over; a server that is gone fails the run
+     * at the coordinator, and the platform's time limit ends this invocation. */
+    while (st == BV_OK && w->function) {
+        bv_role_msg m;
+        st = bv_role_recv_valid(w->t, w->weights_in, &m, BV_TIMEOUT_FOREVER,
+                                &w->e->frames_dropped, err);
+        if (st != BV_OK)
+            break;
+        bool mine = m.wire.type == BV_MSG_GRADS_KEPT && m.hdr.epoch == h->epoch &&
+                    m.hdr.stage == h->stage && m.hdr.interval == h->interval &&
+                    m.hdr.reply_to == h->reply_to;
+        bv_role_release(w->t, &m);
+        if (mine)
+            break;
+    }
+    return st;
 }
 
 /* Rows [r0, r1) of a as a CSR of their own, or NULL (out of memory). */
@@ -706,8 +726,9 @@ static bv_status tw_edge_backward(tensor_worker *w, const bv_role_msg *m, bv_err
     float *ddst = tw_buffer(w, TW_BUF_DDST, dst_bytes + sizeof(float));
     if (!dsrc || !ddst)
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory in ∇%s", s->name);
-    memset(dsrc, 0, src_bytes);
-    memset(ddst, 0, dst_bytes);
+    /* where they lie: a device's memory is zeroed there (compute.h, bv_zero) */
+    bv_zero(w->e->cfg.compute_ops, w->compute, n * s->in_dim, dsrc);
+    bv_zero(w->e->cfg.compute_ops, w->compute, h->rows * s->in_dim, ddst);
     memset(w->grads, 0, w->e->param_floats * sizeof(float));
     bv_task_ctx ctx = tw_ctx(w, h);
     ctx.edge_begin = h->edge_begin;
