@@ -6,7 +6,8 @@
 # train with it to the same losses as with the cpu plugin, to the bit. GAT takes its path
 # for a back end with memory of its own (gat.c, on_device: its attention terms as gemms,
 # not host loops), whose sums differ from the host loops' in their rounding: its loss is
-# the cpu's within 1e-6, relative.
+# the cpu's within 1e-6, relative. With the plugin's memory full, the data is host memory
+# and the graph engine cuts the vertices into intervals again.
 # Environment (set by ctest): BIVOUAC, BIVOUAC_BUILD_DIR, BIVOUAC_PLUGIN_PATH.
 set -euo pipefail
 : "${BIVOUAC:?BIVOUAC must name the bivouac binary}"
@@ -54,6 +55,28 @@ got=$(loss gat "$tmp/gat.yaml" memcheck)
 check "gat: the loss with the plugin's memory ($got) is the cpu's ($want) within 1e-6" \
     "$(awk -v a="${want#*: }" -v b="${got#*: }" 'BEGIN { d = (a - b) / a; if (d < 0) d = -d;
         print (a == a + 0 && b == b + 0 && d <= 1e-6) ? "yes" : "no" }')" yes
+# A back end whose memory is full (BIVOUAC_MEMCHECK_LIMIT_MB, as a GPU's): the data goes
+# to host memory, the graph engine cuts the vertices into intervals again (one per 65,536:
+# a task's operands are then copied in per call, one interval at a time), and the loss is
+# the cpu's, to the bit.
+cat >"$tmp/big.yaml" <<YAML
+model: {plugin: gcn}
+dataset: {synthetic: communities, nodes: 70000, features: 40, classes: 4, val: 100, test: 200,
+          seed: 3, feature_storage: dense}
+train: {epochs: 2, seed: 5}
+compute: {plugin: cpu, threads: 2}
+YAML
+want=$(loss big "$tmp/big.yaml" cpu)
+check "a full back-end memory: the cpu's loss ($want)" \
+    "$(BIVOUAC_MEMCHECK_LIMIT_MB=0.5 loss big "$tmp/big.yaml" memcheck)" "$want"
+check "... saying so, and cutting the graph into 2 intervals" \
+    "$(grep -c -e "the compute back end's memory cannot hold a block of 1.1 MB" \
+        -e "graph engine: 2 intervals (the data did not fit" "$tmp/big-memcheck.err")" 2
+check "an unbounded one: 1 interval" \
+    "$(loss big-free "$tmp/big.yaml" memcheck >/dev/null;
+       grep -c "graph engine: 1 interval (the compute back end's memory holds" \
+           "$tmp/big-free-memcheck.err")" 1
+
 tf=(-s train.steps=12 -s train.eval_interval=12 -s train.eval_iters=2
     -s train.final_eval_iters=2 -s resilience.0.every=12)
 want=$(loss transformer "$BIVOUAC_SOURCE_DIR/configs/transformer-shakespeare.yaml" cpu "${tf[@]}")

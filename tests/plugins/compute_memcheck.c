@@ -4,7 +4,9 @@
  * free() (instead of bv_free_aligned), or reallocs, stops the run: glibc (or ASan) refuses
  * a pointer malloc did not make. tests/integration/device_memory.sh trains with it, so the
  * cuda plugin's way of holding memory is checked on machines without a GPU. */
+#include <stdatomic.h>
 #include <stddef.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 
@@ -16,12 +18,20 @@ const bv_plugin *bv_compute_cpu_plugin(void);
 /* Each block is mapped on its own; its first page holds its length. */
 #define HEAD 4096
 
+/* BIVOUAC_MEMCHECK_LIMIT_MB: the plugin's memory holds that much at most, as a GPU's
+ * does; past it mem_alloc returns NULL and the core uses host memory. */
+static _Atomic size_t given;
+
 static void *memcheck_alloc(size_t bytes)
 {
     size_t total = HEAD + bytes;
+    const char *limit = getenv("BIVOUAC_MEMCHECK_LIMIT_MB");
+    if (limit && *limit && atomic_load(&given) + total > (size_t)(atof(limit) * 1e6))
+        return NULL;
     char *p = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED)
         return NULL;
+    atomic_fetch_add(&given, total);
     *(size_t *)p = total; /* mmap's pages are zero already */
     return p + HEAD;
 }
@@ -29,6 +39,7 @@ static void *memcheck_alloc(size_t bytes)
 static void memcheck_free(void *q)
 {
     char *p = (char *)q - HEAD;
+    atomic_fetch_sub(&given, *(size_t *)p);
     munmap(p, *(size_t *)p);
 }
 

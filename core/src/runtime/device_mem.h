@@ -20,4 +20,8 @@ int bv_mem_install(void *(*alloc)(size_t bytes), void (*release)(void *p));
  * pass (CUDA frees wait for the whole device). */
 bool bv_mem_on_device(void);
 
+/* Whether the backend's memory has refused a large block (it is full): the buffers since
+ * are host memory, which its kernels stage per call. */
+bool bv_mem_fell_back(void);
+
 #endif

@@ -2,10 +2,13 @@
 #include "bivouac/tensor.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 
+#include "bivouac/log.h"
 #include "device_mem.h"
 #include "grow.h"
 
@@ -89,12 +92,26 @@ static int dev_free(void *p)
     return mine;
 }
 
+/* A block of at least this many bytes that the backend could not give means its memory
+ * is full (smaller ones it may keep in host memory by design: cuda's under 4 KiB). */
+#define BV_DEV_FULL_MIN (1u << 20)
+static atomic_bool dev_full;
+
+bool bv_mem_fell_back(void)
+{
+    return atomic_load(&dev_full);
+}
+
 void *bv_alloc_aligned(size_t bytes)
 {
     if (dev.alloc) { /* set once, before the threads that allocate exist */
         void *p = dev_alloc(bytes ? bytes : 1);
         if (p)
             return p;
+        if (bytes >= BV_DEV_FULL_MIN && !atomic_exchange(&dev_full, true))
+            bv_log(BV_LOG_INFO, "the compute back end's memory cannot hold a block of %.1f MB: "
+                   "host memory from here on, which its kernels copy in and out per call",
+                   (double)bytes / 1e6);
     }
     size_t align = bytes >= BV_HUGE_MIN ? BV_HUGE_ALIGN : 64;
     size_t rounded = (bytes + align - 1) & ~(size_t)(align - 1);

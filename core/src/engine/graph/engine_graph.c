@@ -10,6 +10,7 @@
 
 #include "bivouac/log.h"
 #include "bivouac/series.h"
+#include "device_mem.h"
 #include "engine_graph_internal.h"
 #include "graph_partition.h"
 #include "lambda_pool.h"
@@ -457,9 +458,19 @@ static bv_status engine_prepare(const bv_graph_engine_cfg *cfg, bool graph_array
      * that every process agrees on the count without knowing the parts: a METIS part may
      * be a few per cent under n / G, so with G > 1 the bound is half of that. */
     int64_t smallest = e->cfg.data->num_nodes / (e->ngs > 1 ? 2 * e->ngs : 1);
-    if (e->cfg.intervals == 0) /* on a device's memory, one: each task is a launch there,
-                                * and its memory holds the whole graph's (docs/cuda.md) */
-        e->cfg.intervals = e->cfg.compute_ops->mem_alloc ? 1 : bv_graph_auto_intervals(smallest);
+    /* On a device's memory, one: each task is a row of launches there, and its memory
+     * holds the whole graph's; unless the data did not fit, when a task's operands are
+     * copied in per call and must fit one interval at a time (docs/cuda.md) */
+    if (e->cfg.intervals == 0 && e->cfg.compute_ops->mem_alloc) {
+        bool fits = !bv_mem_fell_back();
+        e->cfg.intervals = fits ? 1 : bv_graph_auto_intervals(smallest);
+        bv_log(BV_LOG_INFO, "graph engine: %d interval%s (%s)", e->cfg.intervals,
+               e->cfg.intervals == 1 ? "" : "s",
+               fits ? "the compute back end's memory holds the data"
+                    : "the data did not fit in the compute back end's memory");
+    } else if (e->cfg.intervals == 0) {
+        e->cfg.intervals = bv_graph_auto_intervals(smallest);
+    }
     if (e->cfg.intervals > smallest)
         e->cfg.intervals = (int)(smallest > 0 ? smallest : 1);
     if (e->cfg.functions) { /* each graph server has the same share of the worker slots */
