@@ -688,7 +688,7 @@ static void cuda_bias_backward(bv_compute *c, int64_t rows, int64_t cols, const 
         return;
     cu_call k = call_begin(c, "bias_backward");
     const float *ddy = in(&k, dy, FLOATS(rows > 0 ? rows * cols : 0));
-    int64_t parts = rows > 0 ? (rows + 255) / 256 : 0; /* kernels_dense.cu's BIAS_ROWS */
+    int64_t parts = rows > 0 ? (rows + CU_BIAS_ROWS - 1) / CU_BIAS_ROWS : 0;
     double *partial = parts ? scratch(&k, (size_t)(parts * cols) * sizeof(double)) : NULL;
     cu_bias_backward(c->stream, rows, cols, ddy, partial,
                      out(&k, dbias, FLOATS(cols), accumulate), accumulate);

@@ -86,7 +86,9 @@ typedef struct cu_adam {
 void cu_adam_step(cudaStream_t s, int64_t n, float *param, const float *grad, float *m,
                   float *v, cu_adam a);
 void cu_add_bias(cudaStream_t s, int64_t rows, int64_t cols, const float *bias, float *y);
-/* partial: (rows + 255) / 256 * cols doubles of device memory */
+/* partial: (rows + CU_BIAS_ROWS - 1) / CU_BIAS_ROWS * cols doubles of device memory, one
+ * row of sums per block of CU_BIAS_ROWS rows */
+#define CU_BIAS_ROWS 256
 void cu_bias_backward(cudaStream_t s, int64_t rows, int64_t cols, const float *dy,
                       double *partial, float *dbias, bool accumulate);
 void cu_axpy(cudaStream_t s, int64_t n, float alpha, const float *x, float *y);

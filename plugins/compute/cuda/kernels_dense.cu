@@ -137,12 +137,10 @@ __global__ void add_bias_k(int64_t rows, int64_t cols, const float *bias, float 
  * column into partial[p cols + j], then each column adds its blocks' partials in order. A
  * thread per column walking every row left a 62,500 x 64 gradient to 64 threads (12 ms on
  * an H100). Sums in double, in a fixed order for a given size: the same bits every run. */
-#define BIAS_ROWS 256
-
 __global__ void bias_bwd_part_k(int64_t rows, int64_t cols, const float *dy, double *partial)
 {
-    int64_t r0 = (int64_t)blockIdx.x * BIAS_ROWS;
-    int64_t r1 = r0 + BIAS_ROWS < rows ? r0 + BIAS_ROWS : rows;
+    int64_t r0 = (int64_t)blockIdx.x * CU_BIAS_ROWS;
+    int64_t r1 = r0 + CU_BIAS_ROWS < rows ? r0 + CU_BIAS_ROWS : rows;
     for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
         double acc = 0.0;
         for (int64_t r = r0; r < r1; r++)
@@ -228,7 +226,7 @@ extern "C" void cu_bias_backward(cudaStream_t s, int64_t rows, int64_t cols, con
 {
     if (cols <= 0)
         return;
-    int64_t parts = (rows + BIAS_ROWS - 1) / BIAS_ROWS;
+    int64_t parts = (rows + CU_BIAS_ROWS - 1) / CU_BIAS_ROWS;
     if (parts > 0)
         bias_bwd_part_k<<<(unsigned)parts, cols < CU_THREADS ? (unsigned)((cols + 31) / 32 * 32)
                                                               : CU_THREADS,

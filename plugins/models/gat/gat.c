@@ -292,18 +292,19 @@ static bv_status av_forward(bv_model *m, int l, size_t stage, const bv_task_ctx 
                              p[P_ASRC], 1, hd, 0.0f, out + z, ow, 1);
         ctx->k->gemm_batched(ctx->compute, k, false, false, ctx->rows, 1, hd, 1.0f, zb, z, hd,
                              p[P_ADST], 1, hd, 0.0f, out + z + k, ow, 1);
-    }
-    for (int64_t r = 0; r < ctx->rows && !on_device(ctx); r++) {
-        float *row = out + r * ow;
-        for (int h = 0; h < k; h++) {
-            const float *zh = zb + r * z + h * hd;
-            float s = 0, d = 0;
-            for (int64_t f = 0; f < hd; f++) {
-                s += zh[f] * p[P_ASRC][h * hd + f];
-                d += zh[f] * p[P_ADST][h * hd + f];
+    } else {
+        for (int64_t r = 0; r < ctx->rows; r++) {
+            float *row = out + r * ow;
+            for (int h = 0; h < k; h++) {
+                const float *zh = zb + r * z + h * hd;
+                float s = 0, d = 0;
+                for (int64_t f = 0; f < hd; f++) {
+                    s += zh[f] * p[P_ASRC][h * hd + f];
+                    d += zh[f] * p[P_ADST][h * hd + f];
+                }
+                row[z + h] = s;
+                row[z + k + h] = d;
             }
-            row[z + h] = s;
-            row[z + k + h] = d;
         }
     }
     /* Z is dropped for aggregation only, once the attention terms have read it: in zb,
@@ -429,12 +430,13 @@ static bv_status av_backward(bv_model *m, int l, size_t stage, const bv_task_ctx
             av_project_head(m, l, stage, ctx, h, act, x, zb);
         if (on_device(ctx))
             attention_terms_backward_ops(ctx, k, hd, h, dout, ow, zb, dz, z, p, dp);
-        for (int64_t f = 0; f < hd && !on_device(ctx); f += ATTN_UNITS)
-            attention_terms_backward(ctx->rows, hd - f < ATTN_UNITS ? hd - f : ATTN_UNITS,
-                                     dout + z + h, dout + z + k + h, ow, zb + h * hd + f,
-                                     dz + h * hd + f, z, p[P_ASRC] + h * hd + f,
-                                     p[P_ADST] + h * hd + f, dp[P_ASRC] + h * hd + f,
-                                     dp[P_ADST] + h * hd + f);
+        else
+            for (int64_t f = 0; f < hd; f += ATTN_UNITS)
+                attention_terms_backward(ctx->rows, hd - f < ATTN_UNITS ? hd - f : ATTN_UNITS,
+                                         dout + z + h, dout + z + k + h, ow, zb + h * hd + f,
+                                         dz + h * hd + f, z, p[P_ASRC] + h * hd + f,
+                                         p[P_ADST] + h * hd + f, dp[P_ASRC] + h * hd + f,
+                                         dp[P_ADST] + h * hd + f);
         if (fused)
             continue;
         if (sparse) { /* the first layer: X needs no gradient */
