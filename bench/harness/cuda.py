@@ -175,7 +175,8 @@ def profile(a):
                 label += " ".join([""] + extra[1::2])
                 d = os.path.join(a.out, "profile", "%s-%s-%d" % (name, label.replace(" ", "_"),
                                                                 rep))
-                env = dict(os.environ, BIVOUAC_CUDA_PROFILE="1")
+                env = dict(os.environ, BIVOUAC_CUDA_PROFILE="1",  # each build its plugins
+                           BIVOUAC_PLUGIN_PATH=os.path.join(bindir, "plugins"))
                 p, wall = run([os.path.join(bindir, "bivouac"), "run", config, "--out", d,
                                "--quiet", "--force", "--no-plot"] + extra, env=env,
                               lib_first=os.path.join(os.path.dirname(bindir), "lib"))
