@@ -54,7 +54,13 @@ fn="{plugin: lambda, threads: 1, lambdas: 4}"
 # the short time limit that keeps the hung invocations brief, even under the sanitizers.
 cloudline="cloud: {plugin: local, lambda_memory_mb: 1024}"
 faults="cloud: {plugin: local, lambda_memory_mb: 1024, lambda_cpu: 0, lambda_fail: 0.04, lambda_hang: 0.03, lambda_kill: 0.03, lambda_time_limit: 0.5}"
-train() { run "$tmp/$1" run "$tmp/$1.yaml" --out "$tmp/$1" --quiet --no-plot "${@:2}"; }
+train() { # a run that fails shows why (some are meant to: their checks say so)
+    run "$tmp/$1" run "$tmp/$1.yaml" --out "$tmp/$1" --quiet --no-plot "${@:2}"
+    if [ "$rc" != 0 ]; then
+        echo "($1 ended with exit $rc:)"
+        tail -n 5 "$tmp/$1.err"
+    fi
+}
 crc() { field "$tmp/$1" params_crc32c; }
 num() { python3 -c 'import json, sys; print(json.load(open(sys.argv[1] + "/result.json"))[sys.argv[2]])' "$tmp/$1" "$2"; }
 series() {

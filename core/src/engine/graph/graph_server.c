@@ -459,6 +459,23 @@ static bv_status avb_send(graph_server *gs, size_t s, const bv_task_hdr *epoch, 
     return rc;
 }
 
+/* A function worker's backward result carries its weight gradients (array c): sent on to
+ * the task's parameter server with the task's first result, by this server, which the
+ * platform does not kill (role_msg.h, BV_MSG_BWD_RESULT). Other results carry none. */
+static bv_status forward_grads(graph_server *gs, const bv_role_msg *m, bv_error *err)
+{
+    const bv_graph_engine *e = gs->e;
+    size_t want = gs->pool ? e->param_floats * sizeof(float) : 0;
+    if (m->hdr.nc != want || m->hdr.ps < 0 || m->hdr.ps >= e->nps)
+        return bv_error_set(err, BV_ERR_CORRUPT, "a backward result with %llu bytes of "
+                            "gradients for parameter server %d, not %zu for one of %d",
+                            (unsigned long long)m->hdr.nc, m->hdr.ps, want, e->nps);
+    if (!want)
+        return BV_OK;
+    return bv_role_send(gs->t, gs->to_ps[m->hdr.ps], BV_MSG_GRADS, BV_ROLE_GS, &m->hdr, m->c,
+                        want, NULL, 0, NULL, 0, err);
+}
+
 static bv_status avb_take(graph_server *gs, size_t s, bv_role_msg *m, void *ctx, bv_error *err)
 {
     const bv_stage *st = gs->e->stages[s];
@@ -469,7 +486,9 @@ static bv_status avb_take(graph_server *gs, size_t s, bv_role_msg *m, void *ctx,
     bv_status rc = BV_OK;
     if (!interval_matches(gs->e, &m->hdr, (int32_t)s) || m->hdr.na != want)
         rc = bv_error_set(err, BV_ERR_CORRUPT, "bad backward result for %s", st->name);
-    else if (want && din) /* rows of one interval: no other task adds to them */
+    else
+        rc = forward_grads(gs, m, err);
+    if (rc == BV_OK && want && din) /* rows of one interval: no other task adds to them */
         gs->e->cfg.compute_ops->axpy(gs->compute, m->hdr.rows * st->in_dim, 1.0f,
                                      (const float *)m->a, din + m->hdr.row_begin * st->in_dim);
     bv_role_release(gs->t, m);
@@ -648,6 +667,11 @@ static bv_status aeb_take(graph_server *gs, size_t s, bv_role_msg *m, void *ctx,
         ec->have[m->hdr.interval]) {
         bv_role_release(gs->t, m);
         return bv_error_set(err, BV_ERR_CORRUPT, "bad result for ∇%s", st->name);
+    }
+    bv_status rc = forward_grads(gs, m, err);
+    if (rc != BV_OK) {
+        bv_role_release(gs->t, m);
+        return rc;
     }
     ec->held[m->hdr.interval] = *m;
     ec->have[m->hdr.interval] = true;
@@ -1131,6 +1155,8 @@ static bv_status gs_setup(void *self, bv_error *err)
         if (!(gs->gate = e->cfg.gate_ops->create(e->cfg.gate_opts, &e->cfg.run_info, err)))
             return err->status ? err->status : BV_ERR_PLUGIN;
     }
+    if (e->cfg.functions && bv_engine_connect_servers(e, gs->to_ps, err) != BV_OK)
+        return err->status;
     if (e->cfg.functions)
         return bv_lambda_pool_open(e, gs->inbox, gs->to_tw, &gs->pool, err);
     return BV_OK;
@@ -1142,6 +1168,7 @@ static void gs_teardown(void *self)
     bv_graph_engine *e = gs->e;
     bv_lambda_pool_close(gs->pool); /* its workers end before their outboxes close */
     bv_engine_close_all(e, gs->to_peer, BV_MAX_GRAPH_SERVERS);
+    bv_engine_close_all(e, gs->to_ps, BV_MAX_PARAM_SERVERS);
     if (gs->gate)
         e->cfg.gate_ops->destroy(gs->gate);
     bv_gs_pipeline_free(gs);

@@ -43,6 +43,9 @@ typedef struct graph_server {
     /* Tensor tasks on serverless functions (cfg.functions): the controller that invokes
      * them (lambda_pool.h); NULL: the run's tensor workers take them. */
     struct bv_lambda_pool *pool;
+    /* With functions: outboxes to the parameter servers, for the gradients that come with
+     * the workers' results (graph_server.c, forward_grads). */
+    bv_endpoint *to_ps[BV_MAX_PARAM_SERVERS];
 } graph_server;
 
 /* One kind of task over every interval of a stage: how to send interval i, and what to

@@ -81,36 +81,13 @@ static double decayed_sumsq(const param_server *ps)
     return s;
 }
 
-static bv_status ps_keep_grad(param_server *ps, bv_role_msg *m, bv_error *err);
-
-/* A function worker's GRADS (not a peer server's copy): kept, then acknowledged
- * (BV_MSG_GRADS_KEPT) to the worker, which sends its task's result only then. A worker
- * gone by now is not this server's error: its graph server invokes the task again. */
-static bv_status ps_take_grad(param_server *ps, bv_role_msg *m, bv_error *err)
-{
-    bool ack = ps->e->cfg.functions && !(m->hdr.flags & BV_TASK_FORWARDED);
-    int64_t tw = (int64_t)m->wire.sender - BV_ROLE_TW;
-    bv_task_hdr h = m->hdr;
-    bv_status st = ps_keep_grad(ps, m, err);
-    if (st != BV_OK || !ack)
-        return st;
-    if (tw < 0 || tw >= ps->e->cfg.tensor_workers || !ps->to_tw[tw])
-        return bv_error_set(err, BV_ERR_CORRUPT, "gradients from unknown worker %lld",
-                            (long long)tw);
-    bv_error ignored;
-    h.flags = 0;
-    bv_role_send(ps->t, ps->to_tw[tw], BV_MSG_GRADS_KEPT, BV_ROLE_PS, &h, NULL, 0, NULL, 0,
-                 NULL, 0, &ignored);
-    return BV_OK;
-}
-
 static bv_status ps_keep_grad(param_server *ps, bv_role_msg *m, bv_error *err)
 {
     if (m->hdr.na != ps->e->param_floats * sizeof(float))
         return bv_error_set(err, BV_ERR_CORRUPT, "gradient message has %llu bytes, expected %zu",
                             (unsigned long long)m->hdr.na, ps->e->param_floats * sizeof(float));
-    /* A task invoked again on a function worker after its first worker was lost
-     * (lambda_pool.h) may send its interval's gradients twice: the same bits, kept once. */
+    /* A task on function workers has its gradients sent on by its graph server with its
+     * first result only (lambda_pool.h); kept once all the same, should one come twice. */
     if (ps->e->cfg.functions && m->hdr.epoch <= ps->stepped_epoch)
         return BV_OK; /* after its epoch's step: the step had the first */
     for (size_t i = 0; ps->e->cfg.functions && i < ps->npending; i++) {
@@ -179,7 +156,7 @@ static bv_status ps_step(param_server *ps, const bv_task_hdr *cmd, bv_error *err
         if (st != BV_OK)
             return st;
         if (m.wire.type == BV_MSG_GRADS)
-            st = ps_take_grad(ps, &m, err);
+            st = ps_keep_grad(ps, &m, err);
         else if (m.wire.type == BV_MSG_PULL)
             st = ps_serve_pull(ps, &m, err);
         else
@@ -295,7 +272,7 @@ static bv_status ps_handle(void *self, bv_role_msg *m, bv_error *err)
 {
     param_server *ps = self;
     switch (m->wire.type) {
-    case BV_MSG_GRADS: return ps_take_grad(ps, m, err);
+    case BV_MSG_GRADS: return ps_keep_grad(ps, m, err);
     case BV_MSG_PULL: return ps_serve_pull(ps, m, err);
     case BV_MSG_STEP: return ps_step(ps, &m->hdr, err);
     case BV_MSG_GET_STATE: return ps_send_state(ps, err);

@@ -25,7 +25,9 @@ enum bv_msg_type {
     BV_MSG_LOSS_TASK,       /* GS -> TW: a = logits, b = labels (int32), c = split (uint8) */
     BV_MSG_LOSS_RESULT,     /* TW -> GS: stats; a = dlogits (training) */
     BV_MSG_BWD_TASK,        /* GS -> TW: a = input rows, b = output rows, c = d(output) */
-    BV_MSG_BWD_RESULT,      /* TW -> GS: a = d(input) rows (may be empty) */
+    BV_MSG_BWD_RESULT,      /* TW -> GS: a = d(input) rows (may be empty); from a function
+                               worker c = its weight gradients, which the graph server
+                               sends on to the parameter server (lambda_pool.h) */
     BV_MSG_GRADS,           /* TW -> PS: a = weight gradients, all params concatenated */
     BV_MSG_PULL,            /* TW -> PS: want weights */
     BV_MSG_WEIGHTS,         /* PS -> TW: a = all params concatenated */
@@ -42,7 +44,8 @@ enum bv_msg_type {
     BV_MSG_EDGE_FWD_RESULT, /* TW -> GS: a = values per edge */
     BV_MSG_EDGE_BWD_TASK,   /* GS -> TW: a = src windows, b = dst windows,
                                c = forward values then their gradient, per edge */
-    BV_MSG_EDGE_BWD_RESULT, /* TW -> GS: a = d(src windows), b = d(dst windows) */
+    BV_MSG_EDGE_BWD_RESULT, /* TW -> GS: a = d(src windows), b = d(dst windows); c as for
+                               BV_MSG_BWD_RESULT */
     BV_MSG_GHOSTS,          /* GS -> GS: a = boundary rows of stage `stage`'s vertex array
                                (flags BV_TASK_GRADS: of its gradient) for the receiver;
                                interval = the sender's part */
@@ -55,13 +58,8 @@ enum bv_msg_type {
                                row_begin = its descriptor of the segment, rows = the
                                segment's bytes, reply_to = its part; a = bv_array_ref per
                                stage array (offset from the segment's start) */
-    BV_MSG_KNOB,            /* coord -> GS, between epochs: a policy set a knob of the task
+    BV_MSG_KNOB             /* coord -> GS, between epochs: a policy set a knob of the task
                                gate; a = the knob's name, stats[0] = its value */
-    BV_MSG_GRADS_KEPT       /* PS -> function worker: the GRADS of the task in the header
-                               (epoch, stage, interval, reply_to) are kept, or were already:
-                               only then does the worker send the task's result, so that a
-                               worker the platform kills in between cannot leave the
-                               graph server counting a task whose gradients never came */
 };
 
 /* Roles that share one address space (the engine's threads) pass the large arrays of

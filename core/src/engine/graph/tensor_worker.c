@@ -384,10 +384,9 @@ static bv_status tw_ensure_weights(tensor_worker *w, const bv_task_hdr *task, bv
                                 &w->e->frames_dropped, err);
         if (st != BV_OK)
             return st;
-        /* a function worker's inbox may hold the answer to the pull, or the
-         * acknowledgement of the gradients, of a worker killed before it came, at this
-         * address (lambda_pool.h): not this pull's */
-        if (!w->function || (m.wire.type == BV_MSG_WEIGHTS && m.hdr.version == version))
+        /* a function worker's inbox may hold the answer to the pull of a worker killed
+         * before it came, at this address (lambda_pool.h): not this pull's */
+        if (!w->function || m.wire.type != BV_MSG_WEIGHTS || m.hdr.version == version)
             break;
         bv_role_release(w->t, &m);
     }
@@ -439,27 +438,19 @@ static bv_status tw_send_grads(tensor_worker *w, const bv_task_hdr *h, bv_error 
     bv_endpoint *ps = task_server(w, h, err);
     if (!ps)
         return err->status;
-    bv_status st = bv_role_send(w->t, ps, BV_MSG_GRADS, w->id, h, w->grads,
-                                w->e->param_floats * sizeof(float), NULL, 0, NULL, 0, err);
-    /* A function worker waits until the server has them (BV_MSG_GRADS_KEPT) before it
-     * sends the result: killed in between, its task is invoked again and sends them again
-     * (kept once), and never counted done with its gradients lost. Stale messages at this
-     * address (an earlier worker's) are passed over; a server that is gone fails the run
-     * at the coordinator, and the platform's time limit ends this invocation. */
-    while (st == BV_OK && w->function) {
-        bv_role_msg m;
-        st = bv_role_recv_valid(w->t, w->weights_in, &m, BV_TIMEOUT_FOREVER,
-                                &w->e->frames_dropped, err);
-        if (st != BV_OK)
-            break;
-        bool mine = m.wire.type == BV_MSG_GRADS_KEPT && m.hdr.epoch == h->epoch &&
-                    m.hdr.stage == h->stage && m.hdr.interval == h->interval &&
-                    m.hdr.reply_to == h->reply_to;
-        bv_role_release(w->t, &m);
-        if (mine)
-            break;
-    }
-    return st;
+    return bv_role_send(w->t, ps, BV_MSG_GRADS, w->id, h, w->grads,
+                        w->e->param_floats * sizeof(float), NULL, 0, NULL, 0, err);
+}
+
+/* A function worker's gradients go with its result, as array c, in one message: its graph
+ * server sends them on to the parameter server with the task's first result. Sent apart,
+ * a worker the platform killed just after both sends could have its small result reach
+ * the graph server while its gradients died in its queue (a write to a server slow to
+ * read): the task counted done, and the server's step waiting for them for ever. */
+static size_t tw_result_grads(const tensor_worker *w, const void **grads)
+{
+    *grads = w->function ? w->grads : NULL;
+    return w->function ? w->e->param_floats * sizeof(float) : 0;
 }
 
 /* Rows [r0, r1) of a as a CSR of their own, or NULL (out of memory). */
@@ -587,13 +578,15 @@ static bv_status tw_backward(tensor_worker *w, const bv_role_msg *m, bv_error *e
                                                   remat ? redone : out, dout, din, w->grad_ptrs,
                                                   err);
     bv_task_hdr reply = reply_hdr(w, h);
-    if (st == BV_OK)
+    if (st == BV_OK && !w->function)
         st = tw_send_grads(w, &reply, err);
     if (st == BV_OK && din && din_to) /* rows of one interval: no other task adds to them */
         w->e->cfg.compute_ops->axpy(w->compute, h->rows * s->in_dim, 1.0f, din, din_to);
+    const void *grads;
+    size_t grad_bytes = tw_result_grads(w, &grads);
     if (st == BV_OK)
         st = bv_role_send(w->t, w->to_gs[h->reply_to], BV_MSG_BWD_RESULT, w->id, &reply, din,
-                          din && !din_to ? in_bytes : 0, NULL, 0, NULL, 0, err);
+                          din && !din_to ? in_bytes : 0, NULL, 0, grads, grad_bytes, err);
     return st;
 }
 
@@ -734,11 +727,13 @@ static bv_status tw_edge_backward(tensor_worker *w, const bv_role_msg *m, bv_err
     ctx.edge_begin = h->edge_begin;
     st = w->e->cfg.model_ops->edge_backward(w->e->cfg.model, (size_t)h->stage, &ctx, g, src,
                                             dst, out, dout, dsrc, ddst, w->grad_ptrs, err);
-    if (st == BV_OK)
+    if (st == BV_OK && !w->function)
         st = tw_send_grads(w, h, err);
+    const void *grads;
+    size_t grad_bytes = tw_result_grads(w, &grads);
     if (st == BV_OK)
         st = bv_role_send(w->t, w->to_gs[h->reply_to], BV_MSG_EDGE_BWD_RESULT, w->id, h, dsrc,
-                          in_place ? 0 : src_bytes, ddst, dst_bytes, NULL, 0, err);
+                          in_place ? 0 : src_bytes, ddst, dst_bytes, grads, grad_bytes, err);
     return st;
 }
 
