@@ -5,8 +5,10 @@
  * busy already, the task waits in its queue. Every invocation is timed: one that passes
  * the platform's time limit has its worker killed, and one whose worker ends without a
  * result (a failure, a kill) is invoked again; a result that comes for a task already
- * done (a late duplicate) is dropped by its task id. An idle worker is retired after the
- * platform's keep-warm period. Internal to core/src/engine/graph. */
+ * done (a late duplicate) is dropped by its task id. A backward result carries the
+ * worker's weight gradients, which the graph server sends on to the parameter server with
+ * the task's first result (graph_server.c, forward_grads). An idle worker is retired after
+ * the platform's keep-warm period. Internal to core/src/engine/graph. */
 #ifndef BIVOUAC_LAMBDA_POOL_H
 #define BIVOUAC_LAMBDA_POOL_H
 
