@@ -15,11 +15,6 @@
  * (returns -1): one backend's memory per process. */
 int bv_mem_install(void *(*alloc)(size_t bytes), void (*release)(void *p));
 
-/* Whether a backend's allocator is installed: the engines' large buffers are then likely
- * device memory, which host code should neither touch nor give back and take again per
- * pass (CUDA frees wait for the whole device). */
-bool bv_mem_on_device(void);
-
 /* Whether the backend's memory has refused a large block (it is full): the buffers since
  * are host memory, which its kernels stage per call. */
 bool bv_mem_fell_back(void);

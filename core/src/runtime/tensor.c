@@ -43,11 +43,6 @@ int bv_mem_install(void *(*alloc)(size_t bytes), void (*release)(void *p))
     return rc;
 }
 
-bool bv_mem_on_device(void)
-{
-    return dev.alloc != NULL; /* set once, before the threads that read it exist */
-}
-
 /* Index of the first entry >= p. Called with the lock held. */
 static size_t dev_find(const void *p)
 {

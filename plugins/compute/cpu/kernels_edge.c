@@ -106,12 +106,6 @@ void cpu_edge_scores(bv_compute *c, const bv_csr *a, int64_t row_begin, int64_t 
                  edge_scores_task, &s);
 }
 
-/* Two independent halves in one parallel-for. ddst: each task sums the edges of its rows
- * (split by nnz), in edge order. dsrc: a source vertex may be the column of edges in any
- * row, so instead of splitting rows, each task owns a contiguous range of source vertices
- * and scans every edge of the range, adding only those whose column it owns. Each dsrc
- * element thus receives its terms in edge order, exactly as the serial loop would, for any
- * thread count; the price is that every task reads all column indices. */
 /* The d(src) row a task adds into CPU_GATHER_PREFETCH edges ahead, if it is the task's:
  * the sources are at random, and each add reads and writes its row. */
 static inline __attribute__((always_inline)) void
@@ -124,6 +118,12 @@ prefetch_dsrc(const scores_ctx *s, int64_t k, int64_t k_end, int64_t col_begin, 
         __builtin_prefetch(s->dsrc + ahead * s->src_stride, 1, 0);
 }
 
+/* Two independent halves in one parallel-for. ddst: each task sums the edges of its rows
+ * (split by nnz), in edge order. dsrc: a source vertex may be the column of edges in any
+ * row, so instead of splitting rows, each task owns a contiguous range of source vertices
+ * and scans every edge of the range, adding only those whose column it owns. Each dsrc
+ * element thus receives its terms in edge order, exactly as the serial loop would, for any
+ * thread count; the price is that every task reads all column indices. */
 CPU_VEC_INLINE void edge_scores_backward_rows_body(const scores_ctx *s, int64_t b, int64_t e,
                                                   int64_t col_begin, int64_t col_end)
 {

@@ -38,6 +38,13 @@ bv_status bv_engine_connect_workers(bv_graph_engine *e, char (*addrs)[BV_ADDR_LE
     return BV_OK;
 }
 
+const bv_compute_ops *bv_engine_movers(const bv_graph_engine *e)
+{
+    static const bv_compute_ops host; /* neither op: compute.h's host loops */
+    const bv_compute_ops *k = e->cfg.compute_ops;
+    return k->mem_alloc && !e->shm ? k : &host;
+}
+
 bv_status bv_engine_connect_servers(bv_graph_engine *e, bv_endpoint **out, bv_error *err)
 {
     for (int i = 0; i < e->nps; i++)
@@ -461,15 +468,14 @@ static bv_status engine_prepare(const bv_graph_engine_cfg *cfg, bool graph_array
     /* On a device's memory, one: each task is a row of launches there, and its memory
      * holds the whole graph's; unless the data did not fit, when a task's operands are
      * copied in per call and must fit one interval at a time (docs/cuda.md) */
-    if (e->cfg.intervals == 0 && e->cfg.compute_ops->mem_alloc) {
-        bool fits = !bv_mem_fell_back();
-        e->cfg.intervals = fits ? 1 : bv_graph_auto_intervals(smallest);
-        bv_log(BV_LOG_INFO, "graph engine: %d interval%s (%s)", e->cfg.intervals,
-               e->cfg.intervals == 1 ? "" : "s",
-               fits ? "the compute back end's memory holds the data"
-                    : "the data did not fit in the compute back end's memory");
-    } else if (e->cfg.intervals == 0) {
-        e->cfg.intervals = bv_graph_auto_intervals(smallest);
+    if (e->cfg.intervals == 0) {
+        bool device = e->cfg.compute_ops->mem_alloc != NULL, fits = !bv_mem_fell_back();
+        e->cfg.intervals = device && fits ? 1 : bv_graph_auto_intervals(smallest);
+        if (device)
+            bv_log(BV_LOG_INFO, "graph engine: %d interval%s (%s)", e->cfg.intervals,
+                   e->cfg.intervals == 1 ? "" : "s",
+                   fits ? "the compute back end's memory holds the data"
+                        : "the data did not fit in the compute back end's memory");
     }
     if (e->cfg.intervals > smallest)
         e->cfg.intervals = (int)(smallest > 0 ? smallest : 1);

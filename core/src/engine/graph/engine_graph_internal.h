@@ -247,6 +247,11 @@ typedef struct bv_tw_arg {
     bool function; /* a serverless function worker (lambda_pool.h), not a tensor worker */
 } bv_tw_arg;
 
+/* The ops that zero and copy the engine's arrays where they lie (compute.h's bv_zero and
+ * bv_copy_rows): the back end's, when it has memory of its own (a device's), since a host
+ * loop would move the arrays' pages to the host and its next kernel back; none (the host
+ * loops) otherwise, and always with the shared segment, whose arrays are host memory. */
+const bv_compute_ops *bv_engine_movers(const bv_graph_engine *e);
 /* Opens an outbox or fails the role with a message to the coordinator. */
 bv_endpoint *bv_engine_connect(bv_graph_engine *e, const char *addr, bv_error *err);
 /* Opens out[i], an outbox to tensor worker i's inbox at addrs[i] (e->addr_tw: tasks;

@@ -8,7 +8,6 @@
 #include <unistd.h>
 
 #include "bivouac/log.h"
-#include "device_mem.h"
 #include "graph_server.h"
 #include "grow.h"
 #include "lambda_pool.h"
@@ -84,20 +83,10 @@ static float *stage_input_grad(const graph_server *gs, size_t s)
     return v < 0 ? NULL : gs->dact[v];
 }
 
-/* Zeroing and copying the server's arrays where they lie: a backend with memory of its own
- * (a device's) does it there, since a host loop would move the arrays' pages to the host
- * and its next kernel back; the host otherwise, and always for the segment's arrays, which
- * are host memory. */
-static const bv_compute_ops *gs_mover(const graph_server *gs)
+/* x[0 .. n) = 0 where the server's arrays lie (bv_engine_movers). */
+static void gs_zero(graph_server *gs, float *x, int64_t n)
 {
-    static const bv_compute_ops host; /* neither op: compute.h's host loops */
-    const bv_compute_ops *k = gs->e->cfg.compute_ops;
-    return k->mem_alloc && !gs->e->shm ? k : &host;
-}
-
-void bv_gs_zero(graph_server *gs, float *x, int64_t n)
-{
-    bv_zero(gs_mover(gs), gs->compute, n, x);
+    bv_zero(bv_engine_movers(gs->e), gs->compute, n, x);
 }
 
 /* The window [in_offset, in_offset + in_dim) of rows [r0, r0 + rows) of stage s's input,
@@ -106,7 +95,7 @@ static void pack_window(graph_server *gs, size_t s, int64_t r0, int64_t rows, fl
 {
     const bv_stage *st = gs->e->stages[s];
     int64_t w = gs->e->vin_width[s];
-    bv_copy_rows(gs_mover(gs), gs->compute, rows, st->in_dim,
+    bv_copy_rows(bv_engine_movers(gs->e), gs->compute, rows, st->in_dim,
                  stage_input(gs, s) + r0 * w + st->in_offset, w, out, st->in_dim, false);
 }
 
@@ -118,7 +107,7 @@ static void unpack_window_add(graph_server *gs, size_t s, int64_t r0, int64_t ro
     float *din = stage_input_grad(gs, s);
     int64_t w = gs->e->vin_width[s];
     if (din)
-        bv_copy_rows(gs_mover(gs), gs->compute, rows, st->in_dim, d, st->in_dim,
+        bv_copy_rows(bv_engine_movers(gs->e), gs->compute, rows, st->in_dim, d, st->in_dim,
                      din + r0 * w + st->in_offset, w, true);
 }
 
@@ -733,7 +722,7 @@ bv_status bv_gs_edge_pass(graph_server *gs, size_t s, const bv_task_hdr *epoch,
     if (rc == BV_OK) {
         pack_window(gs, s, 0, edge_rows(gs), gs->edge_input);
         if (ec.acc)
-            bv_gs_zero(gs, ec.acc, edge_rows(gs) * e->stages[s]->in_dim);
+            gs_zero(gs, ec.acc, edge_rows(gs) * e->stages[s]->in_dim);
         rc = gs_run_tasks(gs, s, epoch, kind, &ec, err);
     }
     if (rc == BV_OK && ec.acc)
@@ -826,7 +815,7 @@ bv_status bv_gs_ensure_grad(graph_server *gs, int s, bv_error *err)
     } else if (gs->spare_grad[s]) {
         gs->dact[s] = gs->spare_grad[s];
         gs->spare_grad[s] = NULL;
-        bv_gs_zero(gs, gs->dact[s], (int64_t)(bytes / sizeof(float)));
+        gs_zero(gs, gs->dact[s], (int64_t)(bytes / sizeof(float)));
     } else if (!(gs->dact[s] = bv_alloc_aligned(bytes))) {
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory for the gradient of %s",
                             gs->e->stages[s]->name);
@@ -848,7 +837,7 @@ void bv_gs_drop_grad(graph_server *gs, size_t s)
     /* With a backend's memory every one is kept: giving device memory back waits for the
      * whole device, and taking it again costs its pages' first touch (docs/cuda.md). */
     if (!gs->e->shm && gs->dact[s] && !gs->spare_grad[s] &&
-        (bv_gs_stage_bytes(gs, s) <= BV_GS_SPARE_GRAD_BYTES || bv_mem_on_device()))
+        (bv_gs_stage_bytes(gs, s) <= BV_GS_SPARE_GRAD_BYTES || gs->e->cfg.compute_ops->mem_alloc))
         gs->spare_grad[s] = gs->dact[s];
     else if (!gs->e->shm)
         bv_free_aligned(gs->dact[s]);

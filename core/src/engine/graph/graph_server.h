@@ -107,7 +107,6 @@ void bv_gs_sum_losses(const graph_server *gs, const loss_ctx *lc, double stats[9
 int64_t bv_gs_grad_messages(const graph_server *gs);
 /* Gradient arrays: made zeroed when first needed, dropped when used. */
 bv_status bv_gs_ensure_grad(graph_server *gs, int s, bv_error *err);
-void bv_gs_zero(graph_server *gs, float *x, int64_t n);
 void bv_gs_drop_grad(graph_server *gs, size_t s);
 /* Before stage s's backward: the arrays it adds into. */
 bv_status bv_gs_grads_for(graph_server *gs, size_t s, bv_error *err);

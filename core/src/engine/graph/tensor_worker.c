@@ -719,9 +719,8 @@ static bv_status tw_edge_backward(tensor_worker *w, const bv_role_msg *m, bv_err
     float *ddst = tw_buffer(w, TW_BUF_DDST, dst_bytes + sizeof(float));
     if (!dsrc || !ddst)
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory in ∇%s", s->name);
-    /* where they lie: a device's memory is zeroed there (compute.h, bv_zero) */
-    bv_zero(w->e->cfg.compute_ops, w->compute, n * s->in_dim, dsrc);
-    bv_zero(w->e->cfg.compute_ops, w->compute, h->rows * s->in_dim, ddst);
+    bv_zero(bv_engine_movers(w->e), w->compute, n * s->in_dim, dsrc); /* where they lie */
+    bv_zero(bv_engine_movers(w->e), w->compute, h->rows * s->in_dim, ddst);
     memset(w->grads, 0, w->e->param_floats * sizeof(float));
     bv_task_ctx ctx = tw_ctx(w, h);
     ctx.edge_begin = h->edge_begin;
