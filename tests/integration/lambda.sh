@@ -6,6 +6,8 @@
 #    a tenth of the invocations failing, hanging or killed (seeded faults): every lost task
 #    invoked again (relaunches = lost + timed out), a late duplicate never applied twice;
 #  - tensor rematerialisation (remat: true): the same weights, fewer bytes sent;
+#  - task fusion (fuse: true): GCN gathering first and GAT, the same weights, faults and
+#    all, one task an interval for the last stage, the loss and its backward;
 #  - a bandwidth limit: an invocation takes at least its bytes' time on the link; with
 #    worker-internal streaming (stream: true) the weights are the same;
 #  - two graph servers, each with its controller: the cpu cluster's weights, faults and all;
@@ -138,6 +140,23 @@ check "remat: the cpu run's weights, fewer bytes to the workers" \
     "$(crc remat) $(python3 -c "print($(num remat lambda_bytes_to) < $(num gcn-fn lambda_bytes_to))")" \
     "$(crc gcn) True"
 
+# 3b. task fusion: the model's last stage forward, the loss and the stage's backward in
+# one invocation (the last AV and the next ∇AV, Dorylus §6); the same bits, fewer
+# invocations: GCN gathering first, 8 intervals x (AV0, fused, ∇AV0 + AV0, fused) an epoch
+gcn_gf="{plugin: gcn, hidden: 16, layers: 2, dropout: 0.5, order: gather_first}"
+exp gf "$gcn_gf" 3 "$cpu"
+train gf
+exp gf-fuse "$gcn_gf" 3 "{plugin: lambda, threads: 1, lambdas: 4, fuse: true}" "$faults"
+train gf-fuse
+check "fusion (GCN gathering first), with faults: the cpu run's weights, 40 tasks an epoch" \
+    "$(crc gf-fuse) $(python3 -c "print($(num gf-fuse lambda_invocations) - $(num gf-fuse lambda_relaunches))")" \
+    "$(crc gf) 120"
+exp gat-fuse "$gat" 2 "{plugin: lambda, threads: 1, lambdas: 4, fuse: true}" "$cloudline"
+train gat-fuse
+check "fusion (GAT: its OUT stage, the loss and ∇OUT): the cpu run's weights" \
+    "$(crc gat-fuse)" "$(crc gat)"
+check "fusion: nothing left" "$(leftovers "$pgid")" "processes 0, socket dirs 0"
+
 # 4. the bandwidth: every invocation takes at least its bytes' time on a 2 Mbit/s link
 # (slow enough for Cora's features, which travel as their sparse rows, to take 100 ms)
 exp slow "$gcn" 1 "$fn" "cloud: {plugin: local, lambda_memory_mb: 1024, lambda_bandwidth_mbps: 2}"
@@ -221,5 +240,10 @@ exp gated "$gcn" 2 "$fn" "$cloudline" "resilience: [{plugin: staleness}]"
 train gated
 check "lambda under a task gate: refused, exit 2" \
     "$rc $(grep -c "gated.yaml:8:14: error: resilience 'staleness' gates tasks, which compute 'lambda' does not run under yet" "$tmp/gated.err")" \
+    "2 1"
+exp fuse-gather "$gcn" 2 "{plugin: lambda, lambdas: 2, fuse: true}" "$cloudline"
+train fuse-gather
+check "fusion of a model that ends with a gather: refused, exit 2" \
+    "$rc $(grep -c "fuse-gather.yaml:6:45: compute.fuse: task fusion runs the model's last stage with the loss, but model 'gcn' ends with graph work (GA1): set model.order: gather_first" "$tmp/fuse-gather.err")" \
     "2 1"
 finish

@@ -31,6 +31,10 @@ static const bv_option lambda_options[] = {
     BV_OPT_BOOLEAN("remat", "false",
                    "tensor rematerialisation (Dorylus §6): a backward task carries no forward "
                    "output; the worker computes it again from the input"),
+    BV_OPT_BOOLEAN("fuse", "false",
+                   "task fusion (Dorylus §6): the last layer's AV, the loss and the next ∇AV "
+                   "in one invocation (a model that ends with a tensor stage: gcn's order: "
+                   "gather_first)"),
     BV_OPT_BOOLEAN("stream", "false",
                    "worker-internal streaming (Dorylus §6): a forward task is computed in two "
                    "halves, the first while the second half of its input arrives"),

@@ -2,7 +2,15 @@
  *   AV_l: out = dropout(act(in)) W_l   (act = identity for l = 0, ReLU after)
  *   GA_l: out = Â in                    (Â = D^-1/2 (A + I) D^-1/2, on the graph server)
  * so H_{l+1} = Â dropout(relu(H_l)) W_l, which is Kipf's layer with the dropout of his
- * code. Weight decay applies to the first layer only, as in Kipf's gcn/models.py. */
+ * code (order: transform_first, the default: the gather runs at the narrower width).
+ * Weight decay applies to the first layer only, as in Kipf's gcn/models.py.
+ *
+ * order: gather_first is Dorylus's layer (its GA, then AV): for each layer l,
+ *   GA_l: out = Â in
+ *   AV_l: out = act(dropout(in) W_l)    (act = ReLU, identity for the last layer)
+ * so H_{l+1} = relu(dropout(Â H_l) W_l): dropout after the aggregation instead of before,
+ * and the model ends with a tensor stage, whose task a function worker can fuse with the
+ * loss and the next backward task (compute: {plugin: lambda, fuse: true}). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +22,7 @@
 struct bv_model {
     int layers;
     float dropout;
+    bool gather_first;
     bv_stage stages[2 * GCN_MAX_LAYERS];
     bv_param_spec params[GCN_MAX_LAYERS];
     char names[3 * GCN_MAX_LAYERS][16];
@@ -23,6 +32,10 @@ static const bv_option gcn_options[] = {
     BV_OPT_INT_RANGE("hidden", "16", 1, 65536, "hidden units per layer"),
     BV_OPT_INT_RANGE("layers", "2", 1, GCN_MAX_LAYERS, "graph convolution layers"),
     BV_OPT_FLOAT_RANGE("dropout", "0.5", 0, 0.99, "dropout rate on each layer's input"),
+    BV_OPT_CHOICE("order", "transform_first", "transform_first|gather_first",
+                  "transform_first: Â (dropout(H) W), gathering at the output width; "
+                  "gather_first: relu(dropout(Â H) W), as Dorylus (the model then ends with "
+                  "a tensor stage)"),
     BV_OPT_END,
 };
 
@@ -35,6 +48,7 @@ static bv_model *gcn_create(const bv_opts *opts, const bv_graph_shape *shape, bv
     }
     m->layers = (int)bv_opts_int(opts, "layers");
     m->dropout = (float)bv_opts_float(opts, "dropout");
+    m->gather_first = strcmp(bv_opts_str(opts, "order"), "gather_first") == 0;
     int64_t hidden = bv_opts_int(opts, "hidden");
     for (int l = 0; l < m->layers; l++) {
         int64_t in = l == 0 ? shape->num_features : hidden;
@@ -42,11 +56,15 @@ static bv_model *gcn_create(const bv_opts *opts, const bv_graph_shape *shape, bv
         snprintf(m->names[3 * l], sizeof m->names[0], "AV%d", l);
         snprintf(m->names[3 * l + 1], sizeof m->names[0], "GA%d", l);
         snprintf(m->names[3 * l + 2], sizeof m->names[0], "W%d", l);
-        m->stages[2 * l] = (bv_stage){.kind = BV_STAGE_TENSOR, .name = m->names[3 * l],
-                                      .in_dim = in, .out_dim = out, .needs_input_grad = l > 0,
-                                      .sparse_input = l == 0};
-        m->stages[2 * l + 1] = (bv_stage){.kind = BV_STAGE_GATHER, .name = m->names[3 * l + 1],
-                                          .in_dim = out, .out_dim = out};
+        /* gather_first: GA_l reads the input (the features for l = 0, dense then) */
+        int64_t ga_width = m->gather_first ? in : out;
+        int av = m->gather_first ? 2 * l + 1 : 2 * l;
+        m->stages[av] = (bv_stage){.kind = BV_STAGE_TENSOR, .name = m->names[3 * l],
+                                   .in_dim = in, .out_dim = out, .needs_input_grad = l > 0,
+                                   .sparse_input = l == 0 && !m->gather_first};
+        m->stages[m->gather_first ? 2 * l : 2 * l + 1] =
+            (bv_stage){.kind = BV_STAGE_GATHER, .name = m->names[3 * l + 1],
+                       .in_dim = ga_width, .out_dim = ga_width};
         m->params[l] = (bv_param_spec){m->names[3 * l + 2], in, out, l == 0,
                                        BV_INIT_GLOROT_UNIFORM};
     }
@@ -78,19 +96,32 @@ static const bv_stage *gcn_stage(const bv_model *m, size_t i)
     return &m->stages[i];
 }
 
-/* dropout(act(in)), the input of the stage's matrix product: in buf, or `in` itself for
- * the features without dropout (evaluation), which need no copy. */
+/* Whether tensor stage `stage` applies ReLU to its input (transform_first, after the first
+ * layer) or to its output (gather_first, but for the last layer). */
+static bool gcn_relu_in(const bv_model *m, size_t stage)
+{
+    return !m->gather_first && stage > 0;
+}
+
+static bool gcn_relu_out(const bv_model *m, size_t stage)
+{
+    return m->gather_first && stage + 1 < 2 * (size_t)m->layers;
+}
+
+/* dropout(act(in)), the input of the stage's matrix product: in buf, or `in` itself where
+ * neither applies (evaluation of the first layer, or of any under gather_first), which
+ * needs no copy. */
 static const float *gcn_stage_input(const bv_model *m, size_t stage, const bv_task_ctx *ctx,
                                     const float *in, float *buf)
 {
     const bv_stage *s = &m->stages[stage];
     int64_t n = ctx->rows * s->in_dim;
     bool drop = ctx->training && m->dropout > 0;
-    if (stage > 0) {
+    if (gcn_relu_in(m, stage)) {
         ctx->k->relu_forward(ctx->compute, n, in, buf);
         in = buf;
     } else if (!drop) {
-        return in; /* the features as they are */
+        return in; /* the features (or the gathered rows) as they are */
     }
     if (drop)
         ctx->k->dropout_forward(ctx->compute, n, m->dropout, ctx->seed,
@@ -128,6 +159,8 @@ static bv_status gcn_tensor_forward(bv_model *m, size_t stage, const bv_task_ctx
     const float *x = gcn_stage_input(m, stage, ctx, in, buf);
     ctx->k->gemm(ctx->compute, false, false, ctx->rows, s->out_dim, s->in_dim, 1.0f, x,
                  s->in_dim, ctx->params[stage / 2], s->out_dim, 0.0f, out, s->out_dim);
+    if (gcn_relu_out(m, stage))
+        ctx->k->relu_forward(ctx->compute, ctx->rows * s->out_dim, out, out);
     bv_task_temp_free(ctx, buf);
     return BV_OK;
 }
@@ -145,9 +178,19 @@ static bv_status gcn_tensor_backward(bv_model *m, size_t stage, const bv_task_ct
                                         s->out_dim, s->out_dim, dparams[0], s->out_dim);
         return BV_OK;
     }
+    bool relu_out = gcn_relu_out(m, stage);
     float *buf = bv_task_temp(ctx, 0, (size_t)(n + 1) * sizeof *buf);
-    if (!buf)
+    float *dz = relu_out ? bv_task_temp(ctx, 1, (size_t)(ctx->rows * s->out_dim + 1) *
+                                                    sizeof *dz)
+                         : NULL;
+    if (!buf || (relu_out && !dz)) {
+        bv_task_temp_free(ctx, buf);
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory in backward of %s", s->name);
+    }
+    if (relu_out) { /* dz = dout where out = relu(z) > 0 */
+        ctx->k->relu_backward(ctx->compute, ctx->rows * s->out_dim, out, dout, dz);
+        dout = dz;
+    }
     const float *x = gcn_stage_input(m, stage, ctx, in, buf); /* rematerialised, not stored */
     /* dW += x^T dout */
     ctx->k->gemm(ctx->compute, true, false, s->in_dim, s->out_dim, ctx->rows, 1.0f, x,
@@ -160,10 +203,10 @@ static bv_status gcn_tensor_backward(bv_model *m, size_t stage, const bv_task_ct
             ctx->k->dropout_backward(ctx->compute, n, m->dropout, ctx->seed,
                                      (uint64_t)ctx->epoch * 64 + stage,
                                      (uint64_t)(ctx->row_begin * s->in_dim), din, din);
-        if (stage > 0)
+        if (gcn_relu_in(m, stage))
             ctx->k->relu_backward(ctx->compute, n, in, din, din); /* in > 0 iff relu(in) > 0 */
     }
-    (void)out;
+    bv_task_temp_free(ctx, dz);
     bv_task_temp_free(ctx, buf);
     return BV_OK;
 }

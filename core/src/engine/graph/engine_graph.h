@@ -74,6 +74,8 @@ typedef struct bv_graph_engine_cfg {
     int lambdas;
     int worker_threads;
     bool fn_remat;  /* backward tasks rematerialise their forward's output (lambda: remat) */
+    bool fn_fuse;   /* the last stage's forward, the loss and its backward in one task
+                       (lambda: fuse) */
     bool fn_stream; /* forward tasks are computed in halves as they arrive (lambda: stream) */
     /* In a function worker's process: the limits the cloud imposes on it. In a graph
      * server's: the cloud whose instance of its own invokes the workers (and reports

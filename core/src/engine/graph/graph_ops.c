@@ -126,6 +126,27 @@ static bv_status fit_features(const bv_engine *g, bv_graph_dataset *d, bv_error 
     return bv_graph_features_convert(d, BV_FEATURES_DENSE, err);
 }
 
+/* Task fusion (compute: {plugin: lambda, fuse: true}) runs the model's last stage with the
+ * loss: that stage must be tensor work. */
+static bv_status check_fusion(const bv_engine *g, bv_error *err)
+{
+    const bv_experiment *x = g->x;
+    const bv_opt_value *fuse = bv_opts_find(&x->compute.opts, "fuse");
+    if (!fuse || !bv_opts_bool(&x->compute.opts, "fuse"))
+        return BV_OK;
+    size_t n = g->model_ops.stage_count(g->model);
+    bv_stage last;
+    bv_stage_copy(&g->model_ops, g->model_ops.stage(g->model, n - 1), &last);
+    if (last.kind == BV_STAGE_TENSOR)
+        return BV_OK;
+    return bv_error_set(err, BV_ERR_INVALID, "%s:%d:%d: compute.fuse: task fusion runs the "
+                        "model's last stage with the loss, but model '%s' ends with graph work "
+                        "(%s)%s", fuse->pos.file, fuse->pos.line, fuse->pos.col,
+                        x->model.plugin->name, last.name,
+                        strcmp(x->model.plugin->name, "gcn") == 0
+                            ? ": set model.order: gather_first" : "");
+}
+
 static bv_graph_engine_cfg engine_cfg(bv_engine *g, const bv_graph_dataset *d, uint64_t seed,
                                       const char *out_dir)
 {
@@ -181,6 +202,7 @@ static bv_graph_engine_cfg engine_cfg(bv_engine *g, const bv_graph_dataset *d, u
             cfg.lambdas = (int)bv_opts_int(&x->compute.opts, "lambdas");
             cfg.worker_threads = (int)bv_opts_int(&x->compute.opts, "worker_threads");
             cfg.fn_remat = bv_opts_bool(&x->compute.opts, "remat");
+            cfg.fn_fuse = bv_opts_bool(&x->compute.opts, "fuse");
             cfg.fn_stream = bv_opts_bool(&x->compute.opts, "stream");
         }
     }
@@ -197,6 +219,8 @@ static bv_status create(const bv_experiment *x, void *data, const bv_engine_run 
     double wd = bv_opts_float(&x->train, "weight_decay");
     g->reported_wd = bv_opts_bool(&x->train, "decay_in_loss") ? wd : 0.0;
     bv_status st = make_model(g, x, d, err);
+    if (st == BV_OK)
+        st = check_fusion(g, err);
     if (st == BV_OK)
         st = fit_features(g, d, err);
     g->data = d;

@@ -383,14 +383,16 @@ static bv_status loss_take(graph_server *gs, size_t s, bv_role_msg *m, void *ctx
 
 const task_kind bv_gs_loss_task = {BV_MSG_LOSS_RESULT, loss_send, loss_take, NULL};
 
-static bv_status gs_loss(graph_server *gs, const bv_task_hdr *epoch, double stats[9],
-                         bv_error *err)
+/* The loss's figures of the pass (stats), through the loss tasks or, fused, through the
+ * tasks that also run the last stage forward and, in training, backward. */
+static bv_status gs_loss(graph_server *gs, const bv_task_hdr *epoch, const task_kind *kind,
+                         double stats[9], bv_error *err)
 {
     bv_graph_engine *e = gs->e;
     loss_ctx lc = {calloc((size_t)e->cfg.intervals * 9, sizeof(double))};
     if (!lc.per)
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory");
-    bv_status rc = gs_run_tasks(gs, e->nstages - 1, epoch, &bv_gs_loss_task, &lc, err);
+    bv_status rc = gs_run_tasks(gs, e->nstages - 1, epoch, kind, &lc, err);
     bv_gs_sum_losses(gs, &lc, stats);
     free(lc.per);
     return rc;
@@ -486,6 +488,70 @@ static bv_status avb_take(graph_server *gs, size_t s, bv_role_msg *m, void *ctx,
 }
 
 const task_kind bv_gs_apply_vertex_backward = {BV_MSG_BWD_RESULT, avb_send, avb_take, NULL};
+
+/* ---- task fusion: the last stage's AV, the loss and its ∇AV in one task ---- */
+
+/* Whether this pass fuses them (compute: {plugin: lambda, fuse: true}; the engine checked
+ * that the model ends with a tensor stage). */
+static bool gs_fuses(const graph_server *gs)
+{
+    return gs->pool && gs->e->cfg.fn_fuse;
+}
+
+static bv_status fused_send(graph_server *gs, size_t s, const bv_task_hdr *epoch, int i,
+                            void *ctx, bv_error *err)
+{
+    const bv_graph_dataset *d = gs->e->cfg.data;
+    const bv_stage *st = gs->e->stages[s];
+    bv_task_hdr h = interval_hdr(gs, s, epoch, i);
+    h.grad_scale = gs->grad_scale;
+    size_t in_bytes;
+    const void *in;
+    void *packed;
+    bv_status rc = task_input(gs, s, &h, &in, &in_bytes, &packed, err);
+    if (rc != BV_OK)
+        return rc;
+    float *din = stage_input_grad(gs, s);
+    (void)ctx;
+    if (h.training && st->needs_input_grad && din)
+        reply_in_place(gs, &h, bv_shared_dact((size_t)gs->e->vin[s]),
+                       din + h.row_begin * st->in_dim,
+                       (size_t)(h.rows * st->in_dim) * sizeof(float));
+    rc = gs_send_task(gs, i, BV_MSG_FUSED_TASK, &h,
+                      (task_array){in, in_bytes, stage_input_array(gs, s)},
+                      (task_array){d->labels + h.row_begin, (size_t)h.rows * sizeof(int32_t),
+                                   BV_SHARED_LABELS},
+                      (task_array){d->split + h.row_begin, (size_t)h.rows, BV_SHARED_SPLIT}, err);
+    free(packed);
+    return rc;
+}
+
+static bv_status fused_take(graph_server *gs, size_t s, bv_role_msg *m, void *ctx,
+                            bv_error *err)
+{
+    loss_ctx *lc = ctx;
+    const bv_stage *st = gs->e->stages[s];
+    float *din = stage_input_grad(gs, s);
+    bool in_place = gs->e->cfg.share_arrays && din;
+    size_t want = m->hdr.training && st->needs_input_grad && !in_place
+                      ? (size_t)(m->hdr.rows * st->in_dim) * sizeof(float) : 0;
+    bv_status rc = BV_OK;
+    if (!interval_matches(gs->e, &m->hdr, (int32_t)s) || m->hdr.na != want ||
+        (!m->hdr.training && m->hdr.nc != 0))
+        rc = bv_error_set(err, BV_ERR_CORRUPT, "bad fused result for %s", st->name);
+    else if (m->hdr.training)
+        rc = forward_grads(gs, m, err);
+    if (rc == BV_OK) {
+        memcpy(lc->per + 9 * m->hdr.interval, m->hdr.stats, sizeof m->hdr.stats);
+        if (want && din)
+            gs->e->cfg.compute_ops->axpy(gs->compute, m->hdr.rows * st->in_dim, 1.0f,
+                                         (const float *)m->a, din + m->hdr.row_begin * st->in_dim);
+    }
+    bv_role_release(gs->t, m);
+    return rc;
+}
+
+static const task_kind gs_fused_task = {BV_MSG_FUSED_RESULT, fused_send, fused_take, NULL};
 
 /* ---- AE: ApplyEdge ---- */
 
@@ -971,22 +1037,31 @@ static bv_status gs_epoch(graph_server *gs, const bv_task_hdr *cmd, bv_task_hdr 
     bv_graph_engine *e = gs->e;
     bv_status rc = BV_OK;
     gs->ghost_bytes = 0;
-    for (size_t s = 0; s < e->nstages && rc == BV_OK; s++) {
+    size_t nfwd = e->nstages - (gs_fuses(gs) ? 1 : 0); /* fused: the last one with the loss */
+    for (size_t s = 0; s < nfwd && rc == BV_OK; s++) {
         int v = e->vin[s]; /* its ghost rows, before the first stage that reads them */
         if (e->ngs > 1 && v >= 0 && e->stages[s]->kind != BV_STAGE_TENSOR &&
             bv_gs_first_reader(e, s) && (rc = bv_gs_exchange(gs, cmd, v, false, err)) != BV_OK)
             break;
         switch (e->stages[s]->kind) {
-        case BV_STAGE_GATHER: bv_gs_gather_rows(gs, s, 0, e->cfg.data->num_nodes); break;
+        case BV_STAGE_GATHER:
+            if (v < 0 && !e->stages[s]->weighted && gs->features_gathered)
+                break; /* Â X of the first pass */
+            bv_gs_gather_rows(gs, s, 0, e->cfg.data->num_nodes);
+            gs->features_gathered |= v < 0 && !e->stages[s]->weighted;
+            break;
         case BV_STAGE_EDGE: rc = bv_gs_edge_pass(gs, s, cmd, &bv_gs_apply_edge, err); break;
         case BV_STAGE_TENSOR: rc = gs_run_tasks(gs, s, cmd, &bv_gs_apply_vertex, NULL, err); break;
         }
     }
-    if (rc == BV_OK && cmd->training)
-        rc = bv_gs_ensure_grad(gs, (int)e->nstages - 1, err); /* the loss writes the last one */
+    if (rc == BV_OK && cmd->training) /* the loss writes the last one's gradient; fused, the
+                                         last stage's backward its input's */
+        rc = nfwd < e->nstages ? bv_gs_grads_for(gs, nfwd, err)
+                               : bv_gs_ensure_grad(gs, (int)e->nstages - 1, err);
     if (rc == BV_OK)
-        rc = gs_loss(gs, cmd, reply->stats, err);
-    for (size_t s = e->nstages; cmd->training && rc == BV_OK && s-- > 0;) {
+        rc = gs_loss(gs, cmd, nfwd < e->nstages ? &gs_fused_task : &bv_gs_loss_task,
+                     reply->stats, err);
+    for (size_t s = nfwd; cmd->training && rc == BV_OK && s-- > 0;) {
         if ((rc = bv_gs_grads_for(gs, s, err)) != BV_OK)
             break;
         if (e->ngs > 1 && bv_stage_read_across_edges(e, s) &&

@@ -64,7 +64,7 @@ static bool is_result(uint16_t type)
 {
     return type == BV_MSG_FWD_RESULT || type == BV_MSG_BWD_RESULT ||
            type == BV_MSG_LOSS_RESULT || type == BV_MSG_EDGE_FWD_RESULT ||
-           type == BV_MSG_EDGE_BWD_RESULT;
+           type == BV_MSG_EDGE_BWD_RESULT || type == BV_MSG_FUSED_RESULT;
 }
 
 /* The slot of this server a message's sender is, or -1. */

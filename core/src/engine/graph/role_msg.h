@@ -58,8 +58,15 @@ enum bv_msg_type {
                                row_begin = its descriptor of the segment, rows = the
                                segment's bytes, reply_to = its part; a = bv_array_ref per
                                stage array (offset from the segment's start) */
-    BV_MSG_KNOB             /* coord -> GS, between epochs: a policy set a knob of the task
+    BV_MSG_KNOB,            /* coord -> GS, between epochs: a policy set a knob of the task
                                gate; a = the knob's name, stats[0] = its value */
+    BV_MSG_FUSED_TASK,      /* GS -> TW: the last (tensor) stage's forward, the loss and, in
+                               training, the stage's backward in one task (task fusion,
+                               compute: {plugin: lambda, fuse: true}); a = input rows,
+                               b = labels (int32), c = split (uint8) */
+    BV_MSG_FUSED_RESULT     /* TW -> GS: stats; a = d(input) rows (training, unless added in
+                               place); c = a function worker's weight gradients (training),
+                               as for BV_MSG_BWD_RESULT */
 };
 
 /* Roles that share one address space (the engine's threads) pass the large arrays of

@@ -25,6 +25,7 @@ enum {
     TW_BUF_REDONE,                         /* a rematerialised forward output */
     TW_BUF_DSRC,                           /* an edge backward task's d(src), sent back */
     TW_BUF_DDST,                           /* and its d(dst) */
+    TW_BUF_DLOGITS,                        /* a fused task's gradient of the logits */
     TW_BUFS
 };
 
@@ -590,6 +591,44 @@ static bv_status tw_backward(tensor_worker *w, const bv_role_msg *m, bv_error *e
     return st;
 }
 
+/* The loss over an interval's logits, for the training, validation and test vertices in
+ * turn: their sums, counts and correct predictions in stats[0 .. 9), and, with dlogits,
+ * the training loss's gradient there. */
+static bv_status tw_loss_stats(tensor_worker *w, const bv_task_hdr *h, const bv_task_ctx *ctx,
+                               const float *logits, const int32_t *labels,
+                               const uint8_t *split, float *dlogits, double stats[9],
+                               bv_error *err)
+{
+    uint8_t *mask = malloc((size_t)h->rows + 1);
+    if (!mask)
+        return bv_error_set(err, BV_ERR_NOMEM, "out of memory in the loss task");
+    bv_status st = BV_OK;
+    for (int s = 0; s < 3 && st == BV_OK; s++) {
+        for (int64_t i = 0; i < h->rows; i++)
+            mask[i] = split[i] == BV_SPLIT_TRAIN + s;
+        bv_xent_result r = {0};
+        float *d = (s == 0 && dlogits) ? dlogits : NULL;
+        st = w->e->cfg.model_ops->loss(w->e->cfg.model, ctx, logits, labels, mask,
+                                       h->grad_scale, d, &r, err);
+        stats[3 * s] = r.loss_sum;
+        stats[3 * s + 1] = (double)r.count;
+        stats[3 * s + 2] = (double)r.correct;
+    }
+    free(mask);
+    return st;
+}
+
+/* A loss or fused task's labels (array 1) and split (array 2) of its rows. */
+static bool tw_labels(const tensor_worker *w, const bv_role_msg *m, const int32_t **labels,
+                      const uint8_t **split, bv_error *err)
+{
+    *split = NULL;
+    *labels = bv_engine_task_array(w->e, m, 1, (size_t)m->hdr.rows * sizeof(int32_t), err);
+    if (*labels)
+        *split = bv_engine_task_array(w->e, m, 2, (size_t)m->hdr.rows, err);
+    return *split != NULL;
+}
+
 static bv_status tw_loss(tensor_worker *w, const bv_role_msg *m, bv_error *err)
 {
     const bv_task_hdr *h = &m->hdr;
@@ -598,36 +637,76 @@ static bv_status tw_loss(tensor_worker *w, const bv_role_msg *m, bv_error *err)
         return bv_error_set(err, BV_ERR_CORRUPT, "loss task has wrong sizes");
     size_t logit_bytes = (size_t)(h->rows * last->out_dim) * sizeof(float);
     const float *logits = bv_engine_task_array(w->e, m, 0, logit_bytes, err);
-    const int32_t *labels =
-        logits ? bv_engine_task_array(w->e, m, 1, (size_t)h->rows * sizeof(int32_t), err) : NULL;
-    const uint8_t *split = labels ? bv_engine_task_array(w->e, m, 2, (size_t)h->rows, err) : NULL;
-    if (!split)
+    const int32_t *labels;
+    const uint8_t *split;
+    if (!logits || !tw_labels(w, m, &labels, &split, err))
         return err->status;
     bool owned = false;
     float *dlogits = NULL;
     if (h->training && !(dlogits = tw_result_buffer(w, h, logit_bytes, &owned, err)))
         return err->status;
-    uint8_t *mask = malloc((size_t)h->rows + 1);
-    if (!mask)
-        return bv_error_set(err, BV_ERR_NOMEM, "out of memory in the loss task");
     bv_task_hdr reply = reply_hdr(w, h);
     bv_task_ctx ctx = tw_ctx(w, h);
-    bv_status st = BV_OK;
-    for (int s = 0; s < 3 && st == BV_OK; s++) {
-        for (int64_t i = 0; i < h->rows; i++)
-            mask[i] = split[i] == BV_SPLIT_TRAIN + s;
-        bv_xent_result r = {0};
-        float *d = (s == 0 && dlogits) ? dlogits : NULL;
-        st = w->e->cfg.model_ops->loss(w->e->cfg.model, &ctx, logits, labels, mask,
-                                       h->grad_scale, d, &r, err);
-        reply.stats[3 * s] = r.loss_sum;
-        reply.stats[3 * s + 1] = (double)r.count;
-        reply.stats[3 * s + 2] = (double)r.correct;
-    }
+    bv_status st = tw_loss_stats(w, h, &ctx, logits, labels, split, dlogits, reply.stats, err);
     if (st == BV_OK)
         st = bv_role_send(w->t, w->to_gs[h->reply_to], BV_MSG_LOSS_RESULT, w->id, &reply, dlogits,
                           owned ? logit_bytes : 0, NULL, 0, NULL, 0, err);
-    free(mask);
+    return st;
+}
+
+/* Task fusion (Dorylus §6; compute: {plugin: lambda, fuse: true}): the last stage, a
+ * tensor stage, its forward, the loss over its logits and, in training, its backward, in
+ * one task. The logits and their gradient stay here; what goes back is the loss's figures,
+ * d(input) and the weight gradients: the same operations in the same order as the three
+ * tasks, so the same bits. */
+static bv_status tw_fused(tensor_worker *w, const bv_role_msg *m, bv_error *err)
+{
+    const bv_task_hdr *h = &m->hdr;
+    if (!task_ok(w, h, BV_STAGE_TENSOR) || (size_t)h->stage != w->e->nstages - 1)
+        return bv_error_set(err, BV_ERR_CORRUPT, "fused task names a bad stage or rows");
+    const bv_stage *s = w->e->stages[h->stage];
+    size_t in_bytes = (size_t)(h->rows * s->in_dim) * sizeof(float);
+    size_t out_bytes = (size_t)(h->rows * s->out_dim) * sizeof(float);
+    const float *in;
+    const int32_t *labels;
+    const uint8_t *split;
+    if (!tw_input(w, m, in_bytes, &in, err) || !tw_labels(w, m, &labels, &split, err))
+        return err->status;
+    bool grad_in = h->training && s->needs_input_grad;
+    float *din_to = NULL; /* the graph server's rows to add d(input) into */
+    if (grad_in && (h->flags & BV_TASK_REPLY_IN_PLACE) &&
+        !(din_to = bv_engine_shared_window(w->e, h->reply_to, &h->reply, in_bytes, true, err)))
+        return err->status;
+    bv_status st = tw_ensure_weights(w, h, err);
+    if (st != BV_OK)
+        return st;
+    float *out = tw_buffer(w, TW_BUF_REDONE, out_bytes + sizeof(float));
+    float *dout = h->training ? tw_buffer(w, TW_BUF_DLOGITS, out_bytes + sizeof(float)) : NULL;
+    float *din = grad_in ? tw_buffer(w, TW_BUF_DIN, in_bytes + sizeof(float)) : NULL;
+    if (!out || (h->training && !dout) || (grad_in && !din))
+        return bv_error_set(err, BV_ERR_NOMEM, "out of memory in the fused task of %s", s->name);
+    bv_task_ctx ctx = tw_ctx(w, h);
+    ctx.sparse_in = tw_sparse_input(w, h);
+    st = w->e->cfg.model_ops->tensor_forward(w->e->cfg.model, (size_t)h->stage, &ctx, in, out,
+                                             err);
+    bv_task_hdr reply = reply_hdr(w, h);
+    if (st == BV_OK)
+        st = tw_loss_stats(w, h, &ctx, out, labels, split, dout, reply.stats, err);
+    const void *grads = NULL;
+    size_t grad_bytes = 0;
+    if (st == BV_OK && h->training) {
+        memset(w->grads, 0, w->e->param_floats * sizeof(float));
+        st = w->e->cfg.model_ops->tensor_backward(w->e->cfg.model, (size_t)h->stage, &ctx, in,
+                                                  out, dout, din, w->grad_ptrs, err);
+        if (st == BV_OK && !w->function)
+            st = tw_send_grads(w, &reply, err);
+        if (st == BV_OK && din && din_to)
+            w->e->cfg.compute_ops->axpy(w->compute, h->rows * s->in_dim, 1.0f, din, din_to);
+        grad_bytes = tw_result_grads(w, &grads);
+    }
+    if (st == BV_OK)
+        st = bv_role_send(w->t, w->to_gs[h->reply_to], BV_MSG_FUSED_RESULT, w->id, &reply, din,
+                          din && !din_to ? in_bytes : 0, NULL, 0, grads, grad_bytes, err);
     return st;
 }
 
@@ -798,6 +877,7 @@ static bv_status tw_handle(void *self, bv_role_msg *m, bv_error *err)
     case BV_MSG_FWD_TASK: return tw_forward(w, m, err);
     case BV_MSG_BWD_TASK: return tw_backward(w, m, err);
     case BV_MSG_LOSS_TASK: return tw_loss(w, m, err);
+    case BV_MSG_FUSED_TASK: return tw_fused(w, m, err);
     case BV_MSG_EDGE_FWD_TASK: return tw_edge_forward(w, m, err);
     case BV_MSG_EDGE_BWD_TASK: return tw_edge_backward(w, m, err);
     case BV_MSG_SEGMENT: return bv_engine_map_segment(w->e, m, err);

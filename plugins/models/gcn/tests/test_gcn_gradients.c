@@ -67,7 +67,7 @@ typedef struct gcn_fixture {
     float *dparams[2];
 } gcn_fixture;
 
-static int setup(void **state)
+static int setup_order(void **state, const char *order)
 {
     gcn_fixture *fx = calloc(1, sizeof *fx);
     bv_error err = {0};
@@ -75,6 +75,7 @@ static int setup(void **state)
     fx->compute = make_cpu_compute(3);
 
     assert_int_equal(bv_opts_defaults(&o, "model", bv_model_gcn_plugin()->options, &err), BV_OK);
+    assert_int_equal(bv_opts_set(&o, "order", order, &err), BV_OK);
     set_opt(&o, "hidden", HIDDEN);
     set_opt(&o, "layers", 2);
     set_opt(&o, "dropout", 0.5);
@@ -91,6 +92,18 @@ static int setup(void **state)
     }
     *state = fx;
     return 0;
+}
+
+static int setup(void **state)
+{
+    return setup_order(state, "transform_first");
+}
+
+/* order: gather_first: GA0 AV0 GA1 AV1, AV_l = act(dropout(in) W_l), ReLU on the output
+ * but for the last layer's */
+static int setup_gather_first(void **state)
+{
+    return setup_order(state, "gather_first");
 }
 
 static int teardown(void **state)
@@ -186,7 +199,7 @@ static void check_stage(gcn_fixture *fx, size_t stage, bool training)
 {
     stage_check sc = make_check(fx, stage, training);
     float *din = analytic(&sc, &sc.ctx);
-    size_t p = stage / 2; /* W_l belongs to AV_l, stage 2l */
+    size_t p = stage / 2; /* W_l belongs to AV_l, stage 2l (2l + 1 gathering first) */
     const bv_param_spec *spec = mops()->param(fx->model, p);
     const bv_param_spec *other = mops()->param(fx->model, 1 - p);
     for (int64_t i = 0; i < other->rows * other->cols; i++)
@@ -213,6 +226,20 @@ static void test_tensor_stage_gradients_with_dropout(void **state)
     gcn_fixture *fx = *state;
     check_stage(fx, 0, true);
     check_stage(fx, 2, true);
+}
+
+static void test_gather_first_gradients(void **state)
+{
+    gcn_fixture *fx = *state;
+    assert_int_equal(mops()->stage_count(fx->model), 4);
+    assert_int_equal(mops()->stage(fx->model, 0)->kind, BV_STAGE_GATHER);
+    assert_int_equal(mops()->stage(fx->model, 0)->in_dim, FEATURES);
+    assert_int_equal(mops()->stage(fx->model, 2)->in_dim, HIDDEN);
+    assert_false(mops()->stage(fx->model, 1)->sparse_input);
+    for (int training = 0; training < 2; training++) {
+        check_stage(fx, 1, training); /* AV0: relu(dropout(ÂX) W0), no input gradient */
+        check_stage(fx, 3, training); /* AV1: dropout(ÂH) W1, with din */
+    }
 }
 
 /* A backward that applies a different dropout mask than the forward (here: none) gives a
@@ -243,6 +270,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_tensor_stage_gradients_with_dropout, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_backward_with_the_wrong_mask_is_caught, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_gather_first_gradients, setup_gather_first,
                                         teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
