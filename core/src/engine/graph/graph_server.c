@@ -829,7 +829,7 @@ void bv_gs_gather_backward_rows(graph_server *gs, size_t s, int64_t r0, int64_t 
     const bv_stage *st = e->stages[s];
     const bv_compute_ops *k = e->cfg.compute_ops;
     float *din = stage_input_grad(gs, s);
-    if (!din)
+    if (!din || !gs->dact[s]) /* nothing to pass back, or nothing came (bv_gs_grads_for) */
         return;
     k->spmm(gs->compute, e->adj_norm_t, r0, r1, gs->dact[s], st->in_dim,
             gs->scratch + r0 * st->in_dim);
@@ -910,11 +910,13 @@ void bv_gs_drop_grad(graph_server *gs, size_t s)
     gs->dact[s] = NULL;
 }
 
-/* Before stage s's backward: the arrays it adds into. */
+/* Before stage s's backward: the arrays it adds into (none for the input of a tensor stage
+ * that gives it no gradient: GCN's first layer, gathering first, reads Â X). */
 bv_status bv_gs_grads_for(graph_server *gs, size_t s, bv_error *err)
 {
     const bv_stage *st = gs->e->stages[s];
-    bv_status rc = bv_gs_ensure_grad(gs, gs->e->vin[s], err);
+    bool no_din = st->kind == BV_STAGE_TENSOR && !st->needs_input_grad;
+    bv_status rc = no_din ? BV_OK : bv_gs_ensure_grad(gs, gs->e->vin[s], err);
     if (rc == BV_OK && st->kind == BV_STAGE_GATHER && st->weighted)
         rc = bv_gs_ensure_grad(gs, (int)st->weights_stage, err);
     return rc;
