@@ -418,6 +418,39 @@ int64_t bv_gs_grad_messages(const graph_server *gs)
 
 /* ---- ∇AV ---- */
 
+/* A backward (or fused) task of tensor stage s gives d(input) rows: with shared arrays the
+ * worker adds them into the input's gradient itself. */
+static void din_in_place(const graph_server *gs, size_t s, bv_task_hdr *h)
+{
+    const bv_stage *st = gs->e->stages[s];
+    float *din = stage_input_grad(gs, s);
+    if (st->needs_input_grad && din)
+        reply_in_place(gs, h, bv_shared_dact((size_t)gs->e->vin[s]),
+                       din + h->row_begin * st->in_dim,
+                       (size_t)(h->rows * st->in_dim) * sizeof(float));
+}
+
+/* The bytes of d(input) rows result m must carry: none where the worker added them in
+ * place or the stage gives none. */
+static size_t din_bytes(const graph_server *gs, size_t s, const bv_role_msg *m)
+{
+    const bv_stage *st = gs->e->stages[s];
+    bool in_place = gs->e->cfg.share_arrays && stage_input_grad(gs, s);
+    return st->needs_input_grad && !in_place
+               ? (size_t)(m->hdr.rows * st->in_dim) * sizeof(float) : 0;
+}
+
+/* Adds the d(input) rows result m carries into the input's gradient: rows of one interval,
+ * which no other task adds to. */
+static void add_din(graph_server *gs, size_t s, const bv_role_msg *m)
+{
+    const bv_stage *st = gs->e->stages[s];
+    float *din = stage_input_grad(gs, s);
+    if (din && din_bytes(gs, s, m))
+        gs->e->cfg.compute_ops->axpy(gs->compute, m->hdr.rows * st->in_dim, 1.0f,
+                                     (const float *)m->a, din + m->hdr.row_begin * st->in_dim);
+}
+
 static bv_status avb_send(graph_server *gs, size_t s, const bv_task_hdr *epoch, int i,
                           void *ctx, bv_error *err)
 {
@@ -429,12 +462,8 @@ static bv_status avb_send(graph_server *gs, size_t s, const bv_task_hdr *epoch, 
     bv_status rc = task_input(gs, s, &h, &in, &in_bytes, &packed, err);
     if (rc != BV_OK)
         return rc;
-    float *din = stage_input_grad(gs, s);
     (void)ctx;
-    if (st->needs_input_grad && din)
-        reply_in_place(gs, &h, bv_shared_dact((size_t)gs->e->vin[s]),
-                       din + h.row_begin * st->in_dim,
-                       (size_t)(h.rows * st->in_dim) * sizeof(float));
+    din_in_place(gs, s, &h);
     bool remat = gs->pool && gs->e->cfg.fn_remat; /* the worker computes the output again */
     if (remat)
         h.flags |= BV_TASK_REMAT;
@@ -469,19 +498,14 @@ static bv_status forward_grads(graph_server *gs, const bv_role_msg *m, bv_error 
 
 static bv_status avb_take(graph_server *gs, size_t s, bv_role_msg *m, void *ctx, bv_error *err)
 {
-    const bv_stage *st = gs->e->stages[s];
-    float *din = stage_input_grad(gs, s);
-    bool in_place = gs->e->cfg.share_arrays && din; /* the worker added it already */
-    size_t want = st->needs_input_grad && !in_place
-                      ? (size_t)(m->hdr.rows * st->in_dim) * sizeof(float) : 0;
     bv_status rc = BV_OK;
-    if (!interval_matches(gs->e, &m->hdr, (int32_t)s) || m->hdr.na != want)
-        rc = bv_error_set(err, BV_ERR_CORRUPT, "bad backward result for %s", st->name);
+    if (!interval_matches(gs->e, &m->hdr, (int32_t)s) || m->hdr.na != din_bytes(gs, s, m))
+        rc = bv_error_set(err, BV_ERR_CORRUPT, "bad backward result for %s",
+                          gs->e->stages[s]->name);
     else
         rc = forward_grads(gs, m, err);
-    if (rc == BV_OK && want && din) /* rows of one interval: no other task adds to them */
-        gs->e->cfg.compute_ops->axpy(gs->compute, m->hdr.rows * st->in_dim, 1.0f,
-                                     (const float *)m->a, din + m->hdr.row_begin * st->in_dim);
+    if (rc == BV_OK)
+        add_din(gs, s, m);
     bv_role_release(gs->t, m);
     (void)ctx;
     return rc;
@@ -502,7 +526,6 @@ static bv_status fused_send(graph_server *gs, size_t s, const bv_task_hdr *epoch
                             void *ctx, bv_error *err)
 {
     const bv_graph_dataset *d = gs->e->cfg.data;
-    const bv_stage *st = gs->e->stages[s];
     bv_task_hdr h = interval_hdr(gs, s, epoch, i);
     h.grad_scale = gs->grad_scale;
     size_t in_bytes;
@@ -511,12 +534,9 @@ static bv_status fused_send(graph_server *gs, size_t s, const bv_task_hdr *epoch
     bv_status rc = task_input(gs, s, &h, &in, &in_bytes, &packed, err);
     if (rc != BV_OK)
         return rc;
-    float *din = stage_input_grad(gs, s);
     (void)ctx;
-    if (h.training && st->needs_input_grad && din)
-        reply_in_place(gs, &h, bv_shared_dact((size_t)gs->e->vin[s]),
-                       din + h.row_begin * st->in_dim,
-                       (size_t)(h.rows * st->in_dim) * sizeof(float));
+    if (h.training)
+        din_in_place(gs, s, &h);
     rc = gs_send_task(gs, i, BV_MSG_FUSED_TASK, &h,
                       (task_array){in, in_bytes, stage_input_array(gs, s)},
                       (task_array){d->labels + h.row_begin, (size_t)h.rows * sizeof(int32_t),
@@ -530,22 +550,18 @@ static bv_status fused_take(graph_server *gs, size_t s, bv_role_msg *m, void *ct
                             bv_error *err)
 {
     loss_ctx *lc = ctx;
-    const bv_stage *st = gs->e->stages[s];
-    float *din = stage_input_grad(gs, s);
-    bool in_place = gs->e->cfg.share_arrays && din;
-    size_t want = m->hdr.training && st->needs_input_grad && !in_place
-                      ? (size_t)(m->hdr.rows * st->in_dim) * sizeof(float) : 0;
+    bool training = m->hdr.training;
     bv_status rc = BV_OK;
-    if (!interval_matches(gs->e, &m->hdr, (int32_t)s) || m->hdr.na != want ||
-        (!m->hdr.training && m->hdr.nc != 0))
-        rc = bv_error_set(err, BV_ERR_CORRUPT, "bad fused result for %s", st->name);
-    else if (m->hdr.training)
+    if (!interval_matches(gs->e, &m->hdr, (int32_t)s) ||
+        m->hdr.na != (training ? din_bytes(gs, s, m) : 0) || (!training && m->hdr.nc != 0))
+        rc = bv_error_set(err, BV_ERR_CORRUPT, "bad fused result for %s",
+                          gs->e->stages[s]->name);
+    else if (training)
         rc = forward_grads(gs, m, err);
     if (rc == BV_OK) {
         memcpy(lc->per + 9 * m->hdr.interval, m->hdr.stats, sizeof m->hdr.stats);
-        if (want && din)
-            gs->e->cfg.compute_ops->axpy(gs->compute, m->hdr.rows * st->in_dim, 1.0f,
-                                         (const float *)m->a, din + m->hdr.row_begin * st->in_dim);
+        if (training)
+            add_din(gs, s, m);
     }
     bv_role_release(gs->t, m);
     return rc;
@@ -1047,10 +1063,11 @@ static bv_status gs_epoch(graph_server *gs, const bv_task_hdr *cmd, bv_task_hdr 
             break;
         switch (e->stages[s]->kind) {
         case BV_STAGE_GATHER:
-            if (v < 0 && !e->stages[s]->weighted && gs->features_gathered)
+            if (v < 0 && !e->stages[s]->weighted && gs->features_gathered == gs->act[s])
                 break; /* Â X of the first pass */
             bv_gs_gather_rows(gs, s, 0, e->cfg.data->num_nodes);
-            gs->features_gathered |= v < 0 && !e->stages[s]->weighted;
+            if (v < 0 && !e->stages[s]->weighted)
+                gs->features_gathered = gs->act[s];
             break;
         case BV_STAGE_EDGE: rc = bv_gs_edge_pass(gs, s, cmd, &bv_gs_apply_edge, err); break;
         case BV_STAGE_TENSOR: rc = gs_run_tasks(gs, s, cmd, &bv_gs_apply_vertex, NULL, err); break;

@@ -27,9 +27,11 @@ typedef struct graph_server {
     bool *input_sent; /* per interval: its static input is at its tensor worker */
     bool *graph_sent; /* per interval: its edges are at its tensor worker */
     bool keep_features; /* tensor workers keep the features (sparse, or roles as processes) */
-    /* The unweighted gather over the features (a model that gathers first: GCN's
-     * order: gather_first) has run: its input never changes, so its rows are kept */
-    bool features_gathered;
+    /* The stage array that holds the unweighted gather over the features (a model that
+     * gathers first: GCN's order: gather_first), once made: its input never changes, so
+     * its rows are kept (NULL: none yet; an evaluation's own arrays under a task gate are
+     * other arrays, bv_gs_pipeline_swap_arrays) */
+    const float *features_gathered;
     /* Several graph servers (e->ngs > 1): outboxes to the others, the boundary rows that
      * came before this server asked for them, and what this pass sent. */
     bv_endpoint *to_peer[BV_MAX_GRAPH_SERVERS];
