@@ -892,8 +892,8 @@ static bv_status tw_handle(void *self, bv_role_msg *m, bv_error *err)
  * kinds add their own and a warm worker takes any kind of task next. Given back and
  * taken again every invocation, megabytes of them came as fresh pages each time: on the
  * 1M-vertex GCN, zeroing them was a third of the run's CPU time when the last stage's
- * three tasks ran fused (whose buffers are of other sizes), and fused epochs were 1.4x
- * the unfused ones instead of 0.8-0.9x. */
+ * three tasks ran fused (whose buffers are of other sizes), and fused epochs took
+ * 1.2-1.5x the unfused ones instead of 0.85x (docs/benchmarks.md). */
 static void tw_forget(tensor_worker *w)
 {
     size_t held = 0;
