@@ -11,8 +11,12 @@ set -euo pipefail
 BIVOUAC_SOURCE_DIR=${BIVOUAC_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
 # shellcheck source=check_lib.bash
 source "$(dirname "${BASH_SOURCE[0]}")/check_lib.bash"
+# shellcheck source=procs_lib.bash
+source "$(dirname "${BASH_SOURCE[0]}")/procs_lib.bash"
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/bivouac-sim.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
+trap procs_cleanup EXIT
+export TMPDIR="$tmp/sockets"
+mkdir -p "$TMPDIR"
 src=$BIVOUAC_SOURCE_DIR
 
 # A 2-stage pipeline of the tiny transformer: 20 steps of 4 samples, each 10 s; a failover
@@ -303,6 +307,44 @@ sed 's/plugin: lambda, lambdas: 4/plugin: cpu/' "$tmp/graph.yaml" >"$tmp/graph_c
 check "a graph run on tensor workers: refused" "$(err simulate "$tmp/graph_cpu.yaml")" 2
 check "a graph run on tensor workers: why, where" "$(cat "$tmp/err")" \
     "$tmp/graph_cpu.yaml:6:10: error: simulate runs a graph model's tensor tasks on serverless functions (compute: {plugin: lambda}); compute 'cpu' runs them on tensor workers, which are not simulated"
+
+# A graph run's profile (simulate.profile): a real run on 2 functions, 4 epochs. At its
+# own layout the simulated epoch is the run's median epoch (the graph work is what the
+# epoch leaves after its tasks' waves: epoch - stages ceil(intervals / L) task, at least
+# 0); with 2 graph servers each server's graph work and each task's rows are halved, and
+# so is the epoch.
+sed -e 's/lambdas: 4/lambdas: 2/' -e 's/^cloud: .*/cloud: {plugin: local, lambda_memory_mb: 1024}/' \
+    -e '/^simulate:/,$d' -e 's/epochs: 10/epochs: 4/' "$tmp/graph.yaml" >"$tmp/greal.yaml"
+run "$tmp/greal" run "$tmp/greal.yaml" --out "$tmp/greal" --quiet --no-plot
+check "a graph run to profile: exit 0, nothing left" "$rc $(leftovers "$pgid")" \
+    "0 processes 0, socket dirs 0"
+for g in 1 2; do
+    "$BIVOUAC" simulate "$tmp/graph.yaml" --runs 1 --out "$tmp/gp$g" --no-plot \
+        -s compute.lambdas=2 -s cluster.graph_servers=$g \
+        -s "simulate={profile: $tmp/greal, reconfigure_seconds: 5}" >/dev/null 2>&1
+done
+check "a graph run's profile: its epoch at its layout, half of it on 2 servers" \
+    "$(python3 - "$tmp/greal" "$tmp/gp1" "$tmp/gp2" <<'EOF'
+import json, math, statistics, sys
+ms = [json.loads(l) for l in open(sys.argv[1] + "/metrics.jsonl")]
+t = [m["seconds"] for m in ms if "train_loss" in m]
+med = lambda k: statistics.median(m["value"] for m in ms if m.get("series") == k)
+epoch = statistics.median(b - a for a, b in zip(t, t[1:]))
+task, calls = med("lambda_task_ms") / 1e3, med("lambda_invocations") - med("lambda_relaunches")
+want = max(epoch, round(calls / 4) * math.ceil(4 / med("lambdas")) * task)
+got = [(lambda r: r["useful_fraction"] * r["hours"] * 3600 / 10)(
+    json.load(open(d + "/summary.json"))["per_run"][0]) for d in sys.argv[2:]]
+print(abs(got[0] - want) < 1e-9 * want, abs(got[1] - want / 2) < 1e-9 * want)
+EOF
+)" "True True"
+check "a graph profile for a pipeline run: refused" \
+    "$(err simulate "$tmp/exp.yaml" -s "simulate.profile=$tmp/greal")" 2
+check "a graph profile for a pipeline run: why" \
+    "$(grep -c "simulate.profile: $tmp/greal/result.json: not a pipeline run's result" "$tmp/err")" 1
+check "a pipeline profile for a graph run: refused" \
+    "$(err simulate "$tmp/graph.yaml" -s "simulate={profile: $tmp/real}")" 2
+check "a pipeline profile for a graph run: why" \
+    "$(grep -c "simulate.profile: $tmp/real/result.json: not the result of a graph run on functions" "$tmp/err")" 1
 
 # 6. Errors: where, and exit 2.
 check "run refuses the simulated cloud" "$(err run "$tmp/exp.yaml" --out "$tmp/r")" 2

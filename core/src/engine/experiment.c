@@ -119,7 +119,8 @@ static const bv_option simulate_schema[] = {
                        "passed"),
     BV_OPT_DIRECTORY("profile", "", "a run's directory (bivouac run --out DIR): its "
                      "result.json and metrics.jsonl give the step time, the failover pause and "
-                     "the slowdown on a shadow (relative to the experiment file)"),
+                     "the slowdown on a shadow, or a graph run's on functions its epoch, task "
+                     "time and tensor stages (relative to the experiment file)"),
     BV_OPT_FLOAT_RANGE("step_seconds", "0", 0, 1e7, "a step of one pipeline of "
                        "profile_stages stages, without preemptions (required without a "
                        "profile)"),

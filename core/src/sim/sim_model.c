@@ -90,6 +90,104 @@ static bool read_profile(const char *dir, bv_sim_profile *p, bv_error *err)
     return ok;
 }
 
+/* A graph run on functions, from its directory (graph_profile): result.json's graph servers
+ * and intervals; metrics.jsonl's epochs (the median time between two, the first, which
+ * holds the start, left out), and per epoch the invocations made once (lambda_invocations
+ * less lambda_relaunches), the mean task time (lambda_task_ms) and the functions a
+ * server kept (lambdas), their medians. */
+typedef struct graph_profile {
+    double epoch, task, lambdas, calls;
+    int graph_servers, intervals;
+} graph_profile;
+
+/* The medians of metrics.jsonl's training epochs' spacing and of four of its series. */
+enum { GP_EPOCH, GP_CALLS, GP_RELAUNCHED, GP_TASK_MS, GP_LAMBDAS, GP_N };
+
+static bool read_graph_profile(const char *dir, graph_profile *g, bv_error *err)
+{
+    static const char *const series[GP_N] = {NULL, "lambda_invocations", "lambda_relaunches",
+                                             "lambda_task_ms", "lambdas"};
+    char path[4200];
+    char *text = NULL;
+    size_t len = 0;
+    uint64_t max = 0;
+    bv_json r;
+    snprintf(path, sizeof path, "%s/result.json", dir);
+    if (bv_input_limit("BIVOUAC_MAX_PROFILE_BYTES", (uint64_t)1 << 30, &max, err) != BV_OK ||
+        bv_input_read(path, max, "a profile", "BIVOUAC_MAX_PROFILE_BYTES", &text, &len,
+                      err) != BV_OK)
+        return false;
+    bool ok = bv_json_parse(text, len, &r);
+    free(text);
+    if (!ok) {
+        bv_error_set(err, BV_ERR_INVALID, "%s: not JSON", path);
+        return false;
+    }
+    double gs = bv_json_num(&r, "graph_servers"), iv = bv_json_num(&r, "intervals"),
+           calls = bv_json_num(&r, "lambda_invocations");
+    bv_json_free(&r);
+    if (!(gs >= 1) || !(iv >= 1) || !(calls > 0)) {
+        bv_error_set(err, BV_ERR_INVALID, "%s: not the result of a graph run on functions "
+                     "(no graph_servers, intervals or lambda_invocations)", path);
+        return false;
+    }
+    g->graph_servers = (int)gs;
+    g->intervals = (int)iv;
+    snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+    if (bv_input_read(path, max, "a profile", "BIVOUAC_MAX_PROFILE_BYTES", &text, &len,
+                      err) != BV_OK)
+        return false;
+    double *v[GP_N] = {NULL};
+    size_t n[GP_N] = {0}, cap[GP_N] = {0};
+    double last = NAN;
+    for (char *line = text, *next; ok && line < text + len; line = next + 1) {
+        next = memchr(line, '\n', (size_t)(text + len - line));
+        if (!next)
+            next = text + len;
+        bv_json j;
+        if (next == line || !bv_json_parse(line, (size_t)(next - line), &j))
+            continue;
+        const char *name = bv_json_str(&j, "series");
+        int k = -1;
+        double x = NAN;
+        if (!name && !bv_json_get(&j, "event") && isfinite(bv_json_num(&j, "train_loss"))) {
+            double t = bv_json_num(&j, "seconds");
+            if (isfinite(last) && isfinite(t)) {
+                k = GP_EPOCH;
+                x = t - last;
+            }
+            last = t;
+        }
+        for (int i = 1; name && i < GP_N; i++)
+            if (strcmp(name, series[i]) == 0) {
+                k = i;
+                x = bv_json_num(&j, "value");
+            }
+        if (k >= 0 && isfinite(x) && (ok = bv_grow((void **)&v[k], &cap[k], n[k], sizeof *v[k], 64)))
+            v[k][n[k]++] = x;
+        bv_json_free(&j);
+    }
+    free(text);
+    if (!ok)
+        bv_error_set(err, BV_ERR_NOMEM, "out of memory");
+    double med[GP_N];
+    for (int i = 0; i < GP_N; i++) {
+        med[i] = n[i] ? bv_median(v[i], n[i]) : NAN;
+        free(v[i]);
+    }
+    if (ok && (!(med[GP_EPOCH] > 0) || !(med[GP_TASK_MS] > 0) || !(med[GP_LAMBDAS] >= 1) ||
+               !(med[GP_CALLS] > 0))) {
+        bv_error_set(err, BV_ERR_INVALID, "%s: needs two epochs or more, with the series "
+                     "lambda_task_ms, lambdas and lambda_invocations", path);
+        ok = false;
+    }
+    g->epoch = med[GP_EPOCH];
+    g->task = med[GP_TASK_MS] / 1e3;
+    g->lambdas = med[GP_LAMBDAS];
+    g->calls = med[GP_CALLS] - (isfinite(med[GP_RELAUNCHED]) ? med[GP_RELAUNCHED] : 0);
+    return ok;
+}
+
 static const bv_opt_value *user_set(const bv_opts *o, const char *name)
 {
     const bv_opt_value *v = bv_opts_find(o, name);
@@ -101,6 +199,44 @@ static const bv_opt_value *user_set(const bv_opts *o, const char *name)
 static double allreduce_seconds(const bv_sim_model *m, int d)
 {
     return d > 1 ? 2.0 * (d - 1) / d * m->allreduce_mb * 8e-3 / m->bandwidth_gbps : 0;
+}
+
+/* simulate.profile for a graph run: the figures its directory gives where the section
+ * sets none, scaled from the profiled run's G0 graph servers and I0 intervals to the
+ * experiment's G and I (docs/simulation.md, "Graph runs"): a server's graph work by
+ * G0 / G, a task (its rows) by G0 I0 / (G I); its task time is the mean measured at L0
+ * functions, taken back to full speed by the capacity (L0 / lambda_capacity beyond it);
+ * the tensor stages are the invocations made once per epoch over G0 I0; the graph work
+ * is what the epoch leaves: epoch - stages ceil(I0 / L0) task. */
+static void graph_from_profile(const bv_experiment *x, bv_sim_model *m, bv_diag *diag)
+{
+    const bv_opts *s = &x->simulate;
+    const char *dir = bv_opts_str(s, "profile");
+    if (!dir || !dir[0])
+        return;
+    graph_profile p;
+    bv_error err = {0};
+    snprintf(m->profile, sizeof m->profile, "%s", dir);
+    if (!read_graph_profile(dir, &p, &err)) {
+        bv_diag_add(diag, bv_experiment_value_pos(s, "profile", bv_node_get(x->root, "simulate")),
+                    "simulate.profile: %s", err.msg);
+        return;
+    }
+    if (m->intervals < 1) /* engine.intervals left to the engine: the profiled run's */
+        m->intervals = p.intervals;
+    double slow = m->lambda_capacity > 0 && p.lambdas > m->lambda_capacity
+                      ? p.lambdas / m->lambda_capacity : 1;
+    double task = p.task / slow;
+    int stages = (int)lround(p.calls / ((double)p.intervals * p.graph_servers));
+    double graph = fmax(0, p.epoch - stages * ceil(p.intervals / p.lambdas) * p.task);
+    double g = (double)p.graph_servers / (m->graph_servers > 0 ? m->graph_servers : 1);
+    double rows = g * p.intervals / m->intervals;
+    if (!user_set(s, "task_seconds"))
+        m->task_seconds = task * rows;
+    if (!user_set(s, "tensor_stages"))
+        m->tensor_stages = stages;
+    if (!user_set(s, "graph_seconds"))
+        m->graph_seconds = graph * g;
 }
 
 /* A graph run's model: the `simulate:` section's graph figures, the cluster's servers,
@@ -129,9 +265,11 @@ static bv_status graph_model_load(const bv_experiment *x, bv_sim_model *m, bv_di
         .zones = 1,
     };
     size_t before = diag->count;
+    graph_from_profile(x, m, diag);
     if (!(m->task_seconds > 0) || m->tensor_stages < 1)
         bv_diag_add(diag, section ? &section->pos : NULL, "simulate: a graph run needs "
-                    "task_seconds and tensor_stages (and graph_seconds: docs/simulation.md)");
+                    "task_seconds and tensor_stages (and graph_seconds: docs/simulation.md), "
+                    "or a profile (a graph run's directory)");
     if (m->intervals < 1)
         bv_diag_add(diag, bv_experiment_value_pos(&x->engine, "intervals",
                                                   bv_node_get(x->root, "engine")),

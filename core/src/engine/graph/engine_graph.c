@@ -1007,6 +1007,11 @@ bool bv_stage_read_across_edges(const bv_graph_engine *e, size_t s)
     return false;
 }
 
+int bv_graph_engine_intervals(const bv_graph_engine *e)
+{
+    return e->cfg.intervals;
+}
+
 bv_graph_boundary bv_graph_engine_boundary(const bv_graph_engine *e)
 {
     bv_graph_boundary b = {.parts = e->ngs, .edge_cut = e->edge_cut,

@@ -163,6 +163,9 @@ typedef struct bv_graph_boundary {
     int64_t measured_bytes, predicted_bytes;
 } bv_graph_boundary;
 bv_graph_boundary bv_graph_engine_boundary(const bv_graph_engine *e);
+/* The vertex intervals of each graph server's part (engine.intervals, or the count the
+ * engine chose). */
+int bv_graph_engine_intervals(const bv_graph_engine *e);
 
 /* A gated training pass (cfg.gate_ops), as the graph servers measured it: the tasks the
  * gate held, the most epochs between a forward gather's epoch and the oldest neighbour

@@ -493,6 +493,9 @@ static void result(bv_engine *g, const bv_history *h, bv_run_result *res)
     bv_result_add(res, "dataset_mb", (double)bv_graph_dataset_bytes(g->data) / 1048576.0,
                   false, 0);
     bv_graph_boundary b = bv_graph_engine_boundary(g->engine);
+    /* the layout, which a simulation's profile scales from (docs/simulation.md) */
+    bv_result_add(res, "graph_servers", b.parts, true, 0);
+    bv_result_add(res, "intervals", bv_graph_engine_intervals(g->engine), true, 0);
     if (b.parts > 1) { /* several graph servers: what crossed between them */
         bv_result_add(res, "edge_cut", (double)b.edge_cut, true, 0);
         bv_result_add(res, "boundary_bytes_per_epoch", (double)b.measured_bytes, true, 0);
