@@ -12,6 +12,40 @@
 #include "sim.h"
 #include "sorted.h"
 
+/* A profile's DIR/result.json, parsed into r (path: its name); *max: the size limit of
+ * the profile's files (BIVOUAC_MAX_PROFILE_BYTES). */
+static bool read_result(const char *dir, char *path, size_t len, uint64_t *max, bv_json *r,
+                        bv_error *err)
+{
+    char *text = NULL;
+    size_t n = 0;
+    snprintf(path, len, "%s/result.json", dir);
+    if (bv_input_limit("BIVOUAC_MAX_PROFILE_BYTES", (uint64_t)1 << 30, max, err) != BV_OK ||
+        bv_input_read(path, *max, "a profile", "BIVOUAC_MAX_PROFILE_BYTES", &text, &n,
+                      err) != BV_OK)
+        return false;
+    bool ok = bv_json_parse(text, n, r);
+    free(text);
+    if (!ok)
+        bv_error_set(err, BV_ERR_INVALID, "%s: not JSON", path);
+    return ok;
+}
+
+/* The next line of metrics.jsonl's text [*at, end) that parses as JSON, into j (freed by
+ * the caller); false at the end. */
+static bool next_record(char **at, const char *end, bv_json *j)
+{
+    while (*at < end) {
+        char *line = *at, *next = memchr(line, '\n', (size_t)(end - line));
+        if (!next)
+            next = (char *)end;
+        *at = next + 1;
+        if (next != line && bv_json_parse(line, (size_t)(next - line), j))
+            return true;
+    }
+    return false;
+}
+
 static bool read_profile(const char *dir, bv_sim_profile *p, bv_error *err)
 {
     char path[4200];
@@ -19,17 +53,9 @@ static bool read_profile(const char *dir, bv_sim_profile *p, bv_error *err)
     size_t len = 0;
     bv_json r;
     uint64_t max = 0;
-    snprintf(path, sizeof path, "%s/result.json", dir);
-    if (bv_input_limit("BIVOUAC_MAX_PROFILE_BYTES", (uint64_t)1 << 30, &max, err) != BV_OK ||
-        bv_input_read(path, max, "a profile", "BIVOUAC_MAX_PROFILE_BYTES", &text, &len,
-                      err) != BV_OK)
+    bool ok;
+    if (!read_result(dir, path, sizeof path, &max, &r, err))
         return false;
-    bool ok = bv_json_parse(text, len, &r);
-    free(text);
-    if (!ok) {
-        bv_error_set(err, BV_ERR_INVALID, "%s: not JSON", path);
-        return false;
-    }
     double failovers = bv_json_num(&r, "failovers"), stages = bv_json_num(&r, "pipeline_stages"),
            pipelines = bv_json_num(&r, "pipelines"), batch = bv_json_num(&r, "batch");
     p->failover = failovers > 0 ? bv_json_num(&r, "failover_seconds") / failovers : NAN;
@@ -51,13 +77,8 @@ static bool read_profile(const char *dir, bv_sim_profile *p, bv_error *err)
     double *normal = NULL, *slow = NULL;
     double last = 0, degraded = 0;
     ok = true;
-    for (char *line = text, *next; ok && line < text + len; line = next + 1) {
-        next = memchr(line, '\n', (size_t)(text + len - line));
-        if (!next)
-            next = text + len;
-        bv_json j;
-        if (next == line || !bv_json_parse(line, (size_t)(next - line), &j))
-            continue;
+    bv_json j;
+    for (char *at = text; ok && next_record(&at, text + len, &j);) {
         const char *series = bv_json_str(&j, "series");
         double t = bv_json_num(&j, "seconds");
         if (series && strcmp(series, "stages_degraded") == 0)
@@ -112,17 +133,9 @@ static bool read_graph_profile(const char *dir, graph_profile *g, bv_error *err)
     size_t len = 0;
     uint64_t max = 0;
     bv_json r;
-    snprintf(path, sizeof path, "%s/result.json", dir);
-    if (bv_input_limit("BIVOUAC_MAX_PROFILE_BYTES", (uint64_t)1 << 30, &max, err) != BV_OK ||
-        bv_input_read(path, max, "a profile", "BIVOUAC_MAX_PROFILE_BYTES", &text, &len,
-                      err) != BV_OK)
+    bool ok = true;
+    if (!read_result(dir, path, sizeof path, &max, &r, err))
         return false;
-    bool ok = bv_json_parse(text, len, &r);
-    free(text);
-    if (!ok) {
-        bv_error_set(err, BV_ERR_INVALID, "%s: not JSON", path);
-        return false;
-    }
     double gs = bv_json_num(&r, "graph_servers"), iv = bv_json_num(&r, "intervals"),
            calls = bv_json_num(&r, "lambda_invocations");
     bv_json_free(&r);
@@ -140,13 +153,8 @@ static bool read_graph_profile(const char *dir, graph_profile *g, bv_error *err)
     double *v[GP_N] = {NULL};
     size_t n[GP_N] = {0}, cap[GP_N] = {0};
     double last = NAN;
-    for (char *line = text, *next; ok && line < text + len; line = next + 1) {
-        next = memchr(line, '\n', (size_t)(text + len - line));
-        if (!next)
-            next = text + len;
-        bv_json j;
-        if (next == line || !bv_json_parse(line, (size_t)(next - line), &j))
-            continue;
+    bv_json j;
+    for (char *at = text; ok && next_record(&at, text + len, &j);) {
         const char *name = bv_json_str(&j, "series");
         int k = -1;
         double x = NAN;
@@ -163,7 +171,8 @@ static bool read_graph_profile(const char *dir, graph_profile *g, bv_error *err)
                 k = i;
                 x = bv_json_num(&j, "value");
             }
-        if (k >= 0 && isfinite(x) && (ok = bv_grow((void **)&v[k], &cap[k], n[k], sizeof *v[k], 64)))
+        if (k >= 0 && isfinite(x) &&
+            (ok = bv_grow((void **)&v[k], &cap[k], n[k], sizeof *v[k], 64)))
             v[k][n[k]++] = x;
         bv_json_free(&j);
     }
