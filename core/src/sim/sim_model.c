@@ -53,7 +53,6 @@ static bool read_profile(const char *dir, bv_sim_profile *p, bv_error *err)
     size_t len = 0;
     bv_json r;
     uint64_t max = 0;
-    bool ok;
     if (!read_result(dir, path, sizeof path, &max, &r, err))
         return false;
     double failovers = bv_json_num(&r, "failovers"), stages = bv_json_num(&r, "pipeline_stages"),
@@ -76,7 +75,7 @@ static bool read_profile(const char *dir, bv_sim_profile *p, bv_error *err)
     size_t n = 0, ncap = 0, nd = 0, dcap = 0;
     double *normal = NULL, *slow = NULL;
     double last = 0, degraded = 0;
-    ok = true;
+    bool ok = true;
     bv_json j;
     for (char *at = text; ok && next_record(&at, text + len, &j);) {
         const char *series = bv_json_str(&j, "series");
