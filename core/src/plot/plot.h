@@ -35,6 +35,7 @@ typedef struct bv_plot_run {
     char experiment[160]; /* from result.json, or the label */
     char title[320];      /* "quickstart: gcn on synthetic-communities, seed 42" */
     char index[16];       /* "epoch" or "step" */
+    bool simulated;       /* written by bivouac simulate: its time is the simulation's */
     bv_plot_series *series;
     size_t nseries;
     struct bv_plot_run *parts; /* seed-N/ of a --repeat run */

@@ -202,6 +202,8 @@ static void read_result(bv_plot_run *run)
         const char *x = bv_json_str(&v, "experiment"), *m = bv_json_str(&v, "model"),
                    *d = bv_json_str(&v, "dataset");
         double seed = bv_json_num(&v, "seed"), repeat = bv_json_num(&v, "repeat");
+        const bv_json *sim = bv_json_get(&v, "simulated");
+        run->simulated = sim && sim->type == BV_JSON_BOOL && sim->number != 0;
         if (x)
             snprintf(run->experiment, sizeof run->experiment, "%s", x);
         if (m && d && x && !isnan(repeat))

@@ -358,9 +358,18 @@ void bv_plot_size(int npanels, const bv_plot_options *o, int *width, int *height
     *height = TITLE_H + rows * PANEL_H;
 }
 
-static const char *x_label(const char *index, const bv_plot_options *o)
+/* The x axis of runs[0 .. n): their unit, or their time: a simulated run's is the
+ * simulation's clock. */
+static const char *x_label(const bv_plot_run *runs, size_t n, const bv_plot_options *o)
 {
-    return o->x == BV_PLOT_X_TIME ? "wall time (s)" : index[0] ? index : "unit";
+    if (o->x != BV_PLOT_X_TIME)
+        return runs[0].index[0] ? runs[0].index : "unit";
+    size_t simulated = 0;
+    for (size_t r = 0; r < n; r++)
+        simulated += runs[r].simulated;
+    return simulated == 0   ? "wall time (s)"
+           : simulated == n ? "simulated time (s)"
+                            : "wall or simulated time (s)";
 }
 
 /* Renders the panels onto one surface: title, then the grid of panels. */
@@ -533,7 +542,7 @@ bv_status bv_plot_draw_run(const bv_plot_run *run, const bv_plot_options *o,
                                        strncmp(s->name, "test_", 5) == 0, false,
                                        legends[nleg++]};
     }
-    bv_status st = write_files(panels, np, o, run->title, x_label(run->index, o), png_path,
+    bv_status st = write_files(panels, np, o, run->title, x_label(run, 1, o), png_path,
                                svg_path, err);
     free(panels);
     free(legends);
@@ -640,7 +649,7 @@ bv_status bv_plot_draw_compare(const bv_plot_run *runs, size_t n, const bv_plot_
                                     runs[r].label);
         }
     if (st == BV_OK)
-        st = write_files(panels, np, o, title, x_label(runs[0].index, o), png_path, svg_path,
+        st = write_files(panels, np, o, title, x_label(runs, n, o), png_path, svg_path,
                          err);
     free(panels);
     free(legends);
