@@ -9,6 +9,7 @@
 #include "bivouac/log.h"
 #include "bivouac/wire.h"
 #include "clock.h"
+#include "grow.h"
 
 #define STEP_BYTES 8
 
@@ -291,14 +292,8 @@ static bv_status take(bv_stage_link *l, int timeout_ms, stashed *s, bv_error *er
 
 static bv_status stash_push(bv_stage_link *l, const stashed *s, bv_error *err)
 {
-    if (l->nstash == l->cap) {
-        size_t cap = l->cap ? 2 * l->cap : 16;
-        stashed *n = realloc(l->stash, cap * sizeof *n);
-        if (!n)
-            return bv_error_set(err, BV_ERR_NOMEM, "out of memory for early messages");
-        l->stash = n;
-        l->cap = cap;
-    }
+    if (!bv_grow((void **)&l->stash, &l->cap, l->nstash, sizeof *l->stash, 16))
+        return bv_error_set(err, BV_ERR_NOMEM, "out of memory for early messages");
     l->stash[l->nstash++] = *s;
     return BV_OK;
 }
