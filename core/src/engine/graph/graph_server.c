@@ -1062,13 +1062,14 @@ static bv_status gs_epoch(graph_server *gs, const bv_task_hdr *cmd, bv_task_hdr 
             bv_gs_first_reader(e, s) && (rc = bv_gs_exchange(gs, cmd, v, false, err)) != BV_OK)
             break;
         switch (e->stages[s]->kind) {
-        case BV_STAGE_GATHER:
-            if (v < 0 && !e->stages[s]->weighted && gs->features_gathered == gs->act[s])
-                break; /* Â X of the first pass */
-            bv_gs_gather_rows(gs, s, 0, e->cfg.data->num_nodes);
-            if (v < 0 && !e->stages[s]->weighted)
+        case BV_STAGE_GATHER: {
+            bool fixed = v < 0 && !e->stages[s]->weighted; /* Â X: kept from the first pass */
+            if (!fixed || gs->features_gathered != gs->act[s])
+                bv_gs_gather_rows(gs, s, 0, e->cfg.data->num_nodes);
+            if (fixed)
                 gs->features_gathered = gs->act[s];
             break;
+        }
         case BV_STAGE_EDGE: rc = bv_gs_edge_pass(gs, s, cmd, &bv_gs_apply_edge, err); break;
         case BV_STAGE_TENSOR: rc = gs_run_tasks(gs, s, cmd, &bv_gs_apply_vertex, NULL, err); break;
         }

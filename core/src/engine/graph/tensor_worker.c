@@ -536,6 +536,26 @@ static bv_status tw_forward(tensor_worker *w, const bv_role_msg *m, bv_error *er
     return st;
 }
 
+/* Stage h->stage's backward from dout: its weight gradients in w->grads (sent to the
+ * parameter server by a tensor worker; a function worker's go with its result,
+ * tw_result_grads) and d(input) in din, added into the graph server's rows din_to when
+ * the task names them (rows of one interval: no other task adds to them). */
+static bv_status tw_apply_backward(tensor_worker *w, const bv_task_hdr *h,
+                                   const bv_task_ctx *ctx, const float *in, const float *out,
+                                   const float *dout, float *din, float *din_to,
+                                   const bv_task_hdr *reply, bv_error *err)
+{
+    memset(w->grads, 0, w->e->param_floats * sizeof(float));
+    bv_status st = w->e->cfg.model_ops->tensor_backward(w->e->cfg.model, (size_t)h->stage, ctx,
+                                                        in, out, dout, din, w->grad_ptrs, err);
+    if (st == BV_OK && !w->function)
+        st = tw_send_grads(w, reply, err);
+    if (st == BV_OK && din && din_to)
+        w->e->cfg.compute_ops->axpy(w->compute, h->rows * w->e->stages[h->stage]->in_dim, 1.0f,
+                                    din, din_to);
+    return st;
+}
+
 static bv_status tw_backward(tensor_worker *w, const bv_role_msg *m, bv_error *err)
 {
     const bv_task_hdr *h = &m->hdr;
@@ -568,21 +588,15 @@ static bv_status tw_backward(tensor_worker *w, const bv_role_msg *m, bv_error *e
     float *redone = remat ? tw_buffer(w, TW_BUF_REDONE, out_bytes + sizeof(float)) : NULL;
     if ((s->needs_input_grad && !din) || (remat && !redone))
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory in backward of %s", s->name);
-    memset(w->grads, 0, w->e->param_floats * sizeof(float));
     bv_task_ctx ctx = tw_ctx(w, h);
     ctx.sparse_in = tw_sparse_input(w, h);
     if (remat)
         st = w->e->cfg.model_ops->tensor_forward(w->e->cfg.model, (size_t)h->stage, &ctx, in,
                                                  redone, err);
-    if (st == BV_OK)
-        st = w->e->cfg.model_ops->tensor_backward(w->e->cfg.model, (size_t)h->stage, &ctx, in,
-                                                  remat ? redone : out, dout, din, w->grad_ptrs,
-                                                  err);
     bv_task_hdr reply = reply_hdr(w, h);
-    if (st == BV_OK && !w->function)
-        st = tw_send_grads(w, &reply, err);
-    if (st == BV_OK && din && din_to) /* rows of one interval: no other task adds to them */
-        w->e->cfg.compute_ops->axpy(w->compute, h->rows * s->in_dim, 1.0f, din, din_to);
+    if (st == BV_OK)
+        st = tw_apply_backward(w, h, &ctx, in, remat ? redone : out, dout, din, din_to, &reply,
+                               err);
     const void *grads;
     size_t grad_bytes = tw_result_grads(w, &grads);
     if (st == BV_OK)
@@ -695,13 +709,7 @@ static bv_status tw_fused(tensor_worker *w, const bv_role_msg *m, bv_error *err)
     const void *grads = NULL;
     size_t grad_bytes = 0;
     if (st == BV_OK && h->training) {
-        memset(w->grads, 0, w->e->param_floats * sizeof(float));
-        st = w->e->cfg.model_ops->tensor_backward(w->e->cfg.model, (size_t)h->stage, &ctx, in,
-                                                  out, dout, din, w->grad_ptrs, err);
-        if (st == BV_OK && !w->function)
-            st = tw_send_grads(w, &reply, err);
-        if (st == BV_OK && din && din_to)
-            w->e->cfg.compute_ops->axpy(w->compute, h->rows * s->in_dim, 1.0f, din, din_to);
+        st = tw_apply_backward(w, h, &ctx, in, out, dout, din, din_to, &reply, err);
         grad_bytes = tw_result_grads(w, &grads);
     }
     if (st == BV_OK)
