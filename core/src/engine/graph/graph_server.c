@@ -876,10 +876,9 @@ void bv_gs_gather_backward(graph_server *gs, size_t s)
                                gs->dact[st->weights_stage]);
 }
 
-/* Gradient arrays exist only while the backward pass needs them: dact[x] from the first
- * stage that adds to it until stage x has used it, so a large graph never holds every
- * stage's gradient at once (small ones wait for the next pass: bv_gs_drop_grad). Zeroed
- * when made: every producer adds. */
+/* dact[x] is made (or taken from spare_grad) when the first stage that adds to it needs
+ * it, and dropped when stage x has used it (kept for the next pass: bv_gs_drop_grad).
+ * Zeroed when made: every producer adds. */
 size_t bv_gs_stage_bytes(const graph_server *gs, size_t s)
 {
     return (size_t)(stage_rows(gs, s) * gs->e->stages[s]->out_dim) * sizeof(float);
@@ -906,20 +905,20 @@ bv_status bv_gs_ensure_grad(graph_server *gs, int s, bv_error *err)
     return BV_OK;
 }
 
-/* A gradient array of at most BV_GS_SPARE_GRAD_BYTES is kept for the next pass instead:
- * mapping and zeroing it afresh every pass cost the PubMed-sized GCN a fifth of its epoch
- * (four arrays of 0.2-1.3 MB), while the arrays of a large graph (tens to hundreds of MB
- * each; kept, the 1M-vertex GCN's two 32 MB ones raised its peak by 57 MB for no time)
- * are given back as soon as they are used. */
-#define BV_GS_SPARE_GRAD_BYTES (8u << 20)
-
+/* A gradient array is kept for the next pass once it has been used, not given back.
+ * Mapping and zeroing it afresh every pass cost the PubMed-sized GCN a fifth of its epoch
+ * (four arrays of 0.2-1.3 MB); on a VM whose balloon reports free pages to its host
+ * (virtio-balloon free page reporting), memory given back and touched again ~2 s later
+ * faults in at 0.7 GB/s instead of 6: the 1M-vertex GAT's 1.5 GB of gradient arrays an
+ * epoch were a quarter of its time (9.3 -> 7.0 s). Kept, they raise its peak by 5 %
+ * (3.80 -> 3.99 GB; the 1M-vertex GCN's by 64 MB): the backward pass, where the peak is,
+ * holds most of them at once anyway. With a backend's memory every one is kept too:
+ * giving device memory back waits for the whole device, and taking it again costs its
+ * pages' first touch (docs/cuda.md). */
 void bv_gs_drop_grad(graph_server *gs, size_t s)
 {
     gs->e->shared[bv_shared_dact(s)] = (bv_shared_array){NULL, 0};
-    /* With a backend's memory every one is kept: giving device memory back waits for the
-     * whole device, and taking it again costs its pages' first touch (docs/cuda.md). */
-    if (!gs->e->shm && gs->dact[s] && !gs->spare_grad[s] &&
-        (bv_gs_stage_bytes(gs, s) <= BV_GS_SPARE_GRAD_BYTES || gs->e->cfg.compute_ops->mem_alloc))
+    if (!gs->e->shm && gs->dact[s] && !gs->spare_grad[s])
         gs->spare_grad[s] = gs->dact[s];
     else if (!gs->e->shm)
         bv_free_aligned(gs->dact[s]);

@@ -15,7 +15,7 @@ typedef struct graph_server {
     float **act;  /* per stage output: num_nodes x out_dim (EDGE: nnz(A + I) x out_dim) */
     float **dact; /* per stage d(output), accumulated over the stages that read it */
     float **spare_grad; /* per stage: its dropped gradient array, kept for the next pass
-                           (small ones, or all with a backend's memory: bv_gs_drop_grad) */
+                           (bv_gs_drop_grad) */
     float *scratch; /* num_nodes x widest vertex array, for ∇GA */
     /* Edge passes (bv_gs_edge_pass): every vertex's attention inputs, packed, and with
      * shared arrays the slots of partial d(inputs) the backward tasks write; edge_width
