@@ -264,6 +264,23 @@ typedef struct bv_compute_ops {
     void (*zero)(bv_compute *c, int64_t n, float *x);
     void (*copy_rows)(bv_compute *c, int64_t rows, int64_t cols, const float *x, int64_t ldx,
                       float *y, int64_t ldy, bool add);
+
+    /* ---- ABI 1.18: that product for a model with heads on a dense input (optional) ----
+     * What spmm_dropout_heads (and its gradient) give, to the bit, for a CSR holding every
+     * element of the dense rows x cols input a (row stride lda) in column order: each head
+     * with its own mask over a, in one sweep over a instead of, per head, a dropout pass
+     * and a gemm (GAT's per-head input dropout). */
+    void (*dense_dropout_heads)(bv_compute *c, int64_t rows, int64_t cols, const float *a,
+                                int64_t lda, float p, uint64_t seed, uint64_t stream,
+                                uint64_t offset, uint64_t head_stride, int64_t row_stride,
+                                int heads, const float *x, int64_t ldx, int64_t f, float *y,
+                                int64_t ldy);
+    void (*dense_dropout_heads_backward_x)(bv_compute *c, int64_t rows, int64_t cols,
+                                           const float *a, int64_t lda, float p, uint64_t seed,
+                                           uint64_t stream, uint64_t offset,
+                                           uint64_t head_stride, int64_t row_stride, int heads,
+                                           const float *dy, int64_t lddy, int64_t f, float *dx,
+                                           int64_t lddx);
 } bv_compute_ops;
 
 /* zero, or a memset where the back end has none. */

@@ -42,9 +42,10 @@ extern "C" {
  *   1.16: bv_task_ctx.scratch and scratch_owner, bv_task_temp (model.h): a task's
  *        temporaries in buffers its caller keeps.
  *   1.17: bv_compute_ops.zero and copy_rows, bv_zero and bv_copy_rows (compute.h):
- *        zeroing and copying where the backend's memory lies. */
+ *        zeroing and copying where the backend's memory lies.
+ *   1.18: bv_compute_ops.dense_dropout_heads and its gradient (compute.h). */
 #define BV_ABI_MAJOR 1
-#define BV_ABI_MINOR 17
+#define BV_ABI_MINOR 18
 
 typedef enum bv_plugin_kind {
     BV_KIND_MODEL = 1,

@@ -238,6 +238,8 @@ static const bv_compute_ops cpu_ops = {
     .spmm_dropout_backward_x = cpu_spmm_dropout_backward_x,
     .spmm_dropout_heads = cpu_spmm_dropout_heads,
     .spmm_dropout_heads_backward_x = cpu_spmm_dropout_heads_backward_x,
+    .dense_dropout_heads = cpu_dense_dropout_heads,
+    .dense_dropout_heads_backward_x = cpu_dense_dropout_heads_backward_x,
 };
 
 static const bv_plugin cpu_plugin = {

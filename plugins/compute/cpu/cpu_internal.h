@@ -259,6 +259,16 @@ void cpu_spmm_dropout_heads_backward_x(bv_compute *c, const bv_csr *a, float p, 
                                        uint64_t stream, uint64_t offset, uint64_t head_stride,
                                        int64_t row_stride, int heads, const float *dy,
                                        int64_t lddy, int64_t f, float *dx, int64_t lddx);
+void cpu_dense_dropout_heads(bv_compute *c, int64_t rows, int64_t cols, const float *a,
+                             int64_t lda, float p, uint64_t seed, uint64_t stream,
+                             uint64_t offset, uint64_t head_stride, int64_t row_stride,
+                             int heads, const float *x, int64_t ldx, int64_t f, float *y,
+                             int64_t ldy);
+void cpu_dense_dropout_heads_backward_x(bv_compute *c, int64_t rows, int64_t cols,
+                                        const float *a, int64_t lda, float p, uint64_t seed,
+                                        uint64_t stream, uint64_t offset, uint64_t head_stride,
+                                        int64_t row_stride, int heads, const float *dy,
+                                        int64_t lddy, int64_t f, float *dx, int64_t lddx);
 void cpu_spmm(bv_compute *c, const bv_csr *a, int64_t row_begin, int64_t row_end,
               const float *x, int64_t f, float *y);
 

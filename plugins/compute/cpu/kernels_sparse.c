@@ -134,6 +134,8 @@ typedef struct spmm_dropout_ctx {
     int64_t ldx, f;
     float *y;
     int64_t ldy;
+    const float *dense; /* dense_dropout_heads: the rows x cols input (ld_dense), a NULL */
+    int64_t ld_dense, rows, cols;
 } spmm_dropout_ctx;
 
 /* The dropped-out value of edge k of row i for head h: the mask dropout_forward would give
@@ -142,13 +144,12 @@ typedef struct spmm_dropout_ctx {
  * value's bits or +0 without a branch: taken at random (p = 0.5: half the time), one
  * mispredicted most nonzeros (perf: a fifth of the forward's cycles on the PubMed-sized
  * graph). */
-static inline float kept_value(const spmm_dropout_ctx *s, int64_t i, int64_t k, int h)
+static inline float kept_value_at(const spmm_dropout_ctx *s, int64_t i, int64_t col, float v,
+                                  int h)
 {
-    float v = s->a->values[k];
     if (s->p <= 0.0f)
         return v;
-    uint64_t index = s->offset + (uint64_t)h * s->head_stride +
-                     (uint64_t)(i * s->row_stride + s->a->colidx[k]);
+    uint64_t index = s->offset + (uint64_t)h * s->head_stride + (uint64_t)(i * s->row_stride + col);
     uint64_t z = cpu_mix64(s->key + (index + 1) * CPU_GOLDEN_GAMMA);
     float kept = v * s->scale;
     uint32_t bits;
@@ -158,15 +159,20 @@ static inline float kept_value(const spmm_dropout_ctx *s, int64_t i, int64_t k, 
     return kept;
 }
 
+static inline float kept_value(const spmm_dropout_ctx *s, int64_t i, int64_t k, int h)
+{
+    return kept_value_at(s, i, s->a->colidx[k], s->a->values[k], h);
+}
+
 /* Every head's dropped-out value of edge k of row i, the hashes of 4 heads at a time in
  * 64-bit lanes: the same masks as kept_value, by the exact integer form of u >= p. */
-static inline __attribute__((always_inline)) void kept_values(const spmm_dropout_ctx *s,
-                                                              int64_t i, int64_t k, float *w)
+static inline __attribute__((always_inline)) void kept_values_at(const spmm_dropout_ctx *s,
+                                                                 int64_t i, int64_t col,
+                                                                 float v, float *w)
 {
-    float v = s->a->values[k];
     int h = 0;
     if (s->p > 0.0f) {
-        uint64_t first = s->offset + (uint64_t)(i * s->row_stride + s->a->colidx[k]) + 1;
+        uint64_t first = s->offset + (uint64_t)(i * s->row_stride + col) + 1;
         uint64_t hs = s->head_stride;
         float kept = v * s->scale;
         int32_t bits;
@@ -184,7 +190,13 @@ static inline __attribute__((always_inline)) void kept_values(const spmm_dropout
         }
     }
     for (; h < s->heads; h++)
-        w[h] = kept_value(s, i, k, h);
+        w[h] = kept_value_at(s, i, col, v, h);
+}
+
+static inline __attribute__((always_inline)) void kept_values(const spmm_dropout_ctx *s,
+                                                              int64_t i, int64_t k, float *w)
+{
+    kept_values_at(s, i, s->a->colidx[k], s->a->values[k], w);
 }
 
 /* A dropped value adds w x = 0 x (or -0) to its output row instead of being skipped: the
@@ -415,4 +427,344 @@ void cpu_spmm_dropout_backward_x(bv_compute *c, const bv_csr *a, float p, uint64
 {
     cpu_spmm_dropout_heads_backward_x(c, a, p, seed, stream, offset, 0, row_stride, 1, dy,
                                       lddy, f, dx, lddx);
+}
+
+/* ---- the same products on a dense input (GAT's first layers on dense features) ------- */
+
+/* What spmm_dropout_heads gives, to the bit, for a CSR that holds every element of the
+ * dense rows x cols input in column order: each head's mask drawn per element, each row's
+ * columns added in order. One sweep over the input where the heads' projections were, per
+ * head, a dropout pass writing the dropped input and a gemm reading it back (perf on the
+ * 1M-vertex GAT: those passes and OpenBLAS's packing of a product 8 columns wide were a
+ * quarter of the epoch's cycles). */
+/* Eight heads' kept values of one element in one vector: the hashes' inputs of element
+ * (i, col) of heads 0..7 are at + GAMMA x (0, hs, .., 7 hs), where `at` = key + (offset + i
+ * row_stride + col + 1) GAMMA, so that a row's next column adds GAMMA: the masks of
+ * kept_values_at, in 8 lanes of 64 bits (one AVX-512 multiply each). */
+typedef uint64_t u64x8 __attribute__((vector_size(64)));
+typedef int64_t i64x8 __attribute__((vector_size(64)));
+typedef int32_t i32x8 __attribute__((vector_size(32)));
+
+CPU_VEC_INLINE vec8f kept8(const spmm_dropout_ctx *s, u64x8 at, float v)
+{
+    float kept = v * s->scale;
+    int32_t bits;
+    memcpy(&bits, &kept, sizeof bits);
+    if (!(s->p > 0.0f))
+        return vec8_splat(kept);
+    u64x8 z = at;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z = z ^ (z >> 31);
+    i32x8 keep = __builtin_convertvector((i64x8)((z >> 40) >= s->threshold), i32x8);
+    return (vec8f)(keep & bits);
+}
+
+/* The 8 lanes' offsets GAMMA x h hs, and a row's first `at` */
+CPU_VEC_INLINE u64x8 heads_at(const spmm_dropout_ctx *s)
+{
+    uint64_t hs = s->head_stride;
+    return (u64x8){0, hs, 2 * hs, 3 * hs, 4 * hs, 5 * hs, 6 * hs, 7 * hs} * CPU_GOLDEN_GAMMA;
+}
+
+CPU_VEC_INLINE u64x8 row_at(const spmm_dropout_ctx *s, u64x8 heads, int64_t i, int64_t col)
+{
+    uint64_t first = s->offset + (uint64_t)(i * s->row_stride + col) + 1;
+    return heads + (first * CPU_GOLDEN_GAMMA + s->key);
+}
+
+/* GAT's 8 heads of 8 units: a row's 64 columns as 4 vectors of 16 lanes (two heads each,
+ * one AVX-512 register), each head's kept value spread over its 8 lanes. The same multiply
+ * and add per element as 8 lanes at a time: the same bits. */
+typedef float vec16f __attribute__((vector_size(64)));
+
+CPU_VEC_INLINE vec16f vec16_load(const float *p)
+{
+    vec16f v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+CPU_VEC_INLINE void heads_8x8_add(vec16f acc[4], vec8f w, const float *xr)
+{
+    acc[0] += __builtin_shufflevector(w, w, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1) *
+              vec16_load(xr);
+    acc[1] += __builtin_shufflevector(w, w, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3) *
+              vec16_load(xr + 16);
+    acc[2] += __builtin_shufflevector(w, w, 4, 4, 4, 4, 4, 4, 4, 4, 5, 5, 5, 5, 5, 5, 5, 5) *
+              vec16_load(xr + 32);
+    acc[3] += __builtin_shufflevector(w, w, 6, 6, 6, 6, 6, 6, 6, 6, 7, 7, 7, 7, 7, 7, 7, 7) *
+              vec16_load(xr + 48);
+}
+
+CPU_VEC_INLINE void dense_dropout_rows_8x8(const spmm_dropout_ctx *s, int64_t b, int64_t e)
+{
+    u64x8 heads = heads_at(s);
+    for (int64_t i = b; i < e; i++) {
+        const float *ar = s->dense + i * s->ld_dense;
+        vec16f acc[4] = {{0}, {0}, {0}, {0}};
+        u64x8 at = row_at(s, heads, i, 0);
+        for (int64_t col = 0; col < s->cols; col++, at += CPU_GOLDEN_GAMMA)
+            heads_8x8_add(acc, kept8(s, at, ar[col]), s->x + col * s->ldx);
+        memcpy(s->y + i * s->ldy, acc, sizeof acc);
+    }
+}
+
+/* nv vectors of 8 per row, ph of them per head (compile-time constants); 8 heads take the
+ * one-vector hash, other counts kept_values_at's. */
+CPU_VEC_INLINE void dense_dropout_rows_vec(const spmm_dropout_ctx *s, int64_t b, int64_t e,
+                                           int nv, int ph)
+{
+    bool eight = s->heads == 8;
+    u64x8 heads = heads_at(s);
+    for (int64_t i = b; i < e; i++) {
+        const float *ar = s->dense + i * s->ld_dense;
+        vec8f acc[SPMM_HEADS_VEC];
+        for (int v = 0; v < nv; v++)
+            acc[v] = vec8_splat(0.0f);
+        u64x8 at = row_at(s, heads, i, 0);
+        for (int64_t col = 0; col < s->cols; col++, at += CPU_GOLDEN_GAMMA) {
+            const float *xr = s->x + col * s->ldx;
+            vec8f w;
+            if (eight) {
+                w = kept8(s, at, ar[col]);
+            } else {
+                float wa[SPMM_HEADS_VEC];
+                kept_values_at(s, i, col, ar[col], wa);
+                memcpy(&w, wa, sizeof w);
+            }
+            for (int v = 0; v < nv; v++)
+                acc[v] += vec8_splat(w[v / ph]) * vec8_load(xr + 8 * v, 8);
+        }
+        float *yr = s->y + i * s->ldy;
+        for (int v = 0; v < nv; v++)
+            vec8_store(yr + 8 * v, acc[v], 8);
+    }
+}
+
+CPU_VEC_INLINE void dense_dropout_rows_body(const spmm_dropout_ctx *s, int64_t b, int64_t e)
+{
+    int64_t width = s->f * s->heads;
+    if (s->f == 8 && width <= 8 * SPMM_HEADS_VEC) { /* heads of 8 units (GAT's) */
+        switch (s->heads) { /* constant trip counts, so the vector loops unroll */
+        case 2: dense_dropout_rows_vec(s, b, e, 2, 1); return;
+        case 4: dense_dropout_rows_vec(s, b, e, 4, 1); return;
+        case 8: dense_dropout_rows_8x8(s, b, e); return;
+        default: break;
+        }
+    }
+    for (int64_t i = b; i < e; i++) {
+        float *yr = s->y + i * s->ldy;
+        const float *ar = s->dense + i * s->ld_dense;
+        for (int h = 0; h < s->heads; h++)
+            memset(yr + h * s->f, 0, (size_t)s->f * sizeof *yr);
+        for (int64_t col = 0; col < s->cols; col++)
+            for (int h = 0; h < s->heads; h++)
+                row_axpy(s->f, kept_value_at(s, i, col, ar[col], h),
+                         s->x + col * s->ldx + h * s->f, yr + h * s->f);
+    }
+}
+CPU_DEFINE_DISPATCH(dense_dropout_rows, (const spmm_dropout_ctx *s, int64_t b, int64_t e),
+                    (s, b, e))
+
+/* The gradient with respect to x (the weights), a task per range of their rows (the
+ * input's columns), as spmm_dropout_backward_x_cols: every dx row gets its terms in the
+ * input's row order. Rows go by in blocks whose dy rows stay in the cache while the
+ * task's columns each sum theirs in registers. */
+#define DENSE_ROW_BLOCK 128
+
+CPU_VEC_INLINE void dense_dropout_backward_x_vec(const spmm_dropout_ctx *s, int64_t col_begin,
+                                                 int64_t col_end, int nv, int ph)
+{
+    const float *dy = s->x;
+    float *dx = s->y;
+    int64_t lddy = s->ldx, lddx = s->ldy;
+    bool eight = s->heads == 8;
+    u64x8 heads = heads_at(s);
+    for (int64_t i0 = 0; i0 < s->rows; i0 += DENSE_ROW_BLOCK) {
+        int64_t i1 = i0 + DENSE_ROW_BLOCK < s->rows ? i0 + DENSE_ROW_BLOCK : s->rows;
+        for (int64_t col = col_begin; col < col_end; col++) {
+            float *yr = dx + col * lddx;
+            vec8f acc[SPMM_HEADS_VEC];
+            for (int v = 0; v < nv; v++)
+                acc[v] = vec8_load(yr + 8 * v, 8);
+            u64x8 at = row_at(s, heads, i0, col);
+            const u64x8 row_step = (u64x8){0} + (uint64_t)s->row_stride * CPU_GOLDEN_GAMMA;
+            for (int64_t i = i0; i < i1; i++, at += row_step) {
+                float v0 = s->dense[i * s->ld_dense + col];
+                vec8f w;
+                if (eight) {
+                    w = kept8(s, at, v0);
+                } else {
+                    float wa[SPMM_HEADS_VEC];
+                    kept_values_at(s, i, col, v0, wa);
+                    memcpy(&w, wa, sizeof w);
+                }
+                const float *xr = dy + i * lddy;
+                for (int v = 0; v < nv; v++)
+                    acc[v] += vec8_splat(w[v / ph]) * vec8_load(xr + 8 * v, 8);
+            }
+            for (int v = 0; v < nv; v++)
+                vec8_store(yr + 8 * v, acc[v], 8);
+        }
+    }
+}
+
+CPU_VEC_INLINE void dense_dropout_backward_x_8x8(const spmm_dropout_ctx *s, int64_t col_begin,
+                                                 int64_t col_end)
+{
+    u64x8 heads = heads_at(s);
+    const u64x8 row_step = (u64x8){0} + (uint64_t)s->row_stride * CPU_GOLDEN_GAMMA;
+    for (int64_t i0 = 0; i0 < s->rows; i0 += DENSE_ROW_BLOCK) {
+        int64_t i1 = i0 + DENSE_ROW_BLOCK < s->rows ? i0 + DENSE_ROW_BLOCK : s->rows;
+        for (int64_t col = col_begin; col < col_end; col++) {
+            float *yr = s->y + col * s->ldy;
+            vec16f acc[4];
+            memcpy(acc, yr, sizeof acc);
+            u64x8 at = row_at(s, heads, i0, col);
+            for (int64_t i = i0; i < i1; i++, at += row_step)
+                heads_8x8_add(acc, kept8(s, at, s->dense[i * s->ld_dense + col]),
+                              s->x + i * s->ldx);
+            memcpy(yr, acc, sizeof acc);
+        }
+    }
+}
+
+CPU_VEC_INLINE void dense_dropout_backward_x_body(const spmm_dropout_ctx *s, int64_t col_begin,
+                                                  int64_t col_end)
+{
+    int64_t width = s->f * s->heads;
+    if (s->f == 8 && width <= 8 * SPMM_HEADS_VEC) {
+        switch (s->heads) {
+        case 2: dense_dropout_backward_x_vec(s, col_begin, col_end, 2, 1); return;
+        case 4: dense_dropout_backward_x_vec(s, col_begin, col_end, 4, 1); return;
+        case 8: dense_dropout_backward_x_8x8(s, col_begin, col_end); return;
+        default: break;
+        }
+    }
+    for (int64_t i = 0; i < s->rows; i++)
+        for (int64_t col = col_begin; col < col_end; col++)
+            for (int h = 0; h < s->heads; h++) {
+                float w = kept_value_at(s, i, col, s->dense[i * s->ld_dense + col], h);
+                if (w != 0.0f)
+                    row_axpy(s->f, w, s->x + i * s->ldx + h * s->f,
+                             s->y + col * s->ldy + h * s->f);
+            }
+}
+CPU_DEFINE_DISPATCH(dense_dropout_backward_x,
+                    (const spmm_dropout_ctx *s, int64_t col_begin, int64_t col_end),
+                    (s, col_begin, col_end))
+
+/* The hashes are most of these kernels' work: AVX-512DQ multiplies their 64-bit lanes in
+ * one instruction where AVX2 needs three and a shuffle (no fused multiply-add either way:
+ * ISO C's fp-contract=off keeps every build's bits). */
+#if defined(__GNUC__) && defined(__x86_64__)
+__attribute__((target("avx512f,avx512dq,avx512vl"))) static void
+dense_dropout_rows_avx512(const spmm_dropout_ctx *s, int64_t b, int64_t e)
+{
+    dense_dropout_rows_body(s, b, e);
+}
+__attribute__((target("avx512f,avx512dq,avx512vl"))) static void
+dense_dropout_backward_x_avx512(const spmm_dropout_ctx *s, int64_t col_begin, int64_t col_end)
+{
+    dense_dropout_backward_x_body(s, col_begin, col_end);
+}
+#define DENSE_DROPOUT_ROWS(s, b, e)                                                          \
+    (cpu_has_avx512() ? dense_dropout_rows_avx512(s, b, e) : dense_dropout_rows(s, b, e))
+#define DENSE_DROPOUT_BACKWARD_X(s, b, e)                                                    \
+    (cpu_has_avx512() ? dense_dropout_backward_x_avx512(s, b, e)                             \
+                      : dense_dropout_backward_x(s, b, e))
+#else
+#define DENSE_DROPOUT_ROWS(s, b, e) dense_dropout_rows(s, b, e)
+#define DENSE_DROPOUT_BACKWARD_X(s, b, e) dense_dropout_backward_x(s, b, e)
+#endif
+
+static void dense_dropout_task(void *arg, int tid, int ntasks)
+{
+    const spmm_dropout_ctx *s = arg;
+    int64_t b, e;
+    cpu_split(s->rows, tid, ntasks, &b, &e);
+    if (b < e)
+        DENSE_DROPOUT_ROWS(s, b, e);
+}
+
+static void dense_dropout_backward_x_task(void *arg, int tid, int ntasks)
+{
+    const spmm_dropout_ctx *s = arg;
+    int64_t b, e;
+    cpu_split(s->cols, tid, ntasks, &b, &e);
+    if (b < e)
+        DENSE_DROPOUT_BACKWARD_X(s, b, e);
+}
+
+/* The context of either direction: heads of at most SPMM_HEADS_VEC (the callers split). */
+static spmm_dropout_ctx dense_dropout_setup(int64_t rows, int64_t cols, const float *a,
+                                            int64_t lda, float p, uint64_t seed,
+                                            uint64_t stream, uint64_t offset,
+                                            uint64_t head_stride, int64_t row_stride,
+                                            int heads, const float *x, int64_t ldx, int64_t f,
+                                            float *y, int64_t ldy)
+{
+    spmm_dropout_ctx s = spmm_dropout_setup(NULL, p, seed, stream, offset, head_stride,
+                                            row_stride, heads);
+    s.dense = a;
+    s.ld_dense = lda;
+    s.rows = rows;
+    s.cols = cols;
+    s.x = x;
+    s.ldx = ldx;
+    s.f = f;
+    s.y = y;
+    s.ldy = ldy;
+    return s;
+}
+
+void cpu_dense_dropout_heads(bv_compute *c, int64_t rows, int64_t cols, const float *a,
+                             int64_t lda, float p, uint64_t seed, uint64_t stream,
+                             uint64_t offset, uint64_t head_stride, int64_t row_stride,
+                             int heads, const float *x, int64_t ldx, int64_t f, float *y,
+                             int64_t ldy)
+{
+    if (rows <= 0 || f <= 0 || heads <= 0)
+        return;
+    if (heads > SPMM_HEADS_VEC) {
+        for (int h = 0; h < heads; h += SPMM_HEADS_VEC)
+            cpu_dense_dropout_heads(c, rows, cols, a, lda, p, seed, stream,
+                                    offset + (uint64_t)h * head_stride, head_stride,
+                                    row_stride,
+                                    heads - h < SPMM_HEADS_VEC ? heads - h : SPMM_HEADS_VEC,
+                                    x + h * f, ldx, f, y + h * f, ldy);
+        return;
+    }
+    spmm_dropout_ctx s = dense_dropout_setup(rows, cols, a, lda, p, seed, stream, offset,
+                                             head_stride, row_stride, heads, x, ldx, f, y, ldy);
+    int ntasks = cpu_tasks_for(c, rows * (cols + 1) * f * heads, CPU_GRAIN);
+    if (ntasks > rows)
+        ntasks = (int)rows;
+    cpu_run(c, CPU_TIME_GEMM, ntasks, dense_dropout_task, &s);
+}
+
+void cpu_dense_dropout_heads_backward_x(bv_compute *c, int64_t rows, int64_t cols,
+                                        const float *a, int64_t lda, float p, uint64_t seed,
+                                        uint64_t stream, uint64_t offset, uint64_t head_stride,
+                                        int64_t row_stride, int heads, const float *dy,
+                                        int64_t lddy, int64_t f, float *dx, int64_t lddx)
+{
+    if (rows <= 0 || cols <= 0 || f <= 0 || heads <= 0)
+        return;
+    if (heads > SPMM_HEADS_VEC) {
+        for (int h = 0; h < heads; h += SPMM_HEADS_VEC)
+            cpu_dense_dropout_heads_backward_x(
+                c, rows, cols, a, lda, p, seed, stream, offset + (uint64_t)h * head_stride,
+                head_stride, row_stride, heads - h < SPMM_HEADS_VEC ? heads - h : SPMM_HEADS_VEC,
+                dy + h * f, lddy, f, dx + h * f, lddx);
+        return;
+    }
+    spmm_dropout_ctx s = dense_dropout_setup(rows, cols, a, lda, p, seed, stream, offset,
+                                             head_stride, row_stride, heads, dy, lddy, f, dx,
+                                             lddx);
+    int ntasks = cpu_tasks_for(c, rows * (cols + 1) * f * heads, CPU_GRAIN);
+    if (ntasks > cols)
+        ntasks = (int)cols;
+    cpu_run(c, CPU_TIME_GEMM, ntasks, dense_dropout_backward_x_task, &s);
 }

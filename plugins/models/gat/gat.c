@@ -228,6 +228,22 @@ static bool gat_sparse_fused(const bv_task_ctx *ctx, int l)
            ctx->k->spmm_dropout_heads_backward_x;
 }
 
+/* Several heads on a dense input (compute ABI 1.18), training with dropout: every head's
+ * dropout_h(a) W_h in one sweep over a, with the masks of the pass per head below. One
+ * head keeps its dropout pass and gemm: there is nothing to share. */
+static bool gat_dense_fused(const bv_model *m, const bv_task_ctx *ctx, int l)
+{
+    return !gat_sparse(ctx, l) && m->heads[l] > 1 && ctx->training && m->dropout > 0 &&
+           ctx->k->dense_dropout_heads && ctx->k->dense_dropout_heads_backward_x;
+}
+
+/* The dropped input x_h of av_project_head, made per head (and so a temporary) */
+static bool gat_needs_x(const bv_model *m, const bv_task_ctx *ctx, int l)
+{
+    return !gat_sparse(ctx, l) && !gat_dense_fused(m, ctx, l) && ctx->training &&
+           m->dropout > 0;
+}
+
 /* x_h = dropout_h(a); Z_h = x_h W_h (head h's columns of Z) */
 static void av_project_head(const bv_model *m, int l, size_t stage, const bv_task_ctx *ctx,
                             int h, const float *a, float *x, float *zb)
@@ -251,7 +267,8 @@ static void av_project_head(const bv_model *m, int l, size_t stage, const bv_tas
                  0.0f, zb + h * hd, z);
 }
 
-/* Every head's x_h and Z_h (zb): one call on sparse features when the back end has it. */
+/* Every head's x_h and Z_h (zb): one call without dropout, or on sparse features or several
+ * heads of a dense input when the back end has it. */
 static void av_project(const bv_model *m, int l, size_t stage, const bv_task_ctx *ctx,
                        const float *a, float *x, float *zb)
 {
@@ -264,6 +281,19 @@ static void av_project(const bv_model *m, int l, size_t stage, const bv_task_ctx
                                    z);
         return;
     }
+    const float *W = ctx->params[l * P_PER_LAYER + P_W];
+    if (!gat_sparse(ctx, l) && !(ctx->training && m->dropout > 0)) { /* no dropout: Z = a W */
+        ctx->k->gemm(ctx->compute, false, false, ctx->rows, z, w, 1.0f, a, w, W, z, 0.0f, zb,
+                     z);
+        return;
+    }
+    if (gat_dense_fused(m, ctx, l)) {
+        ctx->k->dense_dropout_heads(ctx->compute, ctx->rows, w, a, w, m->dropout, ctx->seed,
+                                    stream_of(ctx, stage), input_offset(ctx, w, 0),
+                                    input_offset(ctx, w, 1) - input_offset(ctx, w, 0), w,
+                                    m->heads[l], W, z, hd, zb, z);
+        return;
+    }
     for (int h = 0; h < m->heads[l]; h++)
         av_project_head(m, l, stage, ctx, h, a, x, zb);
 }
@@ -274,11 +304,12 @@ static bv_status av_forward(bv_model *m, int l, size_t stage, const bv_task_ctx 
     int k = m->heads[l];
     int64_t hd = m->head_dim[l], z = k * hd, w = m->in_width[l], ow = z + 2 * k;
     bool sparse = gat_sparse(ctx, l); /* X's nonzeros: no rows x width input is made */
+    bool need_x = gat_needs_x(m, ctx, l);
     float *a =
         l > 0 ? bv_task_temp(ctx, T_ACT, (size_t)(ctx->rows * w + 1) * sizeof *a) : NULL;
-    float *x = sparse ? NULL : bv_task_temp(ctx, T_X, (size_t)(ctx->rows * w + 1) * sizeof *x);
+    float *x = need_x ? bv_task_temp(ctx, T_X, (size_t)(ctx->rows * w + 1) * sizeof *x) : NULL;
     float *zb = bv_task_temp(ctx, T_Z, (size_t)(ctx->rows * z + 1) * sizeof *zb);
-    if ((l > 0 && !a) || (!sparse && !x) || !zb) {
+    if ((l > 0 && !a) || (need_x && !x) || !zb) {
         bv_task_temp_free(ctx, a);
         bv_task_temp_free(ctx, x);
         bv_task_temp_free(ctx, zb);
@@ -396,14 +427,14 @@ static bv_status av_backward(bv_model *m, int l, size_t stage, const bv_task_ctx
     int64_t n = ctx->rows * w;
     float *const *p = ctx->params + l * P_PER_LAYER;
     float *const *dp = dparams + l * P_PER_LAYER;
-    bool sparse = gat_sparse(ctx, l);
+    bool sparse = gat_sparse(ctx, l), need_x = gat_needs_x(m, ctx, l);
     float *a = l > 0 ? bv_task_temp(ctx, T_ACT, (size_t)(n + 1) * sizeof *a) : NULL;
-    float *x = sparse ? NULL : bv_task_temp(ctx, T_X, (size_t)(n + 1) * sizeof *x);
+    float *x = need_x ? bv_task_temp(ctx, T_X, (size_t)(n + 1) * sizeof *x) : NULL;
     float *dx = din ? bv_task_temp(ctx, T_DX, (size_t)(n + 1) * sizeof *dx) : NULL;
     float *zb = bv_task_temp(ctx, T_Z, (size_t)(ctx->rows * z + 1) * sizeof *zb);
     float *dz = bv_task_temp(ctx, T_DZ, (size_t)(ctx->rows * z + 1) * sizeof *dz);
     float *temps[] = {a, x, dx, zb, dz};
-    if ((l > 0 && !a) || (!sparse && !x) || (din && !dx) || !zb || !dz) {
+    if ((l > 0 && !a) || (need_x && !x) || (din && !dx) || !zb || !dz) {
         temps_free(ctx, temps, 5);
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory in backward of AV%d", l);
     }
@@ -422,11 +453,11 @@ static bv_status av_backward(bv_model *m, int l, size_t stage, const bv_task_ctx
      * dZ_h += ds_src a_src + ds_dst a_dst and the a's gradients, dW_h += x_h^T dZ_h and
      * din += mask_h(dZ_h W_h^T). Every element is the same sum in the same order as when
      * each step ran over all heads at once. */
-    bool fused = gat_sparse_fused(ctx, l);
-    if (fused) /* every head's Z_h at once; their dW_h after the loop, at once too */
+    bool fused = gat_sparse_fused(ctx, l), dense = gat_dense_fused(m, ctx, l);
+    if (fused || dense) /* every head's Z_h at once; their dW_h after the loop, at once too */
         av_project(m, l, stage, ctx, act, x, zb);
     for (int h = 0; h < k; h++) {
-        if (!fused)
+        if (!fused && !dense)
             av_project_head(m, l, stage, ctx, h, act, x, zb);
         if (on_device(ctx))
             attention_terms_backward_ops(ctx, k, hd, h, dout, ow, zb, dz, z, p, dp);
@@ -447,8 +478,9 @@ static bv_status av_backward(bv_model *m, int l, size_t stage, const bv_task_ctx
             continue;
         }
         const float *xh = ctx->training && m->dropout > 0 ? x : act; /* av_project_head's */
-        ctx->k->gemm(ctx->compute, true, false, w, hd, ctx->rows, 1.0f, xh, w, dz + h * hd, z,
-                     1.0f, dp[P_W] + h * hd, z);
+        if (!dense)
+            ctx->k->gemm(ctx->compute, true, false, w, hd, ctx->rows, 1.0f, xh, w, dz + h * hd,
+                         z, 1.0f, dp[P_W] + h * hd, z);
         if (!din)
             continue;
         ctx->k->gemm(ctx->compute, false, true, ctx->rows, w, hd, 1.0f, dz + h * hd, z,
@@ -461,6 +493,11 @@ static bv_status av_backward(bv_model *m, int l, size_t stage, const bv_task_ctx
     if (fused) /* the first layer, X needing no gradient: every head's dW_h in one sweep */
         ctx->k->spmm_dropout_heads_backward_x(
             ctx->compute, ctx->sparse_in, gat_rate(m, ctx), ctx->seed, stream_of(ctx, stage),
+            input_offset(ctx, w, 0), input_offset(ctx, w, 1) - input_offset(ctx, w, 0), w, k,
+            dz, z, hd, dp[P_W], z);
+    if (dense) /* every head's dW_h in one sweep over the input */
+        ctx->k->dense_dropout_heads_backward_x(
+            ctx->compute, ctx->rows, w, act, w, m->dropout, ctx->seed, stream_of(ctx, stage),
             input_offset(ctx, w, 0), input_offset(ctx, w, 1) - input_offset(ctx, w, 0), w, k,
             dz, z, hd, dp[P_W], z);
     if (din) { /* back through ELU(in + b) */

@@ -299,6 +299,70 @@ static void test_spmm_dropout_heads_equals_head_by_head(void **state)
     free_csr(&a);
 }
 
+/* dense_dropout_heads (ABI 1.18) gives, to the bit, what spmm_dropout_heads gives for a
+ * CSR that stores every element of the dense input (zeros and -0 included), and so does
+ * its gradient: GAT's 8 heads of 8 (its own path), 4 heads of 8, 3 (the loop without
+ * vectors), 10 (more than one sweep takes), heads of 3 and of 16 units, a row stride
+ * wider than the columns, 1 and 3 threads, with and without dropout. */
+static void test_dense_dropout_heads_equals_sparse_with_every_element(void **state)
+{
+    (void)state;
+    const int64_t rows = 701, cols = 67, lda = 70;
+    float *dense = random_floats(rows * lda, -2, 2);
+    for (int64_t i = 0; i < rows * lda; i += 7)
+        dense[i] = i % 2 ? 0.0f : -0.0f;
+    bv_csr a = {.nrows = rows, .ncols = cols, .nnz = rows * cols};
+    a.rowptr = malloc((size_t)(rows + 1) * sizeof *a.rowptr);
+    a.colidx = malloc((size_t)(rows * cols) * sizeof *a.colidx);
+    a.values = malloc((size_t)(rows * cols) * sizeof *a.values);
+    for (int64_t i = 0; i <= rows; i++)
+        a.rowptr[i] = i * cols;
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t j = 0; j < cols; j++) {
+            a.colidx[i * cols + j] = (int32_t)j;
+            a.values[i * cols + j] = dense[i * lda + j];
+        }
+    static const int shapes[][2] = {{8, 8}, {4, 8}, {3, 8}, {10, 8}, {8, 3}, {2, 16}};
+    for (size_t sh = 0; sh < sizeof shapes / sizeof shapes[0]; sh++) {
+        int heads = shapes[sh][0];
+        int64_t f = shapes[sh][1], z = heads * f;
+        float *x = random_floats(cols * z, -1, 1), *dy = random_floats(rows * z, -1, 1);
+        size_t ybytes = (size_t)(rows * z) * sizeof(float), dxbytes = (size_t)(cols * z) * sizeof(float);
+        float *dx0 = random_floats(cols * z, -1, 1);
+        for (int drop = 0; drop < 2; drop++) {
+            float p = drop ? 0.6f : 0.0f;
+            uint64_t offset = 4321, stride = 1000003;
+            float *y1 = calloc(1, ybytes), *dx1 = copy_floats(dx0, cols * z);
+            bv_compute *c1 = make_cpu_compute(1);
+            ops()->spmm_dropout_heads(c1, &a, p, 7, 3, offset, stride, cols, heads, x, z, f, y1, z);
+            ops()->spmm_dropout_heads_backward_x(c1, &a, p, 7, 3, offset, stride, cols, heads, dy,
+                                                 z, f, dx1, z);
+            ops()->destroy(c1);
+            for (int t = 1; t <= 3; t += 2) {
+                bv_compute *c = make_cpu_compute(t);
+                float *y2 = malloc(ybytes), *dx2 = copy_floats(dx0, cols * z);
+                memset(y2, 0xff, ybytes);
+                ops()->dense_dropout_heads(c, rows, cols, dense, lda, p, 7, 3, offset, stride,
+                                           cols, heads, x, z, f, y2, z);
+                ops()->dense_dropout_heads_backward_x(c, rows, cols, dense, lda, p, 7, 3, offset,
+                                                      stride, cols, heads, dy, z, f, dx2, z);
+                ops()->destroy(c);
+                assert_memory_equal(y1, y2, ybytes);
+                assert_memory_equal(dx1, dx2, dxbytes);
+                free(y2);
+                free(dx2);
+            }
+            free(y1);
+            free(dx1);
+        }
+        free(x);
+        free(dy);
+        free(dx0);
+    }
+    free_csr(&a);
+    free(dense);
+}
+
 /* ---- relu ---------------------------------------------------------------------------- *//* ---- relu ---------------------------------------------------------------------------- */
 
 static void test_relu_forward_and_backward_match_reference_in_place(void **state)
@@ -1165,6 +1229,7 @@ int main(void)
         cmocka_unit_test(test_spmm_matches_reference_with_empty_rows_and_subranges),
         cmocka_unit_test(test_spmm_is_bit_identical_for_1_2_3_threads),
         cmocka_unit_test(test_spmm_dropout_heads_equals_head_by_head),
+        cmocka_unit_test(test_dense_dropout_heads_equals_sparse_with_every_element),
         cmocka_unit_test(test_relu_forward_and_backward_match_reference_in_place),
         cmocka_unit_test(test_dropout_mask_is_documented_hash_and_keeps_half),
         cmocka_unit_test(test_dropout_mask_other_rates_and_signed_zeros),
