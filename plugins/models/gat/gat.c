@@ -454,10 +454,13 @@ static bv_status av_backward(bv_model *m, int l, size_t stage, const bv_task_ctx
      * din += mask_h(dZ_h W_h^T). Every element is the same sum in the same order as when
      * each step ran over all heads at once. */
     bool fused = gat_sparse_fused(ctx, l), dense = gat_dense_fused(m, ctx, l);
-    if (fused || dense) /* every head's Z_h at once; their dW_h after the loop, at once too */
+    /* every head's Z_h at once, as the forward made it (without dropout on a dense input:
+     * one gemm); fused or dense, their dW_h after the loop, at once too */
+    bool at_once = fused || dense || (!sparse && !need_x);
+    if (at_once)
         av_project(m, l, stage, ctx, act, x, zb);
     for (int h = 0; h < k; h++) {
-        if (!fused && !dense)
+        if (!at_once)
             av_project_head(m, l, stage, ctx, h, act, x, zb);
         if (on_device(ctx))
             attention_terms_backward_ops(ctx, k, hd, h, dout, ow, zb, dz, z, p, dp);
