@@ -166,6 +166,15 @@ static inline __attribute__((always_inline)) void cpu_mix64x4(cpu_u64x4 *z)
     *z = *z ^ (*z >> 31);
 }
 
+/* The same on 8 lanes (one AVX-512 register, two AVX2 ones). */
+typedef uint64_t cpu_u64x8 __attribute__((vector_size(64)));
+static inline __attribute__((always_inline)) void cpu_mix64x8(cpu_u64x8 *z)
+{
+    *z = (*z ^ (*z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    *z = (*z ^ (*z >> 27)) * 0x94D049BB133111EBull;
+    *z = *z ^ (*z >> 31);
+}
+
 /* u >= p exactly as an integer test on the hash: u = (h >> 40) 2^-24, so u >= p iff
  * (h >> 40) >= ceil(p 2^24) (p >= 1: never). */
 static inline uint64_t cpu_dropout_threshold(float p)

@@ -441,7 +441,7 @@ void cpu_spmm_dropout_backward_x(bv_compute *c, const bv_csr *a, float p, uint64
  * (i, col) of heads 0..7 are at + GAMMA x (0, hs, .., 7 hs), where `at` = key + (offset + i
  * row_stride + col + 1) GAMMA, so that a row's next column adds GAMMA: the masks of
  * kept_values_at, in 8 lanes of 64 bits (one AVX-512 multiply each). */
-typedef uint64_t u64x8 __attribute__((vector_size(64)));
+typedef cpu_u64x8 u64x8;
 typedef int64_t i64x8 __attribute__((vector_size(64)));
 typedef int32_t i32x8 __attribute__((vector_size(32)));
 
@@ -453,9 +453,7 @@ CPU_VEC_INLINE vec8f kept8(const spmm_dropout_ctx *s, u64x8 at, float v)
     if (!(s->p > 0.0f))
         return vec8_splat(kept);
     u64x8 z = at;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z = z ^ (z >> 31);
+    cpu_mix64x8(&z);
     i32x8 keep = __builtin_convertvector((i64x8)((z >> 40) >= s->threshold), i32x8);
     return (vec8f)(keep & bits);
 }
