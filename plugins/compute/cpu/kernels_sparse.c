@@ -508,31 +508,22 @@ CPU_VEC_INLINE void dense_dropout_rows_8x8(const spmm_dropout_ctx *s, int64_t b,
     }
 }
 
-/* nv vectors of 8 per row, ph of them per head (compile-time constants); 8 heads take the
- * one-vector hash, other counts kept_values_at's. */
+/* Fewer heads of 8 units (2 or 4): nv vectors of 8 per row, one per head, each head's
+ * kept value from kept_values_at. */
 CPU_VEC_INLINE void dense_dropout_rows_vec(const spmm_dropout_ctx *s, int64_t b, int64_t e,
-                                           int nv, int ph)
+                                           int nv)
 {
-    bool eight = s->heads == 8;
-    u64x8 heads = heads_at(s);
     for (int64_t i = b; i < e; i++) {
         const float *ar = s->dense + i * s->ld_dense;
         vec8f acc[SPMM_HEADS_VEC];
         for (int v = 0; v < nv; v++)
             acc[v] = vec8_splat(0.0f);
-        u64x8 at = row_at(s, heads, i, 0);
-        for (int64_t col = 0; col < s->cols; col++, at += CPU_GOLDEN_GAMMA) {
+        for (int64_t col = 0; col < s->cols; col++) {
             const float *xr = s->x + col * s->ldx;
-            vec8f w;
-            if (eight) {
-                w = kept8(s, at, ar[col]);
-            } else {
-                float wa[SPMM_HEADS_VEC];
-                kept_values_at(s, i, col, ar[col], wa);
-                memcpy(&w, wa, sizeof w);
-            }
+            float w[SPMM_HEADS_VEC];
+            kept_values_at(s, i, col, ar[col], w);
             for (int v = 0; v < nv; v++)
-                acc[v] += vec8_splat(w[v / ph]) * vec8_load(xr + 8 * v, 8);
+                acc[v] += vec8_splat(w[v]) * vec8_load(xr + 8 * v, 8);
         }
         float *yr = s->y + i * s->ldy;
         for (int v = 0; v < nv; v++)
@@ -545,8 +536,8 @@ CPU_VEC_INLINE void dense_dropout_rows_body(const spmm_dropout_ctx *s, int64_t b
     int64_t width = s->f * s->heads;
     if (s->f == 8 && width <= 8 * SPMM_HEADS_VEC) { /* heads of 8 units (GAT's) */
         switch (s->heads) { /* constant trip counts, so the vector loops unroll */
-        case 2: dense_dropout_rows_vec(s, b, e, 2, 1); return;
-        case 4: dense_dropout_rows_vec(s, b, e, 4, 1); return;
+        case 2: dense_dropout_rows_vec(s, b, e, 2); return;
+        case 4: dense_dropout_rows_vec(s, b, e, 4); return;
         case 8: dense_dropout_rows_8x8(s, b, e); return;
         default: break;
         }
@@ -572,35 +563,21 @@ CPU_DEFINE_DISPATCH(dense_dropout_rows, (const spmm_dropout_ctx *s, int64_t b, i
 #define DENSE_ROW_BLOCK 128
 
 CPU_VEC_INLINE void dense_dropout_backward_x_vec(const spmm_dropout_ctx *s, int64_t col_begin,
-                                                 int64_t col_end, int nv, int ph)
+                                                 int64_t col_end, int nv)
 {
-    const float *dy = s->x;
-    float *dx = s->y;
-    int64_t lddy = s->ldx, lddx = s->ldy;
-    bool eight = s->heads == 8;
-    u64x8 heads = heads_at(s);
     for (int64_t i0 = 0; i0 < s->rows; i0 += DENSE_ROW_BLOCK) {
         int64_t i1 = i0 + DENSE_ROW_BLOCK < s->rows ? i0 + DENSE_ROW_BLOCK : s->rows;
         for (int64_t col = col_begin; col < col_end; col++) {
-            float *yr = dx + col * lddx;
+            float *yr = s->y + col * s->ldy;
             vec8f acc[SPMM_HEADS_VEC];
             for (int v = 0; v < nv; v++)
                 acc[v] = vec8_load(yr + 8 * v, 8);
-            u64x8 at = row_at(s, heads, i0, col);
-            const u64x8 row_step = (u64x8){0} + (uint64_t)s->row_stride * CPU_GOLDEN_GAMMA;
-            for (int64_t i = i0; i < i1; i++, at += row_step) {
-                float v0 = s->dense[i * s->ld_dense + col];
-                vec8f w;
-                if (eight) {
-                    w = kept8(s, at, v0);
-                } else {
-                    float wa[SPMM_HEADS_VEC];
-                    kept_values_at(s, i, col, v0, wa);
-                    memcpy(&w, wa, sizeof w);
-                }
-                const float *xr = dy + i * lddy;
+            for (int64_t i = i0; i < i1; i++) {
+                float w[SPMM_HEADS_VEC];
+                kept_values_at(s, i, col, s->dense[i * s->ld_dense + col], w);
+                const float *xr = s->x + i * s->ldx;
                 for (int v = 0; v < nv; v++)
-                    acc[v] += vec8_splat(w[v / ph]) * vec8_load(xr + 8 * v, 8);
+                    acc[v] += vec8_splat(w[v]) * vec8_load(xr + 8 * v, 8);
             }
             for (int v = 0; v < nv; v++)
                 vec8_store(yr + 8 * v, acc[v], 8);
@@ -634,8 +611,8 @@ CPU_VEC_INLINE void dense_dropout_backward_x_body(const spmm_dropout_ctx *s, int
     int64_t width = s->f * s->heads;
     if (s->f == 8 && width <= 8 * SPMM_HEADS_VEC) {
         switch (s->heads) {
-        case 2: dense_dropout_backward_x_vec(s, col_begin, col_end, 2, 1); return;
-        case 4: dense_dropout_backward_x_vec(s, col_begin, col_end, 4, 1); return;
+        case 2: dense_dropout_backward_x_vec(s, col_begin, col_end, 2); return;
+        case 4: dense_dropout_backward_x_vec(s, col_begin, col_end, 4); return;
         case 8: dense_dropout_backward_x_8x8(s, col_begin, col_end); return;
         default: break;
         }
