@@ -194,7 +194,8 @@ static inline float cpu_dropout_uniform(uint64_t key, uint64_t index)
 }
 
 /* The instruction sets the vectorised kernels may use: kernels with a vectorised body build
- * it more than once (generic, target("avx2"), and for dropout target("avx512dq")), with
+ * it more than once (generic, target("avx2"), and for the dropout hashes target("avx512dq"):
+ * CPU_DEFINE_DISPATCH_AVX512), with
  * the same IEEE or integer operations and bits in every build, and pick by these levels,
  * not by an ifunc (resolvers run before the sanitizers' runtimes are up). Set by create
  * from the CPU, capped by BIVOUAC_CPU_ISA=generic|avx2 (the tests run each build that way). */
@@ -224,9 +225,30 @@ static inline bool cpu_has_avx512(void)
         else                                                                                 \
             name##_generic args;                                                             \
     }
+/* The same with an AVX-512 build too (avx512f, dq, vl), where cpu_has_avx512(): for the
+ * kernels whose cost is dropout's hash, whose 64-bit multiplies AVX-512DQ does in one
+ * instruction (AVX2 needs three and a shuffle). No fused multiply-add in any build: ISO
+ * C's fp-contract=off keeps their bits equal. */
+#define CPU_DEFINE_DISPATCH_AVX512(name, params, args)                                       \
+    static void name##_generic params { name##_body args; }                                 \
+    __attribute__((target("avx2"))) static void name##_avx2 params { name##_body args; }     \
+    __attribute__((target("avx512f,avx512dq,avx512vl"))) static void name##_avx512 params    \
+    {                                                                                        \
+        name##_body args;                                                                    \
+    }                                                                                        \
+    static void name params                                                                  \
+    {                                                                                        \
+        if (cpu_has_avx512())                                                                \
+            name##_avx512 args;                                                              \
+        else if (cpu_has_avx2())                                                             \
+            name##_avx2 args;                                                                \
+        else                                                                                 \
+            name##_generic args;                                                             \
+    }
 #else
 #define CPU_DEFINE_DISPATCH(name, params, args)                                              \
     static void name params { name##_body args; }
+#define CPU_DEFINE_DISPATCH_AVX512(name, params, args) CPU_DEFINE_DISPATCH(name, params, args)
 #endif
 
 /* kernels_dense.c */

@@ -291,28 +291,16 @@ static inline __attribute__((always_inline)) void dropout_range_body(const dropo
         dropout_vec4(d, i, e - i, &at);
 }
 
-CPU_DEFINE_DISPATCH(dropout_range, (const dropout_ctx *d, int64_t b, int64_t e), (d, b, e))
-
-/* AVX-512DQ multiplies 64-bit lanes in one instruction (AVX2 needs three and a shuffle):
- * the hash is the whole cost of dropout, 10 % of a 1M-vertex GAT epoch. */
-#if defined(__GNUC__) && defined(__x86_64__)
-__attribute__((target("avx512f,avx512dq,avx512vl"))) static void
-dropout_range_avx512(const dropout_ctx *d, int64_t b, int64_t e)
-{
-    dropout_range_body(d, b, e);
-}
-#define DROPOUT_RANGE(d, b, e)                                                               \
-    (cpu_has_avx512() ? dropout_range_avx512(d, b, e) : dropout_range(d, b, e))
-#else
-#define DROPOUT_RANGE(d, b, e) dropout_range(d, b, e)
-#endif
+/* the hash is the whole cost of dropout, 10 % of a 1M-vertex GAT epoch */
+CPU_DEFINE_DISPATCH_AVX512(dropout_range, (const dropout_ctx *d, int64_t b, int64_t e),
+                           (d, b, e))
 
 static void dropout_task(void *arg, int tid, int ntasks)
 {
     const dropout_ctx *d = arg;
     int64_t b, e;
     cpu_split(d->n, tid, ntasks, &b, &e);
-    DROPOUT_RANGE(d, b, e);
+    dropout_range(d, b, e);
 }
 
 /* Forward and backward apply the same mask and scale: y = x * mask / (1 - p). */

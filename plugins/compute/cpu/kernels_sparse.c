@@ -553,8 +553,9 @@ CPU_VEC_INLINE void dense_dropout_rows_body(const spmm_dropout_ctx *s, int64_t b
                          s->x + col * s->ldx + h * s->f, yr + h * s->f);
     }
 }
-CPU_DEFINE_DISPATCH(dense_dropout_rows, (const spmm_dropout_ctx *s, int64_t b, int64_t e),
-                    (s, b, e))
+/* built for AVX-512 too: the hashes are most of the work */
+CPU_DEFINE_DISPATCH_AVX512(dense_dropout_rows,
+                           (const spmm_dropout_ctx *s, int64_t b, int64_t e), (s, b, e))
 
 /* The gradient with respect to x (the weights), a task per range of their rows (the
  * input's columns), as spmm_dropout_backward_x_cols: every dx row gets its terms in the
@@ -626,33 +627,9 @@ CPU_VEC_INLINE void dense_dropout_backward_x_body(const spmm_dropout_ctx *s, int
                              s->y + col * s->ldy + h * s->f);
             }
 }
-CPU_DEFINE_DISPATCH(dense_dropout_backward_x,
-                    (const spmm_dropout_ctx *s, int64_t col_begin, int64_t col_end),
-                    (s, col_begin, col_end))
-
-/* The hashes are most of these kernels' work: AVX-512DQ multiplies their 64-bit lanes in
- * one instruction where AVX2 needs three and a shuffle (no fused multiply-add either way:
- * ISO C's fp-contract=off keeps every build's bits). */
-#if defined(__GNUC__) && defined(__x86_64__)
-__attribute__((target("avx512f,avx512dq,avx512vl"))) static void
-dense_dropout_rows_avx512(const spmm_dropout_ctx *s, int64_t b, int64_t e)
-{
-    dense_dropout_rows_body(s, b, e);
-}
-__attribute__((target("avx512f,avx512dq,avx512vl"))) static void
-dense_dropout_backward_x_avx512(const spmm_dropout_ctx *s, int64_t col_begin, int64_t col_end)
-{
-    dense_dropout_backward_x_body(s, col_begin, col_end);
-}
-#define DENSE_DROPOUT_ROWS(s, b, e)                                                          \
-    (cpu_has_avx512() ? dense_dropout_rows_avx512(s, b, e) : dense_dropout_rows(s, b, e))
-#define DENSE_DROPOUT_BACKWARD_X(s, b, e)                                                    \
-    (cpu_has_avx512() ? dense_dropout_backward_x_avx512(s, b, e)                             \
-                      : dense_dropout_backward_x(s, b, e))
-#else
-#define DENSE_DROPOUT_ROWS(s, b, e) dense_dropout_rows(s, b, e)
-#define DENSE_DROPOUT_BACKWARD_X(s, b, e) dense_dropout_backward_x(s, b, e)
-#endif
+CPU_DEFINE_DISPATCH_AVX512(dense_dropout_backward_x,
+                           (const spmm_dropout_ctx *s, int64_t col_begin, int64_t col_end),
+                           (s, col_begin, col_end))
 
 static void dense_dropout_task(void *arg, int tid, int ntasks)
 {
@@ -660,7 +637,7 @@ static void dense_dropout_task(void *arg, int tid, int ntasks)
     int64_t b, e;
     cpu_split(s->rows, tid, ntasks, &b, &e);
     if (b < e)
-        DENSE_DROPOUT_ROWS(s, b, e);
+        dense_dropout_rows(s, b, e);
 }
 
 static void dense_dropout_backward_x_task(void *arg, int tid, int ntasks)
@@ -669,7 +646,7 @@ static void dense_dropout_backward_x_task(void *arg, int tid, int ntasks)
     int64_t b, e;
     cpu_split(s->cols, tid, ntasks, &b, &e);
     if (b < e)
-        DENSE_DROPOUT_BACKWARD_X(s, b, e);
+        dense_dropout_backward_x(s, b, e);
 }
 
 /* The context of either direction: heads of at most SPMM_HEADS_VEC (the callers split). */
