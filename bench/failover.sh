@@ -9,12 +9,16 @@
 # from the killed run's end, where it saw the loss, to the end of the first step past the
 # kill that the resumed run completes, which includes starting the processes again and
 # the steps redone since the checkpoint), the uninterrupted run's median step, the pause
-# in steps, and whether the final weights are the uninterrupted run's.
+# in steps, and whether the final weights are the uninterrupted run's. Then the same stage
+# process hanging (BIVOUAC_STAGE_FAULT ...:hang, SIGSTOP) in its forward pass and after it
+# prepared, with pipeline.peer_timeout --peer-timeout: found and failed over
+# (docs/redundancy.md#a-stage-that-hangs); its pause is the run's wall time less the
+# uninterrupted run's, as the coordinator cannot see when a hang began.
 #   bench/failover.sh [--build-dir build] [--steps 40] [--at 25] [--stages 3]
-#                     [--pipelines 2] [--checkpoint-every 10]
+#                     [--pipelines 2] [--checkpoint-every 10] [--peer-timeout 5]
 set -euo pipefail
 
-build=build steps=40 at=25 stages=3 pipelines=2 every=10
+build=build steps=40 at=25 stages=3 pipelines=2 every=10 peer=5
 while [ $# -gt 0 ]; do
     case "$1" in
     --build-dir) build=$2 ;;
@@ -23,6 +27,7 @@ while [ $# -gt 0 ]; do
     --stages) stages=$2 ;;
     --pipelines) pipelines=$2 ;;
     --checkpoint-every) every=$2 ;;
+    --peer-timeout) peer=$2 ;;
     -h | --help) sed -n '2,/^set /{/^#/p}' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "failover.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
     esac
@@ -66,6 +71,20 @@ for what in forward backward allreduce prepared; do
     pause=$(field "$out" failover_seconds)
     same=$([ "$(field "$out" params_crc32c)" = "$crc" ] && echo "the same bits" || echo differ)
     python3 -c "print(f'| failover (eflb) | {\"$what\"} | {$pause:.3f} | {$step:.3f} | {$pause / $step:.1f} | $same |')"
+done
+
+# a hang: found by the silence around it, then failed over
+"$bivouac" run "$exp" --out "$tmp/whole-peer" "${cfg[@]}" -s pipeline.peer_timeout="$peer" \
+    -s "resilience=[{plugin: redundancy}, $ckpt]" >/dev/null 2>&1
+for what in forward prepared; do
+    out="$tmp/hang-$what"
+    BIVOUAC_STAGE_FAULT="$victim:$at:$what:hang" "$bivouac" run "$exp" --out "$out" "${cfg[@]}" \
+        -s pipeline.peer_timeout="$peer" -s "resilience=[{plugin: redundancy}, $ckpt]" \
+        >/dev/null 2>"$out.err" ||
+        { echo "failover.sh: the $what hang run failed:" >&2; cat "$out.err" >&2; exit 1; }
+    pause=$(python3 -c "print($(field "$out" wall_seconds) - $(field "$tmp/whole-peer" wall_seconds))")
+    same=$([ "$(field "$out" params_crc32c)" = "$crc" ] && echo "the same bits" || echo differ)
+    python3 -c "print(f'| failover (eflb) of a hang, peer_timeout $peer s | {\"$what\"} | {$pause:.3f} | {$step:.3f} | {$pause / $step:.1f} | $same |')"
 done
 
 # without redundancy: the run ends at the kill and restarts from its last checkpoint

@@ -122,6 +122,12 @@ typedef struct bv_cloud_ops {
     /* Moves the clock to `t` (not before the current time): everything due by then
      * happens, and its events wait for poll, each with its own time. */
     bv_status (*advance)(bv_cloud *c, double t, bv_error *err);
+
+    /* ---- ABI 1.19, optional ---- */
+    /* Stops a node at once, with no grace and nothing run in it (the local cloud's
+     * SIGKILL): a node that hangs, terminated while the run goes on, whose clean-up on
+     * SIGTERM would remove the run's files. No event follows. NULL: terminate. */
+    bv_status (*kill)(bv_cloud *c, int64_t node, bv_error *err);
 } bv_cloud_ops;
 
 #ifdef __cplusplus

@@ -43,9 +43,10 @@ extern "C" {
  *        temporaries in buffers its caller keeps.
  *   1.17: bv_compute_ops.zero and copy_rows, bv_zero and bv_copy_rows (compute.h):
  *        zeroing and copying where the backend's memory lies.
- *   1.18: bv_compute_ops.dense_dropout_heads and its gradient (compute.h). */
+ *   1.18: bv_compute_ops.dense_dropout_heads and its gradient (compute.h).
+ *   1.19: bv_cloud_ops.kill (cloud.h): a node stopped at once (one that hangs). */
 #define BV_ABI_MAJOR 1
-#define BV_ABI_MINOR 18
+#define BV_ABI_MINOR 19
 
 typedef enum bv_plugin_kind {
     BV_KIND_MODEL = 1,

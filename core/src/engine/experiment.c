@@ -77,8 +77,10 @@ static const bv_option pipeline_schema[] = {
                "uniform, balanced (by the layers' times in a profiling pass), or each "
                "stage's number of layers, comma-separated ('3,1')"),
     BV_OPT_FLOAT_RANGE("peer_timeout", "60", 0.1, 86400,
-                       "seconds a stage waits for a peer's activations or gradients before "
-                       "the step fails, naming the peer"),
+                       "seconds a stage waits for a peer's activations or gradients, and the "
+                       "coordinator for a stage process's answer after the others', before "
+                       "the step fails; a stage process silent as long again is taken to "
+                       "hang and terminated"),
     BV_OPT_CHOICE("links", "ipc", "ipc|tcp",
                   "stages as processes (cloud:): unix sockets in a private directory, or TCP "
                   "with the run's CURVE keys"),

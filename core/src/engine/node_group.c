@@ -273,6 +273,16 @@ void bv_node_group_await_exits(const bv_cloud_ops *ops, bv_cloud *cloud, int64_t
     }
 }
 
+void bv_node_group_kill(const bv_cloud_ops *ops, bv_cloud *cloud, int64_t *nodes, int member)
+{
+    bv_error ignored;
+    if (nodes[member] < 0)
+        return;
+    (ops->kill ? ops->kill : ops->terminate)(cloud, nodes[member], &ignored);
+    node_ended(nodes[member]);
+    nodes[member] = -1;
+}
+
 void bv_node_group_end(const bv_cloud_ops *ops, bv_cloud *cloud, int64_t *nodes, int count)
 {
     for (int i = 0; i < count; i++) {

@@ -78,6 +78,10 @@ void bv_node_group_term_cleanup_begin(const char *book);
 void bv_node_group_term_cleanup_add(const char *addr_or_path);
 void bv_node_group_term_cleanup_arm(void);
 
+/* Stops nodes[member] at once if it still runs (the cloud's kill, else its terminate; no
+ * event follows), ends its charge and marks it gone (-1): a node that hangs, while the
+ * run goes on. */
+void bv_node_group_kill(const bv_cloud_ops *ops, bv_cloud *cloud, int64_t *nodes, int member);
 /* Terminates the nodes still running and destroys the cloud (which joins its readers, so
  * every line of the nodes' output is out). */
 void bv_node_group_end(const bv_cloud_ops *ops, bv_cloud *cloud, int64_t *nodes, int count);

@@ -608,6 +608,20 @@ static bv_status local_terminate(bv_cloud *c, int64_t id, bv_error *err)
     return BV_OK;
 }
 
+/* SIGKILL (a stopped process dies of it too), and the node reaped. */
+static bv_status local_kill(bv_cloud *c, int64_t id, bv_error *err)
+{
+    node *n = find(c, id);
+    if (!n)
+        return bv_error_set(err, BV_ERR_INVALID, "local cloud: no node %lld", (long long)id);
+    int status;
+    if (n->alive) {
+        kill(n->pid, SIGKILL);
+        reap(n, 1e9, &status);
+    }
+    return BV_OK;
+}
+
 /* The trace's events that are due: a removed node that stands for a launched one is
  * killed outright, as a spot instance is taken away. */
 static void replay(bv_cloud *c)
@@ -695,6 +709,7 @@ static const bv_cloud_ops local_ops = {
     .poll = local_poll,
     .function_limits = local_function_limits,
     .invoke = local_invoke,
+    .kill = local_kill,
 };
 
 static const bv_plugin local_plugin = {

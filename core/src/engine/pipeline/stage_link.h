@@ -53,6 +53,7 @@ enum bv_pipe_cmd {
                             pipeline's other stages); the adopted node answers */
     BV_PIPE_RELEASE,     /* to a shadow: the stage it adopted was told to STOP; join it */
     BV_PIPE_REROUTE,     /* node (int32) listens at a new address (the rest of the data) */
+    BV_PIPE_PING,        /* answered at once by a node that is not hanging */
 };
 
 typedef struct bv_stage_link bv_stage_link;

@@ -25,6 +25,9 @@
 #define ADDR_LEN 96
 #define WATCH_MS 50
 #define BOOK_MAGIC "bivouac-stage-book 1"
+/* A PING's command step: a range of its own (bit 61), never a training step's or an
+ * evaluation's (BV_SEQ_EVAL_STEP, bit 62), so that no late message of theirs matches. */
+#define PING_STEP(n) ((int64_t)(n) | (int64_t)1 << 61)
 
 struct bv_seq_pipe {
     bv_seq_pipe_cfg cfg;
@@ -47,6 +50,7 @@ struct bv_seq_pipe {
                          has been told yet, -1 none */
     bool two_phase; /* bv_seq_pipe_two_phase: steps prepared, then committed */
     int failovers, replacements;
+    int64_t pings; /* PINGs sent (hunt()) */
     double failover_s; /* from each loss seen to the end of the step run again */
     int offered;       /* capacity the cloud offered (BV_CLOUD_OFFERED) not launched yet */
     int asked_offered, asked_degraded; /* what the last `joined` event said */
@@ -123,6 +127,15 @@ static void node_name(void *p, int node, char *buf, size_t len)
     stage_name(p, node, buf, len);
 }
 
+/* The resilience strategies hear first that stage node n's process (cloud id `id`) is
+ * gone. */
+static void tell_strategies(const bv_seq_pipe *p, int n, int64_t id)
+{
+    bv_peer_event ev = {sizeof ev, "stage", id, p->addr[n], bv_now_seconds() - p->started_at};
+    if (p->cfg.peer_failed)
+        p->cfg.peer_failed(p->cfg.loop, &ev);
+}
+
 /* A stage that cannot answer: a thread that could not open its inbox, a process that
  * ended (named, with how it ended), or Ctrl-C. */
 static bv_status watch(bv_seq_pipe *p, bv_error *err)
@@ -149,10 +162,7 @@ static bv_status watch(bv_seq_pipe *p, bv_error *err)
         p->lost = n;
         stage_name(p, n, who, sizeof who);
         bv_node_group_exit_text(status, how, sizeof how);
-        bv_peer_event ev = {sizeof ev, "stage", id, p->addr[n],
-                            bv_now_seconds() - p->started_at};
-        if (p->cfg.peer_failed) /* the resilience strategies hear of it first */
-            p->cfg.peer_failed(p->cfg.loop, &ev);
+        tell_strategies(p, n, id);
         bool later = p->two_phase && p->watch_only >= 0 && p->host[p->watch_only] != n;
         bv_status st = bv_error_set(later ? &p->deferred : err, BV_ERR_IO,
                                     "lost %s (node %lld on localhost): it %s", who,
@@ -195,7 +205,11 @@ static bv_status abort_all(bv_seq_pipe *p, int64_t step, bv_error *err, bv_statu
 /* Waits for `answers` answers to cmd (every node's, or the one node's asked): DONE (data
  * handed to each(), may be NULL) or ERROR. The first error aborts the waits of the others
  * (ABORT), so no stage is left waiting for a peer, and drops what came so far; a stage
- * process that ended (or Ctrl-C) ends the wait at once, and the stop ends the rest. */
+ * process that ended (or Ctrl-C) ends the wait at once, and the stop ends the rest. With
+ * stage processes, an answer still missing peer_timeout after the last one came (after
+ * the command, where one node was asked) is an error too: a process that hangs is alive
+ * and says nothing (recovered() finds it). Stages that wait on each other answer within
+ * moments of each other, and a stage that waits on one that hangs errs in peer_timeout. */
 static bv_status collect(bv_seq_pipe *p, int answers, uint32_t cmd, int64_t step,
                          uint16_t done_type,
                          bv_status (*each)(bv_seq_pipe *, int node, const bv_pipe_msg_in *,
@@ -203,6 +217,7 @@ static bv_status collect(bv_seq_pipe *p, int answers, uint32_t cmd, int64_t step
                          void *ctx, bv_error *err)
 {
     bv_status first = BV_OK;
+    double bound = p->cloud ? p->cfg.peer_timeout_ms * 1e-3 : 0, last = bv_now_seconds();
     for (int answered = 0; answered < answers; answered++) {
         bv_pipe_msg_in m = {0};
         bv_error e = {0};
@@ -212,7 +227,20 @@ static bv_status collect(bv_seq_pipe *p, int answers, uint32_t cmd, int64_t step
                (rc = bv_stage_link_recv(p->link, done_type, -1, cmd, step, WATCH_MS,
                                         "an answer", &m, &e)) != BV_OK &&
                bv_stage_link_timed_out(p->link)) {
+            if (bound > 0 && (answered > 0 || answers == 1) &&
+                bv_now_seconds() - last > bound) {
+                char who[64] = "";
+                if (answers == 1)
+                    stage_name(p, p->watch_only, who, sizeof who);
+                else
+                    snprintf(who, sizeof who, "%d of %d stage nodes", answers - answered,
+                             answers);
+                rc = bv_error_set(&e, BV_ERR_IO, "no answer from %s within %g s", who,
+                                  bound);
+                break;
+            }
         }
+        last = bv_now_seconds();
         if (rc != BV_OK) {
             if (first == BV_OK)
                 first = abort_all(p, step, err, rc, "%s", e.msg);
@@ -862,14 +890,84 @@ static bv_status failover(bv_seq_pipe *p, const bv_error *loss, bv_error *err)
     return rc;
 }
 
-/* After a command failed: a stage process lost in a run with two-phase steps is failed
- * over (true: the command may run again); else err stays the failure. */
+/* After a command failed with no stage process seen to end (a stage's wait for a peer,
+ * or the coordinator's for an answer, ran out): every stage node is asked to answer at
+ * once (PING), and the process of a node that does not within peer_timeout is taken to
+ * hang (a frozen instance: alive, and answering nothing). It is terminated and lost, as if
+ * killed (true, err says which; more than one: the rest are logged). False where every
+ * node answers: the failure stands. */
+static bool hunt(bv_seq_pipe *p, bv_error *err)
+{
+    bool *answered = calloc((size_t)p->nodes, sizeof *answered);
+    if (!answered)
+        return false;
+    int64_t step = PING_STEP(++p->pings);
+    int asked = 0, got = 0;
+    bv_error e = {0};
+    for (int n = 0; n < p->nodes && p->lost < 0; n++) {
+        if (node_lost(p, n))
+            answered[n] = true;
+        else if (send_cmd(p, n, BV_PIPE_PING, step, NULL, 0, &e) == BV_OK)
+            asked++;
+    }
+    double until = bv_now_seconds() + p->cfg.peer_timeout_ms * 1e-3;
+    bool cut = false; /* Ctrl-C, or the link failed: nobody is judged */
+    while (!cut && p->lost < 0 && got < asked && bv_now_seconds() < until) {
+        bv_pipe_msg_in m;
+        cut = watch_due(p, &e) != BV_OK;
+        bv_status rc = cut ? BV_ERR_IO
+                           : bv_stage_link_recv(p->link, BV_PIPE_DONE, -1, BV_PIPE_PING,
+                                                step, WATCH_MS, "an answer", &m, &e);
+        if (rc == BV_OK && m.sender < (uint32_t)p->nodes && !answered[m.sender]) {
+            answered[m.sender] = true;
+            got++;
+        }
+        if (rc == BV_OK)
+            bv_stage_link_release(p->link, &m);
+        else if (!bv_stage_link_timed_out(p->link))
+            cut = true;
+    }
+    bv_stage_link_clear(p->link); /* late answers of the failed command */
+    if (p->lost >= 0 || cut) { /* one ended meanwhile: that is the loss */
+        free(answered);
+        if (p->lost >= 0)
+            *err = e;
+        return p->lost >= 0;
+    }
+    int hung = 0;
+    for (int n = 0; n < p->nodes; n++) {
+        int proc = p->host[n];
+        if (answered[n] || p->node[proc] < 0)
+            continue;
+        char who[64];
+        stage_name(p, proc, who, sizeof who);
+        int64_t id = p->node[proc];
+        bv_node_group_kill(p->cfg.cloud_ops, p->cloud, p->node, proc);
+        tell_strategies(p, proc, id);
+        bv_error *say = hung++ == 0 ? err : &e;
+        bv_error_set(say, BV_ERR_IO, "%s (node %lld on localhost) hangs: it answered "
+                     "nothing within %g s, and was killed", who, (long long)id,
+                     p->cfg.peer_timeout_ms * 1e-3);
+        if (say == &e)
+            bv_log(BV_LOG_WARN, "%s", e.msg);
+        p->lost = proc;
+    }
+    free(answered);
+    return hung > 0;
+}
+
+/* After a command failed: a stage process lost (or found to hang) in a run with
+ * two-phase steps is failed over (true: the command may run again); else err stays the
+ * failure (one that hangs is terminated and named in it). */
 static bool recovered(bv_seq_pipe *p, double *lost_at, bv_error *err)
 {
-    if (!p->two_phase || p->lost < 0)
+    double failed_at = bv_now_seconds();
+    if (p->lost < 0 && p->cloud && !hunt(p, err))
+        return false;
+    if (!p->two_phase)
         return false;
     if (*lost_at == 0)
-        *lost_at = bv_now_seconds();
+        *lost_at = failed_at;
     bv_error loss = *err;
     p->failed = false;
     if (failover(p, &loss, err) == BV_OK)

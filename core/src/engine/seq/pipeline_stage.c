@@ -106,13 +106,15 @@ static bv_status adopted_book(adopted *w, int nodes, const char *p, size_t len, 
 /* Faults for the failover tests (docs/redundancy.md#testing-a-failover): the stage
  * process of node `node` kills itself (SIGKILL) where its first attempt at step `step`
  * reaches `what` (the last microbatch's forward, the first's backward, the all-reduce, or
- * the commit of the prepared step); from BIVOUAC_STAGE_FAULT (NODE:STEP:WHAT, commas
- * between faults), read by a stage process only. */
+ * the commit of the prepared step), or with `:hang` stops there (SIGSTOP: alive and
+ * answering nothing, as a frozen instance); from BIVOUAC_STAGE_FAULT
+ * (NODE:STEP:WHAT[:hang], commas between faults), read by a stage process only. */
 #define MAX_FAULTS 8
 static struct {
     int node;
     int64_t step;
     char what[16];
+    bool hang;
 } faults[MAX_FAULTS];
 static int nfaults;
 
@@ -121,9 +123,9 @@ static void maybe_die(const stage *st, int64_t ws, const char *what)
     for (int i = 0; i < nfaults && !st->arg->adopted; i++)
         if (faults[i].node == st->node && ws == faults[i].step &&
             strcmp(what, faults[i].what) == 0) {
-            bv_log(BV_LOG_WARN, "stage node %d: BIVOUAC_STAGE_FAULT: killed at the %s of "
-                   "step %lld", st->node, what, (long long)ws);
-            raise(SIGKILL);
+            bv_log(BV_LOG_WARN, "stage node %d: BIVOUAC_STAGE_FAULT: %s at the %s of step %lld",
+                   st->node, faults[i].hang ? "hangs" : "killed", what, (long long)ws);
+            raise(faults[i].hang ? SIGSTOP : SIGKILL);
         }
 }
 
@@ -131,15 +133,21 @@ static bv_status read_faults(const char *text, bv_error *err)
 {
     for (const char *f = text; f && *f && nfaults < MAX_FAULTS; nfaults++) {
         long long step = -1;
-        int used = 0;
+        int used = 0, hang = 0;
         if (sscanf(f, "%d:%lld:%15[a-z]%n", &faults[nfaults].node, &step,
-                   faults[nfaults].what, &used) != 3 ||
-            (f[used] != ',' && f[used] != '\0') ||
+                   faults[nfaults].what, &used) == 3 &&
+            strncmp(f + used, ":hang", 5) == 0) {
+            used += 5;
+            hang = 1;
+        }
+        if (used == 0 || (f[used] != ',' && f[used] != '\0') ||
             (strcmp(faults[nfaults].what, "forward") && strcmp(faults[nfaults].what, "backward") &&
              strcmp(faults[nfaults].what, "allreduce") && strcmp(faults[nfaults].what, "prepared")))
             return bv_error_set(err, BV_ERR_INVALID, "BIVOUAC_STAGE_FAULT=%s is not "
-                                "NODE:STEP:forward|backward|allreduce|prepared[,...]", text);
+                                "NODE:STEP:forward|backward|allreduce|prepared[:hang][,...]",
+                                text);
         faults[nfaults].step = step;
+        faults[nfaults].hang = hang;
         f = f[used] == ',' ? f + used + 1 : NULL;
     }
     return BV_OK;
@@ -842,6 +850,8 @@ static bv_status run_command(stage *st, const bv_pipe_msg_in *m, bv_error *err)
         break;
     case BV_PIPE_ADOPT:
         return adopt(st, m, err); /* the adopted stage answers */
+    case BV_PIPE_PING: /* the coordinator looks for a stage process that hangs */
+        break;
     case BV_PIPE_REROUTE: { /* a stage given a process of its own again */
         int32_t node;
         char address[96];
