@@ -12,8 +12,9 @@
 # in steps, and whether the final weights are the uninterrupted run's. Then the same stage
 # process hanging (BIVOUAC_STAGE_FAULT ...:hang, SIGSTOP) in its forward pass and after it
 # prepared, with pipeline.peer_timeout --peer-timeout: found and failed over
-# (docs/redundancy.md#a-stage-that-hangs); its pause is the run's wall time less the
-# uninterrupted run's, as the coordinator cannot see when a hang began.
+# (docs/redundancy.md#a-stage-that-hangs); its pause is the time between the ends of the
+# step before the hang and of the step it hung in, less a median step (the coordinator
+# cannot see when a hang began).
 #   bench/failover.sh [--build-dir build] [--steps 40] [--at 25] [--stages 3]
 #                     [--pipelines 2] [--checkpoint-every 10] [--peer-timeout 5]
 set -euo pipefail
@@ -74,15 +75,24 @@ for what in forward backward allreduce prepared; do
 done
 
 # a hang: found by the silence around it, then failed over
-"$bivouac" run "$exp" --out "$tmp/whole-peer" "${cfg[@]}" -s pipeline.peer_timeout="$peer" \
-    -s "resilience=[{plugin: redundancy}, $ckpt]" >/dev/null 2>&1
+step_gap() { # seconds between the ends of steps $2 and $2 + 1
+    python3 - "$1/metrics.jsonl" "$2" <<'EOF'
+import json, sys
+s = {}
+for l in open(sys.argv[1]):
+    if '"train_loss"' in l and '"eval' not in l:
+        r = json.loads(l)
+        s[r["step"]] = r["seconds"]
+print(s[int(sys.argv[2]) + 1] - s[int(sys.argv[2])])
+EOF
+}
 for what in forward prepared; do
     out="$tmp/hang-$what"
     BIVOUAC_STAGE_FAULT="$victim:$at:$what:hang" "$bivouac" run "$exp" --out "$out" "${cfg[@]}" \
         -s pipeline.peer_timeout="$peer" -s "resilience=[{plugin: redundancy}, $ckpt]" \
         >/dev/null 2>"$out.err" ||
         { echo "failover.sh: the $what hang run failed:" >&2; cat "$out.err" >&2; exit 1; }
-    pause=$(python3 -c "print($(field "$out" wall_seconds) - $(field "$tmp/whole-peer" wall_seconds))")
+    pause=$(python3 -c "print($(step_gap "$out" "$at") - $step)")
     same=$([ "$(field "$out" params_crc32c)" = "$crc" ] && echo "the same bits" || echo differ)
     python3 -c "print(f'| failover (eflb) of a hang, peer_timeout $peer s | {\"$what\"} | {$pause:.3f} | {$step:.3f} | {$pause / $step:.1f} | $same |')"
 done

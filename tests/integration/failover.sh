@@ -12,7 +12,7 @@
 #  - lflb and efeb (no redundant forward; both redundant passes) fail over too;
 #  - a spot trace's removal is failed over, and its addition gives the stage a process of
 #    its own again (the shipped policy, scripts/lua/reconfigure.lua; its decisions in
-#    metrics.jsonl); the policy's restart of a degraded pipeline ends the run, and --resume
+#    metrics.jsonl), over ipc and over links: tcp; the policy's restart of a degraded pipeline ends the run, and --resume
 #    ends it with the uninterrupted weights; a decision no event offers is a policy error;
 #  - the shadow's process killed after it took over, or two consecutive stages removed at
 #    once (no replica of them is left), ends the run with exit 1 and says why;
@@ -131,6 +131,21 @@ check "a trace's removal and addition: logged" \
     "$(grep -cE '^bivouac: info: (local cloud: the trace adds node7 at [0-9]+ s \([0-9.]+ s into the run\): a node to launch|policy: joined: replace \(full pipelines first\)|replaced: stage 1 of pipeline 0 runs in a process of its own again \(node 6\), no longer in stage 0 of pipeline 0.s)$' "$out.err")" 3
 check "a trace's removal and addition: nothing left" "$(leftovers "$pgid")" \
     "processes 0, socket dirs 0"
+
+# the same over links: tcp (CURVE): the adopted stage binds a port of its own in its
+# shadow's process, the replacement says its port in a HELLO, and every node is told
+out="$tmp/tcp"
+run "$out" run "$exp" --out "$out" "${eflb[@]}" -s train.steps=600 -s pipeline.links=tcp \
+    -s "cloud={plugin: local, trace: $tmp/trace.csv}" -s "policy={file: $policy}"
+check "over tcp: exit 0" "$rc" 0
+[ "$rc" = 0 ] || cat "$out.err" >&2
+check "over tcp: the uninterrupted weights" "$(field "$out" params_crc32c)" \
+    "$(field "$tmp/whole600" params_crc32c)"
+check "over tcp: two failovers, one node given back" \
+    "$(field "$out" failovers), $(field "$out" replaced)" '"failovers": 2, "replaced": 1'
+check "over tcp: the adopted stage's new ports, and the replacement's" \
+    "$(grep -cE '^bivouac: info: stage 1 of pipeline 0: inbox tcp://127\.0\.0\.1:[0-9]+(, in stage 0 of pipeline 0.s process)?$' "$out.err")" 4
+check "over tcp: nothing left" "$(leftovers "$pgid")" "processes 0, socket dirs 0"
 
 # a stage removed as the run starts (before its first step): failed over all the same
 printf '0,add,node%d\n' 1 2 3 4 5 6 >"$tmp/start.csv"

@@ -79,6 +79,7 @@ static bv_status watch(bv_seq_pipe *p, bv_error *err);
 static bool recovered(bv_seq_pipe *p, double *lost_at, bv_error *err);
 static bv_status take_state(bv_seq_pipe *p, int node, const bv_pipe_msg_in *m, void *ctx,
                             bv_error *err);
+static bv_status reroute(bv_seq_pipe *p, bv_error *err);
 
 /* Sends a message to a stage node. With stage processes each try gives up after
  * BV_SEND_SLICE_MS and the stages are looked at between tries, until the transport's
@@ -493,27 +494,32 @@ bv_status bv_seq_pipe_read_book(const char *path, bv_seq_pipe_cfg *cfg, char (*a
     return BV_OK;
 }
 
-/* Links over tcp: a HELLO from every stage with the address it bound, then the whole
- * book of addresses to each. */
-static bv_status rendezvous(bv_seq_pipe *p, bv_error *err)
+/* Whether an answer's data is an address a stage bound over tcp: no wildcard port. */
+static bool tcp_address(const bv_pipe_msg_in *m)
+{
+    return m->bytes > 6 && m->bytes < ADDR_LEN && memcmp(m->data, "tcp://", 6) == 0 &&
+           !memchr(m->data, '\n', m->bytes) && !memchr(m->data, '*', m->bytes);
+}
+
+/* Links over tcp: a HELLO from every stage (only: from stage node `only` alone, one
+ * launched again) with the address it bound, then the whole book of addresses to each. */
+static bv_status rendezvous(bv_seq_pipe *p, int only, bv_error *err)
 {
     bool *seen = calloc((size_t)p->nodes, sizeof *seen);
     if (!seen)
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory");
     bv_status rc = BV_OK;
-    for (int hello = 0; rc == BV_OK && hello < p->nodes; hello++) {
+    for (int hello = 0; rc == BV_OK && hello < (only < 0 ? p->nodes : 1); hello++) {
         bv_pipe_msg_in m = {0};
         while ((rc = watch_due(p, err)) == BV_OK &&
-               (rc = bv_stage_link_recv(p->link, BV_PIPE_HELLO, -1, 0, 0, WATCH_MS,
+               (rc = bv_stage_link_recv(p->link, BV_PIPE_HELLO, only, 0, 0, WATCH_MS,
                                         "a stage's address", &m, err)) != BV_OK &&
                bv_stage_link_timed_out(p->link)) {
         }
         if (rc != BV_OK)
             break;
         int n = (int)m.sender;
-        bool ok = n < p->nodes && !seen[n] && m.bytes > 6 && m.bytes < ADDR_LEN &&
-                  memcmp(m.data, "tcp://", 6) == 0 && !memchr(m.data, '\n', m.bytes) &&
-                  !memchr(m.data, '*', m.bytes);
+        bool ok = n < p->nodes && !seen[n] && tcp_address(&m);
         if (ok) {
             seen[n] = true;
             snprintf(p->addr[n], ADDR_LEN, "%.*s", (int)m.bytes, (const char *)m.data);
@@ -530,14 +536,18 @@ static bv_status rendezvous(bv_seq_pipe *p, bv_error *err)
     size_t len = 0;
     for (int n = 0; rc == BV_OK && n <= p->nodes; n++)
         len += (size_t)snprintf(book + len, ADDR_LEN, "%s\n", p->addr[n]);
+    if (rc == BV_OK && only >= 0) /* the coordinator's outbox to it, at the new port */
+        rc = bv_stage_link_reroute(p->link, only, NULL, err);
     for (int n = 0; rc == BV_OK && n < p->nodes; n++)
-        rc = send_to(p, n, BV_PIPE_BOOK, 0, 0, book, len, err);
+        if (only < 0 || n == only)
+            rc = send_to(p, n, BV_PIPE_BOOK, 0, 0, book, len, err);
     free(book);
     if (rc == BV_OK)
         for (int n = 0; n < p->nodes; n++) {
             char who[64];
             stage_name(p, n, who, sizeof who);
-            bv_log(BV_LOG_INFO, "%s: inbox %s", who, p->addr[n]);
+            if (only < 0 || n == only)
+                bv_log(BV_LOG_INFO, "%s: inbox %s", who, p->addr[n]);
         }
     return rc;
 }
@@ -643,7 +653,7 @@ bv_status bv_seq_pipe_start(const bv_seq_pipe_cfg *cfg, bv_seq_pipe **out, bv_er
     if (rc == BV_OK && cfg->cloud_ops && (rc = write_book(p, book, err)) == BV_OK)
         rc = launch(p, book, err);
     if (rc == BV_OK && cfg->cloud_ops && cfg->tcp)
-        rc = rendezvous(p, err);
+        rc = rendezvous(p, -1, err);
     for (int n = 0; rc == BV_OK && !cfg->cloud_ops && n < p->nodes; n++) {
         bv_seq_stage_arg *a = &p->args[n];
         a->cfg = &p->cfg;
@@ -794,10 +804,26 @@ static bv_status pipeline_state(bv_seq_pipe *p, int d, int skip, uint8_t **buf,
     return rc;
 }
 
+/* The address the adopted stage node bound (over tcp a port of its own, on the shadow's
+ * host), from its answer to ADOPT. */
+static bv_status take_address(bv_seq_pipe *p, int node, const bv_pipe_msg_in *m, void *ctx,
+                              bv_error *err)
+{
+    (void)ctx;
+    if (!p->cfg.tcp)
+        return BV_OK;
+    if (!tcp_address(m))
+        return bv_error_set(err, BV_ERR_CORRUPT, "an adopted stage's answer is not an "
+                            "address of this run");
+    snprintf(p->addr[node], ADDR_LEN, "%.*s", (int)m->bytes, (const char *)m->data);
+    return BV_OK;
+}
+
 /* The lost stage node v taken over by its shadow's process (docs/redundancy.md#the-failover),
  * with the replica's weights and moments and the state of v's pipeline's other stages
  * (the one after v's for v's own replica, the owners of tied tensors), at the step
- * boundary every stage is at. */
+ * boundary every stage is at. Over tcp v's inbox is a new port on the shadow's host, and
+ * every other node is told it (REROUTE). */
 static bv_status adopt_node(bv_seq_pipe *p, int v, bv_error *err)
 {
     int P = p->cfg.stages, d = v / P, s = v % P, shadow = d * P + (s + P - 1) % P;
@@ -816,6 +842,15 @@ static bv_status adopt_node(bv_seq_pipe *p, int v, bv_error *err)
                                : NULL;
     if (rc == BV_OK && !msg)
         rc = bv_error_set(err, BV_ERR_NOMEM, "out of memory");
+    if (rc == BV_OK && p->cfg.tcp) { /* tcp://HOST:PORT of the shadow -> tcp://HOST:* */
+        char host[ADDR_LEN];
+        snprintf(host, sizeof host, "%s", p->addr[shadow]);
+        char *port = strrchr(host + 6, ':');
+        if (port)
+            *port = '\0';
+        if (snprintf(p->addr[v], ADDR_LEN, "%.*s:*", ADDR_LEN - 3, host) >= ADDR_LEN)
+            rc = bv_error_set(err, BV_ERR_INVALID, "%s's address is too long", by);
+    }
     if (rc == BV_OK) {
         for (int n = 0; n <= p->nodes; n++)
             book += (size_t)sprintf((char *)msg + head + book, "%s\n", p->addr[n]);
@@ -826,7 +861,14 @@ static bv_status adopt_node(bv_seq_pipe *p, int v, bv_error *err)
         memcpy(msg + head + book, buf, bytes);
         p->host[v] = p->host[shadow];
         rc = ask(p, shadow, BV_PIPE_ADOPT, p->failovers, msg, head + book + bytes,
-                 BV_PIPE_DONE, NULL, NULL, err);
+                 BV_PIPE_DONE, take_address, NULL, err);
+    }
+    if (rc == BV_OK && p->cfg.tcp) {
+        bv_log(BV_LOG_INFO, "%s: inbox %s, in %s's process", who, p->addr[v], by);
+        p->reroute = v;
+        rc = bv_stage_link_reroute(p->link, v, NULL, err);
+        if (rc == BV_OK)
+            rc = reroute(p, err);
     }
     free(msg);
     free(buf);
@@ -842,10 +884,10 @@ static bv_status adopt_node(bv_seq_pipe *p, int v, bv_error *err)
  * cloud's events of the next moment are read first: a bulk preemption ends several at
  * once. Each lost stage node is put to the policy (`preempted`: failover, or restart from
  * the last checkpoint); one that cannot be covered (uncovered()) ends the run with why,
- * as do threads, tcp links and a run without replicas. */
+ * as do threads and a run without replicas. */
 static bv_status failover(bv_seq_pipe *p, const bv_error *loss, bv_error *err)
 {
-    if (!p->two_phase || p->cfg.tcp || !p->host) {
+    if (!p->two_phase || !p->host) {
         *err = *loss;
         return err->status;
     }
@@ -1019,12 +1061,17 @@ static bv_status replace(bv_seq_pipe *p, int v, bv_error *err)
         rc = ask(p, shadow, BV_PIPE_RELEASE, 0, NULL, 0, BV_PIPE_DONE, NULL, NULL, err);
     char book[sizeof p->dir + 32];
     snprintf(book, sizeof book, "%s/book.%d", p->dir, p->replacements + 1);
-    snprintf(p->addr[v], ADDR_LEN, "ipc://%s/n%d.%d", p->dir, v, p->replacements + 1);
-    if (rc == BV_OK)
+    if (p->cfg.tcp) /* a port of its choosing, said in its HELLO */
+        snprintf(p->addr[v], ADDR_LEN, "tcp://%s:*", p->cfg.address);
+    else
+        snprintf(p->addr[v], ADDR_LEN, "ipc://%s/n%d.%d", p->dir, v, p->replacements + 1);
+    if (rc == BV_OK && !p->cfg.tcp)
         rc = bv_stage_link_reroute(p->link, v, NULL, err); /* p->addrs[v] is the new one */
     if (rc == BV_OK)
         rc = write_book(p, book, err);
-    if (rc == BV_OK && (rc = launch_node(p, v, book, err)) == BV_OK) {
+    if (rc == BV_OK && (rc = launch_node(p, v, book, err)) == BV_OK && p->cfg.tcp)
+        rc = rendezvous(p, v, err);
+    if (rc == BV_OK) {
         p->host[v] = v;
         p->offered--;
         p->reroute = v;

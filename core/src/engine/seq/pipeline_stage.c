@@ -987,9 +987,10 @@ void *bv_seq_stage_main(void *arg)
         free(a->adopt);
         a->adopt = NULL;
         bv_error e2 = {0};
+        const char *bound = bv_stage_link_bound(st.link); /* over tcp: a new port */
         if (rc == BV_OK)
             bv_stage_link_send(st.link, st.coord, BV_PIPE_DONE, BV_PIPE_ADOPT, a->adopt_step,
-                               NULL, 0, &e2);
+                               bound, strlen(bound), &e2);
         else
             bv_stage_link_send(st.link, st.coord, BV_PIPE_ERROR, BV_PIPE_ADOPT, a->adopt_step,
                                err.msg, strlen(err.msg), &e2);
