@@ -17,7 +17,9 @@
 #                       [--strategies "checkpoint redundancy lflb"] [--zones 1]
 #                       [--keep DIR]
 # --keep DIR: the runs' directories are left in DIR (whole/ uninterrupted, traced-S/ per
-# strategy) and the table in DIR/table.md (bench/sim_validate.sh simulates them).
+# strategy) and the table in DIR/table.md (bench/sim_validate.sh simulates them), and each
+# strategy's Bamboo Figure 11 in DIR/figure11-S.png (and .svg): the cluster's instances,
+# the throughput (samples/s) and the cumulative cost against wall time.
 # --zones Z: the local cloud's zones (the trace's nodes in Z zones; the pipeline engine puts
 # consecutive stages in different ones, as Bamboo does).
 set -euo pipefail
@@ -110,6 +112,8 @@ traced() {
     echo "$strategy:"
     grep -hE "local cloud: the trace (removes|adds)|info: (failover|replaced):|error:" "$tmp/$strategy.log" |
         sed 's/^bivouac: [a-z]*: /  /'
+    [ -z "$keep" ] || { mkdir -p "$keep" && "$bivouac" compare "$out" --x time \
+        --series instances,throughput,cost_usd --out "$keep/figure11-$strategy.png" >/dev/null; }
     echo "$strategy $(grep -c "local cloud: the trace removes" "$tmp/$strategy.log" || true)" \
         "$(grep -c "info: failover:" "$tmp/$strategy.log" || true)" \
         "$(grep -c "info: replaced:" "$tmp/$strategy.log" || true) $restarts $wall" >>"$tmp/rows"

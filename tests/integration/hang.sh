@@ -44,7 +44,7 @@ hang() {
     [ "$rc" = 0 ] || cat "$out.err" >&2
     check "$name: the uninterrupted weights" "$(field "$out" params_crc32c)" "$crc"
     check "$name: one failover" "$(field "$out" failovers)" '"failovers": 1'
-    check "$name: the hang logged" "$(grep -cE "^bivouac: warning: $victim \(node [0-9]+ on localhost\) hangs: it answered nothing within 2 s, and was killed$" "$out.err")" 1
+    check "$name: the hang logged" "$(grep -cE "^bivouac: warning: $victim \(node [0-9]+ on localhost\) hangs: it answered nothing for 3 s, and was killed$" "$out.err")" 1
     check "$name: the failover logged" "$(grep -cE "^bivouac: info: failover: $shadow's process \(node $host\) adopts $victim from its replica$" "$out.err")" 1
     check "$name: nothing left" "$(leftovers "$pgid")" "processes 0, socket dirs 0"
 }
@@ -74,7 +74,7 @@ check "stopped from outside: the uninterrupted weights" "$(field "$out" params_c
     "$(field "$tmp/whole600" params_crc32c)"
 check "stopped from outside: one failover" "$(field "$out" failovers)" '"failovers": 1'
 check "stopped from outside: said so" \
-    "$(grep -cE '^bivouac: warning: stage 1 of pipeline 1 \(node [0-9]+ on localhost\) hangs: it answered nothing within 2 s, and was killed$' "$out.err")" 1
+    "$(grep -cE '^bivouac: warning: stage 1 of pipeline 1 \(node [0-9]+ on localhost\) hangs: it answered nothing for 3 s, and was killed$' "$out.err")" 1
 check "stopped from outside: nothing left" "$(leftovers "$g")" "processes 0, socket dirs 0"
 
 # no redundancy: the run ends naming the stage, well before any test timeout
@@ -86,8 +86,8 @@ took=$(($(date +%s) - start))
 check "no redundancy: exit 1" "$rc" 1
 check "no redundancy: says which stage hangs" \
     "$(grep '^bivouac: error' "$out.err" | sed 's/(node [0-9]*/(node N/')" \
-    "bivouac: error: stage 1 of pipeline 0 (node N on localhost) hangs: it answered nothing within 2 s, and was killed"
-check "no redundancy: ends within 60 s (4 peer timeouts and the grace take 8)" \
+    "bivouac: error: stage 1 of pipeline 0 (node N on localhost) hangs: it answered nothing for 3 s, and was killed"
+check "no redundancy: ends within 60 s (two peer timeouts and the agreement take 5)" \
     "$([ "$took" -lt 60 ] && echo yes || echo "no ($took s)")" yes
 check "no redundancy: nothing left" "$(leftovers "$pgid")" "processes 0, socket dirs 0"
 finish

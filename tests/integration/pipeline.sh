@@ -88,6 +88,20 @@ if grep -q '"pipeline_bubble"' "$tmp/p4/metrics.jsonl"; then
 else
     echo "FAIL: no pipeline_bubble series in metrics.jsonl" >&2; failed=1
 fi
+# Bamboo's Figure 11 throughput: a point a step, samples a second of the step's wall time
+got=$(python3 - "$tmp/p4/metrics.jsonl" <<'EOF'
+import json, sys
+recs = [json.loads(l) for l in open(sys.argv[1])]
+steps = [r for r in recs if "train_loss" in r]
+tp = [r for r in recs if r.get("series") == "throughput"]
+ok = all(r["unit"] == "samples/s" and r["value"] > 0 for r in tp)
+print(f"{len(tp)} of {len(steps)}, {'positive samples/s' if ok else 'not all positive samples/s'}")
+EOF
+)
+want=$(grep -c '"train_loss"' "$tmp/p4/metrics.jsonl")
+[ "$got" = "$want of $want, positive samples/s" ] &&
+    echo "ok: metrics.jsonl has the throughput series, a point a step" ||
+    { echo "FAIL: throughput series: got '$got', want '$want of $want, positive samples/s'" >&2; failed=1; }
 
 # killed after step 25 (its checkpoint is step 20's), resumed: the same weights, and the
 # redundancy plugin's replicas read back from the originals' blobs, equal to them again

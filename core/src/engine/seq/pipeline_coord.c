@@ -28,6 +28,9 @@
 /* A PING's command step: a range of its own (bit 61), never a training step's or an
  * evaluation's (BV_SEQ_EVAL_STEP, bit 62), so that no late message of theirs matches. */
 #define PING_STEP(n) ((int64_t)(n) | (int64_t)1 << 61)
+/* How long hunt() waits for the PINGs' answers (or peer_timeout, if shorter): a node asked
+ * has been silent for peer_timeout already, and a live one answers at once. */
+#define PING_WAIT_MS 1000
 
 struct bv_seq_pipe {
     bv_seq_pipe_cfg cfg;
@@ -933,11 +936,12 @@ static bv_status failover(bv_seq_pipe *p, const bv_error *loss, bv_error *err)
 }
 
 /* After a command failed with no stage process seen to end (a stage's wait for a peer,
- * or the coordinator's for an answer, ran out): every stage node is asked to answer at
- * once (PING), and the process of a node that does not within peer_timeout is taken to
- * hang (a frozen instance: alive, and answering nothing). It is terminated and lost, as if
- * killed (true, err says which; more than one: the rest are logged). False where every
- * node answers: the failure stands. */
+ * or the coordinator's for an answer, ran out; collect() waited for every other answer
+ * first): every stage node is asked to answer at once (PING), and the process of a node
+ * that does not within PING_WAIT_MS is taken to hang (a frozen instance: alive, and
+ * answering nothing). It is killed and lost, as if killed outright (true, err says which;
+ * more than one: the rest are logged). False where every node answers: the failure
+ * stands. */
 static bool hunt(bv_seq_pipe *p, bv_error *err)
 {
     bool *answered = calloc((size_t)p->nodes, sizeof *answered);
@@ -952,7 +956,8 @@ static bool hunt(bv_seq_pipe *p, bv_error *err)
         else if (send_cmd(p, n, BV_PIPE_PING, step, NULL, 0, &e) == BV_OK)
             asked++;
     }
-    double until = bv_now_seconds() + p->cfg.peer_timeout_ms * 1e-3;
+    int wait_ms = p->cfg.peer_timeout_ms < PING_WAIT_MS ? p->cfg.peer_timeout_ms : PING_WAIT_MS;
+    double until = bv_now_seconds() + wait_ms * 1e-3;
     bool cut = false; /* Ctrl-C, or the link failed: nobody is judged */
     while (!cut && p->lost < 0 && got < asked && bv_now_seconds() < until) {
         bv_pipe_msg_in m;
@@ -988,8 +993,8 @@ static bool hunt(bv_seq_pipe *p, bv_error *err)
         tell_strategies(p, proc, id);
         bv_error *say = hung++ == 0 ? err : &e;
         bv_error_set(say, BV_ERR_IO, "%s (node %lld on localhost) hangs: it answered "
-                     "nothing within %g s, and was killed", who, (long long)id,
-                     p->cfg.peer_timeout_ms * 1e-3);
+                     "nothing for %g s, and was killed", who, (long long)id,
+                     (p->cfg.peer_timeout_ms + wait_ms) * 1e-3);
         if (say == &e)
             bv_log(BV_LOG_WARN, "%s", e.msg);
         p->lost = proc;

@@ -15,6 +15,7 @@
 #include "bivouac/series.h"
 #include "bivouac/wire.h"
 #include "adamw.h"
+#include "clock.h"
 #include "engine.h"
 #include "experiment.h"
 #include "layer_engine.h"
@@ -353,13 +354,17 @@ static void draw_batch(bv_engine *e, bool val, uint64_t stream)
 
 
 /* A step's pipeline figures as series (metrics.jsonl): the share of the stages' time not
- * spent computing (the bubble: idle, waiting on a peer, sending), and the mean wait. */
-static void report_pipe_step(bv_engine *e, const bv_seq_pipe_step *ps)
+ * spent computing (the bubble: idle, waiting on a peer, sending), the mean wait, and the
+ * samples the step trained per second of its wall time (`wall`, a failover's pause
+ * included: Bamboo's Figure 11 throughput). */
+static void report_pipe_step(bv_engine *e, const bv_seq_pipe_step *ps, double wall)
 {
     int nodes = e->pipe_cfg.stages * e->pipe_cfg.pipelines;
     double bubble = ps->seconds > 0 ? 1.0 - ps->compute_seconds / (nodes * ps->seconds) : 0;
     bv_series_report("pipeline_bubble", "fraction", bubble);
     bv_series_report("pipeline_wait", "s", ps->wait_seconds / nodes);
+    if (wall > 0)
+        bv_series_report("throughput", "samples/s", (double)e->batch / wall);
     e->bubble_sum += bubble;
     e->bubble_steps++;
 }
@@ -369,12 +374,13 @@ static bv_status train(bv_engine *e, int64_t it, double lr_now, bv_record *rec, 
     double loss, norm;
     if (e->pipe) {
         bv_seq_pipe_step ps;
+        double t0 = bv_now_seconds();
         bv_status st = bv_seq_pipe_train(e->pipe, it, lr_now, &ps, err);
         if (st != BV_OK)
             return st;
         loss = ps.loss;
         norm = ps.norm;
-        report_pipe_step(e, &ps);
+        report_pipe_step(e, &ps, bv_now_seconds() - t0);
     } else {
         draw_batch(e, false, BV_SEQ_STREAM_TRAIN(it));
         bv_status st = bv_layer_engine_gradient(e->layers, e->tokens, e->targets, e->batch,
