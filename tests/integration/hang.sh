@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# A stage process that hangs (docs/redundancy.md#a-stage-that-hangs): alive and answering
-# nothing, as a frozen instance (SIGSTOP). Its neighbours' waits, or the coordinator's wait
+# A process that hangs: alive and answering nothing, as a frozen instance (SIGSTOP).
+#
+# A pipeline stage process (docs/redundancy.md#a-stage-that-hangs). Its neighbours' waits, or the coordinator's wait
 # for its answer, run out after pipeline.peer_timeout; the coordinator asks every stage to
 # answer (PING), terminates the process that does not, and treats it as lost:
 #  - 2 pipelines of 3 stage processes, eflb, a checkpoint every 10 steps: a stage that
@@ -11,6 +12,9 @@
 #  - without redundancy the run ends (exit 1) naming the stage that hangs, within a bound
 #    (no hang), for --resume;
 #  - every run leaves nothing behind (processes, socket directories).
+# A graph-engine role process (docs/cluster.md#a-role-that-hangs): its heartbeats stop, and
+# after engine.peer_timeout the coordinator kills it and ends the run (exit 1) naming it:
+# a tensor worker, a parameter server and a graph server, each stopped from outside.
 # The hangs at chosen instructions come from BIVOUAC_STAGE_FAULT=NODE:STEP:WHAT:hang.
 # Every run is in its own process group, killed at the end whatever happens.
 # Environment (set by ctest): BIVOUAC, BIVOUAC_SOURCE_DIR, BIVOUAC_DATA_DIR.
@@ -90,4 +94,38 @@ check "no redundancy: says which stage hangs" \
 check "no redundancy: ends within 60 s (two peer timeouts and the agreement take 5)" \
     "$([ "$took" -lt 60 ] && echo yes || echo "no ($took s)")" yes
 check "no redundancy: nothing left" "$(leftovers "$pgid")" "processes 0, socket dirs 0"
+
+# ---- graph-engine roles ----
+export BIVOUAC_CACHE_DIR="$tmp/cache"
+gexp="$BIVOUAC_SOURCE_DIR/configs/quickstart.yaml"
+groles=(--quiet -s train.epochs=100000 -s policy.params.patience=100000
+        -s engine.peer_timeout=2 -s 'cloud={plugin: local}'
+        -s 'cluster={graph_servers: 2, param_servers: 2, tensor_workers: 2}')
+# NAME ROLE INDEX ITS-NAME-IN-THE-LOG: the role stopped once 20 epochs are done
+role_hang() {
+    local out="$tmp/role-$1" g waiter lines
+    (run "$out" run "$gexp" --out "$out" "${groles[@]}"; echo "$rc" >"$out.rc") &
+    waiter=$!
+    until [ -s "$out.pgid" ]; do sleep 0.01; done
+    g=$(cat "$out.pgid")
+    groups+=("$g")
+    for _ in $(seq 3000); do # up to 30 s
+        lines=0
+        [ -f "$out/metrics.jsonl" ] && lines=$(grep -c '"train_loss"' "$out/metrics.jsonl" || true)
+        [ "$lines" -ge 20 ] && break
+        sleep 0.01
+    done
+    pkill -STOP -g "$g" -f -- "--role $2 --index $3" || true
+    for _ in $(seq 6000); do [ -s "$out.rc" ] && break; sleep 0.01; done # up to 60 s
+    [ -s "$out.rc" ] || kill -KILL -- "-$g" 2>/dev/null || true # it hung: 137
+    wait "$waiter" || true
+    check "$1 hangs: exit 1 within 60 s" "$(cat "$out.rc")" 1
+    check "$1 hangs: says which, and what was done" \
+        "$(grep '^bivouac: error' "$out.err" | sed 's/(node [0-9]*/(node N/')" \
+        "bivouac: error: the $4 (node N on localhost) hangs: no heartbeat for 2 s (engine.peer_timeout), and was killed"
+    check "$1 hangs: nothing left" "$(leftovers "$g")" "processes 0, socket dirs 0"
+}
+role_hang "a tensor worker" tensor 1 "tensor worker 1"
+role_hang "a parameter server" param 0 "parameter server 0"
+role_hang "a graph server" graph 1 "graph server 1"
 finish

@@ -27,7 +27,8 @@ static const bv_option engine_schema[] = {
                    "memory)"),
     BV_OPT_FLOAT_RANGE("peer_timeout", "5", 0.1, 3600,
                        "seconds a role process may take to answer a stop, or an unreachable "
-                       "peer to be noticed, before the run fails naming it"),
+                       "peer to be noticed, or a role process's heartbeats may stop (it "
+                       "hangs: killed), before the run fails naming it"),
     BV_OPT_FLOAT_RANGE("start_timeout", "60", 0.1, 3600,
                        "seconds the role processes have to load the experiment and report "
                        "ready"),

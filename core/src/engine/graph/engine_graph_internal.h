@@ -89,6 +89,8 @@ struct bv_graph_engine {
     int64_t *node;       /* per role (bv_role_slot): the cloud's node id, -1 none */
     bool failed;         /* a role failed or died: stop ends the rest without asking */
     double next_watch;   /* when the coordinator next looks at the processes */
+    double *beat_at;     /* per role: when its last heartbeat came (0: none yet) */
+    double waited_until; /* when the coordinator last stopped reading its inbox */
     double launched_at;  /* when the processes were started (a lost one's event time) */
     _Atomic int role_failed; /* in a role process: its set-up failed (role_loop.c) */
     /* Messages this process's roles dropped because they failed their checks (malformed,

@@ -393,7 +393,8 @@ bv_status bv_engine_launch(bv_graph_engine *e, bv_error *err)
         return bv_error_set(err, BV_ERR_INVALID, "roles as processes need the run's "
                             "experiment file");
     e->node = malloc((size_t)bv_role_slots(e) * sizeof *e->node);
-    if (!e->node)
+    e->beat_at = calloc((size_t)bv_role_slots(e), sizeof *e->beat_at);
+    if (!e->node || !e->beat_at)
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory");
     for (int s = 0; s < bv_role_slots(e); s++)
         e->node[s] = -1;
@@ -508,6 +509,16 @@ static bool late_error(bv_graph_engine *e, bv_error *err)
     return false;
 }
 
+/* The resilience strategies hear first that the role in `slot` (cloud id `id`) is gone. */
+static void tell_strategies(bv_graph_engine *e, int slot, int64_t id)
+{
+    int ps0 = bv_slot_ps(e, 0), tw0 = bv_slot_tw(e, 0);
+    bv_peer_event ev = {sizeof ev, slot < ps0 ? "graph" : slot < tw0 ? "param" : "tensor", id,
+                        NULL, bv_engine_now() - e->launched_at};
+    if (e->cfg.peer_failed)
+        e->cfg.peer_failed(e->cfg.loop, &ev);
+}
+
 /* A role process that ended, Ctrl-C, or the deadline: the wait fails. */
 static bv_status watch(bv_graph_engine *e, double deadline, uint16_t type, bv_error *err)
 {
@@ -522,11 +533,7 @@ static bv_status watch(bv_graph_engine *e, double deadline, uint16_t type, bv_er
         char name[48], how[96];
         bv_role_slot_name(e, slot, name, sizeof name);
         bv_node_group_exit_text(status, how, sizeof how);
-        int ps0 = bv_slot_ps(e, 0), tw0 = bv_slot_tw(e, 0);
-        bv_peer_event ev = {sizeof ev, slot < ps0 ? "graph" : slot < tw0 ? "param" : "tensor",
-                            id, NULL, bv_engine_now() - e->launched_at};
-        if (e->cfg.peer_failed) /* the resilience strategies hear of it first */
-            e->cfg.peer_failed(e->cfg.loop, &ev);
+        tell_strategies(e, slot, id);
         if (status >= 0 && WIFEXITED(status) && late_error(e, err))
             return err->status;
         return bv_error_set(err, BV_ERR_IO, "lost the %s (node %lld on %s): it %s", name,
@@ -543,6 +550,30 @@ static bv_status watch(bv_graph_engine *e, double deadline, uint16_t type, bv_er
     return BV_OK;
 }
 
+/* A role process whose heartbeats stopped for engine.peer_timeout (at least 4 heartbeat
+ * periods) hangs (stopped, frozen: alive, so the cloud reports nothing): it is killed (the
+ * cloud's kill, no clean-up that would remove the run's sockets) and the wait fails naming
+ * it. */
+static bv_status silent(bv_graph_engine *e, double now, bv_error *err)
+{
+    double bound = e->cfg.peer_timeout > 4e-3 * BV_HEARTBEAT_MS ? e->cfg.peer_timeout
+                                                                  : 4e-3 * BV_HEARTBEAT_MS;
+    for (int s = 0; s < bv_role_slots(e); s++) {
+        if (e->node[s] < 0 || e->beat_at[s] == 0 || now - e->beat_at[s] <= bound)
+            continue;
+        char name[48];
+        bv_role_slot_name(e, s, name, sizeof name);
+        int64_t id = e->node[s];
+        bv_node_group_kill(e->cfg.cloud_ops, e->cloud, e->node, s);
+        tell_strategies(e, s, id);
+        return bv_error_set(err, BV_ERR_IO, "the %s (node %lld on %s) hangs: no heartbeat "
+                            "for %g s (engine.peer_timeout), and was killed", name,
+                            (long long)id, e->slot_host[s][0] ? e->slot_host[s] : "localhost",
+                            bound);
+    }
+    return BV_OK;
+}
+
 bv_status bv_engine_coord_wait(bv_graph_engine *e, uint16_t type, double deadline,
                                bv_role_msg *m, bv_error *err)
 {
@@ -550,10 +581,18 @@ bv_status bv_engine_coord_wait(bv_graph_engine *e, uint16_t type, double deadlin
     for (;;) {
         /* the processes are looked at every WATCH_SLICE_MS, busy or not: a role that is
          * never sent anything (an idle tensor worker) is missed as soon as one that is */
-        double now = bv_engine_now();
+        double now = bv_engine_now(), gap = e->waited_until > 0 ? now - e->waited_until : 0;
+        if (gap > 4e-3 * WATCH_SLICE_MS) /* busy elsewhere or held off the CPU since it last
+                                           read its inbox: silence is not counted */
+            for (int s = 0; s < bv_role_slots(e); s++)
+                if (e->beat_at[s] > 0)
+                    e->beat_at[s] += gap;
+        e->waited_until = now;
         if (now >= e->next_watch) {
             e->next_watch = now + WATCH_SLICE_MS * 1e-3;
             bv_status st = watch(e, deadline, type, err);
+            if (st == BV_OK)
+                st = silent(e, now, err);
             if (st != BV_OK) {
                 e->failed = true;
                 return st;
@@ -562,6 +601,14 @@ bv_status bv_engine_coord_wait(bv_graph_engine *e, uint16_t type, double deadlin
         if (bv_role_recv_valid(t, e->coord_in, m, WATCH_SLICE_MS, &e->frames_dropped, err) !=
             BV_OK)
             continue; /* a timeout (or a transport failure, which the watch will explain) */
+        e->waited_until = bv_engine_now();
+        if (m->wire.type == BV_MSG_HEARTBEAT) {
+            int s = m->hdr.reply_to;
+            if (s >= 0 && s < bv_role_slots(e))
+                e->beat_at[s] = e->waited_until;
+            bv_role_release(t, m);
+            continue;
+        }
         if (m->wire.type == type)
             return BV_OK;
         if (m->wire.type == BV_MSG_ERROR) {
@@ -654,6 +701,8 @@ void bv_engine_land(bv_graph_engine *e)
         bv_node_group_remove_dir(e->dir);
     free(e->node);
     e->node = NULL;
+    free(e->beat_at);
+    e->beat_at = NULL;
     if (e->procs)
         bv_node_group_signals_off();
     e->procs = false;

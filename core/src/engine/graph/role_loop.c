@@ -2,9 +2,12 @@
  * deadlines, peer failures) is made once, not in each role. */
 #include "role_loop.h"
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "bivouac/log.h"
 
@@ -111,6 +114,66 @@ static void role_close(const bv_role *r)
         bv_engine_close_all(e, r->inbox2, 1);
 }
 
+/* A role process's heartbeat (docs/cluster.md#a-role-that-hangs): HEARTBEAT to the
+ * coordinator every BV_HEARTBEAT_MS, from a thread and an outbox of its own, from READY
+ * until the role ends. A process that stops (a frozen instance) falls silent, however
+ * long a task of the role's own thread takes. Not in threads (no process to lose) nor in
+ * function workers (their graph server's time limit watches them; their sends are
+ * throttled and rate-limited through state in role_msg.c that only their own thread may
+ * touch, which bv_role_send leaves alone in every other role). */
+typedef struct heartbeat {
+    const bv_role *r;
+    int32_t slot;
+    atomic_bool stop;
+    pthread_t thread;
+    bool on;
+} heartbeat;
+
+static void *beat_main(void *arg)
+{
+    heartbeat *h = arg;
+    bv_graph_engine *e = h->r->e;
+    bv_error err = {0};
+    bv_endpoint *out = bv_engine_connect(e, e->addr_coord, &err);
+    bv_task_hdr hdr = {.reply_to = h->slot};
+    while (out && !atomic_load(&h->stop)) {
+        bv_role_send(e->cfg.transport_ops, out, BV_MSG_HEARTBEAT, h->r->id, &hdr, NULL, 0,
+                     NULL, 0, NULL, 0, &err); /* a coordinator that is gone: the role ends */
+        for (int ms = 0; ms < BV_HEARTBEAT_MS && !atomic_load(&h->stop); ms += 10)
+            nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
+    }
+    if (out)
+        bv_engine_close_all(e, &out, 1);
+    return NULL;
+}
+
+/* The role's place in the coordinator's tables (bv_role_slots), -1 for no heartbeat. */
+static int32_t beat_slot(const bv_role *r)
+{
+    if (!r->e->serving || r->ready_to)
+        return -1;
+    if (strcmp(r->book_key, "gs") == 0)
+        return r->index;
+    if (strcmp(r->book_key, "ps") == 0)
+        return bv_slot_ps(r->e, r->index);
+    return strcmp(r->book_key, "tw") == 0 ? bv_slot_tw(r->e, r->index) : -1;
+}
+
+static void beat_start(heartbeat *h, const bv_role *r)
+{
+    *h = (heartbeat){.r = r, .slot = beat_slot(r)};
+    atomic_init(&h->stop, false);
+    h->on = h->slot >= 0 && pthread_create(&h->thread, NULL, beat_main, h) == 0;
+}
+
+static void beat_stop(heartbeat *h)
+{
+    atomic_store(&h->stop, true);
+    if (h->on)
+        pthread_join(h->thread, NULL);
+    h->on = false;
+}
+
 /* Fault injection for the tests of a failed start (tests/integration/role_failure.sh):
  * BIVOUAC_FAULT_ROLE_SETUP names a role ("tensor worker 0") whose set-up then fails. */
 static bv_status injected_setup_fault(const bv_role *r, bv_error *err)
@@ -142,6 +205,7 @@ void bv_role_run(const bv_role *r)
         return;
     }
     int starting = BV_ROLE_STARTING;
+    heartbeat beat = {0};
     if (st != BV_OK) {
         bv_role_send_error(t, *r->to_coord, r->id, &err);
     } else if (!atomic_compare_exchange_strong(r->life, &starting, BV_ROLE_LISTENING)) {
@@ -149,6 +213,7 @@ void bv_role_run(const bv_role *r)
     } else {
         bv_role_send(t, r->ready_to ? *r->ready_to : *r->to_coord, BV_MSG_READY, r->id,
                      r->ready, NULL, 0, NULL, 0, NULL, 0, &err);
+        beat_start(&beat, r);
         int timeout = r->idle_exit_ms > 0 ? r->idle_exit_ms : BV_TIMEOUT_FOREVER;
         for (;;) {
             bv_role_msg m;
@@ -174,6 +239,7 @@ void bv_role_run(const bv_role *r)
                 bv_role_send_error(t, *r->report_to, r->id, &op_err);
         }
     }
+    beat_stop(&beat);
     uint64_t dropped = atomic_load(&r->e->frames_dropped);
     if (r->e->serving && dropped)
         bv_log(BV_LOG_WARN, "%s: dropped %llu message%s that failed their checks", r->name,

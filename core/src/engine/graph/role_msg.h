@@ -64,10 +64,16 @@ enum bv_msg_type {
                                training, the stage's backward in one task (task fusion,
                                compute: {plugin: lambda, fuse: true}); a = input rows,
                                b = labels (int32), c = split (uint8) */
-    BV_MSG_FUSED_RESULT     /* TW -> GS: stats; a = d(input) rows (training, unless added in
+    BV_MSG_FUSED_RESULT,    /* TW -> GS: stats; a = d(input) rows (training, unless added in
                                place); c = a function worker's weight gradients (training),
                                as for BV_MSG_BWD_RESULT */
+    BV_MSG_HEARTBEAT        /* role process -> coord, every BV_HEARTBEAT_MS from a thread of
+                               its own: reply_to = its slot (bv_role_slots' order) */
 };
+
+/* A role process's heartbeat period (role_loop.c); the coordinator kills one silent for
+ * engine.peer_timeout (docs/cluster.md#a-role-that-hangs). */
+#define BV_HEARTBEAT_MS 500
 
 /* Roles that share one address space (the engine's threads) pass the large arrays of
  * vertex tasks by reference instead of copying them into messages: the array's bytes in
