@@ -124,7 +124,9 @@ static void role_close(const bv_role *r)
 typedef struct heartbeat {
     const bv_role *r;
     int32_t slot;
-    atomic_bool stop;
+    pthread_mutex_t lock; /* guards stop; wake tells the thread at once */
+    pthread_cond_t wake;
+    bool stop;
     pthread_t thread;
     bool on;
 } heartbeat;
@@ -136,12 +138,21 @@ static void *beat_main(void *arg)
     bv_error err = {0};
     bv_endpoint *out = bv_engine_connect(e, e->addr_coord, &err);
     bv_task_hdr hdr = {.reply_to = h->slot};
-    while (out && !atomic_load(&h->stop)) {
+    pthread_mutex_lock(&h->lock);
+    while (out && !h->stop) {
+        pthread_mutex_unlock(&h->lock);
         bv_role_send(e->cfg.transport_ops, out, BV_MSG_HEARTBEAT, h->r->id, &hdr, NULL, 0,
                      NULL, 0, NULL, 0, &err); /* a coordinator that is gone: the role ends */
-        for (int ms = 0; ms < BV_HEARTBEAT_MS && !atomic_load(&h->stop); ms += 10)
-            nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_nsec += BV_HEARTBEAT_MS * 1000000L;
+        until.tv_sec += until.tv_nsec / 1000000000L;
+        until.tv_nsec %= 1000000000L;
+        pthread_mutex_lock(&h->lock);
+        while (!h->stop && pthread_cond_timedwait(&h->wake, &h->lock, &until) == 0) {
+        }
     }
+    pthread_mutex_unlock(&h->lock);
     if (out)
         bv_engine_close_all(e, &out, 1);
     return NULL;
@@ -162,15 +173,28 @@ static int32_t beat_slot(const bv_role *r)
 static void beat_start(heartbeat *h, const bv_role *r)
 {
     *h = (heartbeat){.r = r, .slot = beat_slot(r)};
-    atomic_init(&h->stop, false);
-    h->on = h->slot >= 0 && pthread_create(&h->thread, NULL, beat_main, h) == 0;
+    if (h->slot < 0)
+        return;
+    pthread_mutex_init(&h->lock, NULL);
+    pthread_cond_init(&h->wake, NULL);
+    h->on = pthread_create(&h->thread, NULL, beat_main, h) == 0;
+    if (!h->on) {
+        pthread_cond_destroy(&h->wake);
+        pthread_mutex_destroy(&h->lock);
+    }
 }
 
 static void beat_stop(heartbeat *h)
 {
-    atomic_store(&h->stop, true);
-    if (h->on)
-        pthread_join(h->thread, NULL);
+    if (!h->on)
+        return;
+    pthread_mutex_lock(&h->lock);
+    h->stop = true;
+    pthread_cond_signal(&h->wake);
+    pthread_mutex_unlock(&h->lock);
+    pthread_join(h->thread, NULL);
+    pthread_cond_destroy(&h->wake);
+    pthread_mutex_destroy(&h->lock);
     h->on = false;
 }
 
