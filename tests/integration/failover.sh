@@ -88,22 +88,12 @@ done
 
 # a kill from outside, whenever the run is past step 30
 out="$tmp/outside"
-(run "$out" run "$exp" --out "$out" "${eflb[@]}" -s train.steps=600; echo "$rc" >"$out.rc") &
-waiter=$!
-until [ -s "$out.pgid" ]; do sleep 0.01; done
-g=$(cat "$out.pgid")
-groups+=("$g")
-for _ in $(seq 3000); do # up to 30 s
-    lines=0
-    [ -f "$out/metrics.jsonl" ] && lines=$(grep -c '"train_loss"' "$out/metrics.jsonl" || true)
-    [ "$lines" -ge 30 ] && break
-    sleep 0.01
-done
-pkill -KILL -g "$g" -f -- "--role stage --index 4" || true
-wait "$waiter" || true
+run_signal "$out" 30 KILL "--role stage --index 4" run "$exp" --out "$out" "${eflb[@]}" \
+    -s train.steps=600
+g=$pgid
+check "killed from outside: exit 0" "$rc" 0
+[ "$rc" = 0 ] || cat "$out.err" >&2
 run "$tmp/whole600" run "$exp" --out "$tmp/whole600" "${eflb[@]}" -s train.steps=600
-check "killed from outside: exit 0" "$(cat "$out.rc")" 0
-[ "$(cat "$out.rc")" = 0 ] || cat "$out.err" >&2
 check "killed from outside: the uninterrupted weights" "$(field "$out" params_crc32c)" \
     "$(field "$tmp/whole600" params_crc32c)"
 check "killed from outside: one failover" "$(field "$out" failovers)" '"failovers": 1'

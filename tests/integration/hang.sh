@@ -58,22 +58,12 @@ hang prepared 2:20:prepared:hang "stage 2 of pipeline 0" "stage 1 of pipeline 0"
 
 # stopped from outside, whenever the run is past step 30
 out="$tmp/outside"
-(run "$out" run "$exp" --out "$out" "${eflb[@]}" -s train.steps=600; echo "$rc" >"$out.rc") &
-waiter=$!
-until [ -s "$out.pgid" ]; do sleep 0.01; done
-g=$(cat "$out.pgid")
-groups+=("$g")
-for _ in $(seq 3000); do # up to 30 s
-    lines=0
-    [ -f "$out/metrics.jsonl" ] && lines=$(grep -c '"train_loss"' "$out/metrics.jsonl" || true)
-    [ "$lines" -ge 30 ] && break
-    sleep 0.01
-done
-pkill -STOP -g "$g" -f -- "--role stage --index 4" || true
-wait "$waiter" || true
+run_signal "$out" 30 STOP "--role stage --index 4" run "$exp" --out "$out" "${eflb[@]}" \
+    -s train.steps=600
+g=$pgid
+check "stopped from outside: exit 0" "$rc" 0
+[ "$rc" = 0 ] || cat "$out.err" >&2
 run "$tmp/whole600" run "$exp" --out "$tmp/whole600" "${eflb[@]}" -s train.steps=600
-check "stopped from outside: exit 0" "$(cat "$out.rc")" 0
-[ "$(cat "$out.rc")" = 0 ] || cat "$out.err" >&2
 check "stopped from outside: the uninterrupted weights" "$(field "$out" params_crc32c)" \
     "$(field "$tmp/whole600" params_crc32c)"
 check "stopped from outside: one failover" "$(field "$out" failovers)" '"failovers": 1'
@@ -103,23 +93,10 @@ groles=(--quiet -s train.epochs=100000 -s policy.params.patience=100000
         -s 'cluster={graph_servers: 2, param_servers: 2, tensor_workers: 2}')
 # NAME ROLE INDEX ITS-NAME-IN-THE-LOG: the role stopped once 20 epochs are done
 role_hang() {
-    local out="$tmp/role-$1" g waiter lines
-    (run "$out" run "$gexp" --out "$out" "${groles[@]}"; echo "$rc" >"$out.rc") &
-    waiter=$!
-    until [ -s "$out.pgid" ]; do sleep 0.01; done
-    g=$(cat "$out.pgid")
-    groups+=("$g")
-    for _ in $(seq 3000); do # up to 30 s
-        lines=0
-        [ -f "$out/metrics.jsonl" ] && lines=$(grep -c '"train_loss"' "$out/metrics.jsonl" || true)
-        [ "$lines" -ge 20 ] && break
-        sleep 0.01
-    done
-    pkill -STOP -g "$g" -f -- "--role $2 --index $3" || true
-    for _ in $(seq 6000); do [ -s "$out.rc" ] && break; sleep 0.01; done # up to 60 s
-    [ -s "$out.rc" ] || kill -KILL -- "-$g" 2>/dev/null || true # it hung: 137
-    wait "$waiter" || true
-    check "$1 hangs: exit 1 within 60 s" "$(cat "$out.rc")" 1
+    local out="$tmp/role-$1" g
+    run_signal "$out" 20 STOP "--role $2 --index $3" run "$gexp" --out "$out" "${groles[@]}"
+    g=$pgid
+    check "$1 hangs: exit 1 within 60 s" "$rc" 1
     check "$1 hangs: says which, and what was done" \
         "$(grep '^bivouac: error' "$out.err" | sed 's/(node [0-9]*/(node N/')" \
         "bivouac: error: the $4 (node N on localhost) hangs: no heartbeat for 2 s (engine.peer_timeout), and was killed"
