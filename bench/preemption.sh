@@ -113,7 +113,7 @@ traced() {
     grep -hE "local cloud: the trace (removes|adds)|info: (failover|replaced):|error:" "$tmp/$strategy.log" |
         sed 's/^bivouac: [a-z]*: /  /'
     [ -z "$keep" ] || { mkdir -p "$keep" && "$bivouac" compare "$out" --x time \
-        --series instances,throughput,cost_usd --out "$keep/figure11-$strategy.png" >/dev/null; }
+        --series instances,samples_per_second,cost_usd --out "$keep/figure11-$strategy.png" >/dev/null; }
     echo "$strategy $(grep -c "local cloud: the trace removes" "$tmp/$strategy.log" || true)" \
         "$(grep -c "info: failover:" "$tmp/$strategy.log" || true)" \
         "$(grep -c "info: replaced:" "$tmp/$strategy.log" || true) $restarts $wall" >>"$tmp/rows"

@@ -93,15 +93,15 @@ got=$(python3 - "$tmp/p4/metrics.jsonl" <<'EOF'
 import json, sys
 recs = [json.loads(l) for l in open(sys.argv[1])]
 steps = [r for r in recs if "train_loss" in r]
-tp = [r for r in recs if r.get("series") == "throughput"]
+tp = [r for r in recs if r.get("series") == "samples_per_second"]
 ok = all(r["unit"] == "samples/s" and r["value"] > 0 for r in tp)
 print(f"{len(tp)} of {len(steps)}, {'positive samples/s' if ok else 'not all positive samples/s'}")
 EOF
 )
 want=$(grep -c '"train_loss"' "$tmp/p4/metrics.jsonl")
 [ "$got" = "$want of $want, positive samples/s" ] &&
-    echo "ok: metrics.jsonl has the throughput series, a point a step" ||
-    { echo "FAIL: throughput series: got '$got', want '$want of $want, positive samples/s'" >&2; failed=1; }
+    echo "ok: metrics.jsonl has the samples_per_second series, a point a step" ||
+    { echo "FAIL: samples_per_second series: got '$got', want '$want of $want, positive samples/s'" >&2; failed=1; }
 
 # killed after step 25 (its checkpoint is step 20's), resumed: the same weights, and the
 # redundancy plugin's replicas read back from the originals' blobs, equal to them again

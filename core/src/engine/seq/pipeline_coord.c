@@ -1005,7 +1005,7 @@ static bool hunt(bv_seq_pipe *p, bv_error *err)
 
 /* After a command failed: a stage process lost (or found to hang) in a run with
  * two-phase steps is failed over (true: the command may run again); else err stays the
- * failure (one that hangs is terminated and named in it). */
+ * failure (one that hangs is killed and named in it). */
 static bool recovered(bv_seq_pipe *p, double *lost_at, bv_error *err)
 {
     double failed_at = bv_now_seconds();

@@ -364,7 +364,7 @@ static void report_pipe_step(bv_engine *e, const bv_seq_pipe_step *ps, double wa
     bv_series_report("pipeline_bubble", "fraction", bubble);
     bv_series_report("pipeline_wait", "s", ps->wait_seconds / nodes);
     if (wall > 0)
-        bv_series_report("throughput", "samples/s", (double)e->batch / wall);
+        bv_series_report("samples_per_second", "samples/s", (double)e->batch / wall);
     e->bubble_sum += bubble;
     e->bubble_steps++;
 }
