@@ -505,20 +505,31 @@ static bool tcp_address(const bv_pipe_msg_in *m)
 }
 
 /* Links over tcp: a HELLO from every stage (only: from stage node `only` alone, one
- * launched again) with the address it bound, then the whole book of addresses to each. */
+ * launched again) with the address it bound, then the whole book of addresses to each.
+ * Like an answer (collect()), a HELLO still missing peer_timeout after the last one came
+ * (after the start, for one node) fails it: a process that hangs says nothing. */
 static bv_status rendezvous(bv_seq_pipe *p, int only, bv_error *err)
 {
     bool *seen = calloc((size_t)p->nodes, sizeof *seen);
     if (!seen)
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory");
     bv_status rc = BV_OK;
-    for (int hello = 0; rc == BV_OK && hello < (only < 0 ? p->nodes : 1); hello++) {
+    int hellos = only < 0 ? p->nodes : 1;
+    double last = bv_now_seconds(), bound = p->cfg.peer_timeout_ms * 1e-3;
+    for (int hello = 0; rc == BV_OK && hello < hellos; hello++) {
         bv_pipe_msg_in m = {0};
         while ((rc = watch_due(p, err)) == BV_OK &&
                (rc = bv_stage_link_recv(p->link, BV_PIPE_HELLO, only, 0, 0, WATCH_MS,
                                         "a stage's address", &m, err)) != BV_OK &&
                bv_stage_link_timed_out(p->link)) {
+            if ((hello > 0 || hellos == 1) && bv_now_seconds() - last > bound) {
+                rc = bv_error_set(err, BV_ERR_IO, "no address from %d of %d stage nodes "
+                                  "within %g s (pipeline.peer_timeout)", hellos - hello,
+                                  hellos, bound);
+                break;
+            }
         }
+        last = bv_now_seconds();
         if (rc != BV_OK)
             break;
         int n = (int)m.sender;

@@ -929,7 +929,7 @@ static bv_status rendezvous(stage *st, char (*addr)[96], bv_error *err)
     bv_pipe_msg_in m;
     if (rc == BV_OK)
         rc = bv_stage_link_recv(st->link, BV_PIPE_BOOK, st->coord, 0, 0,
-                                st->cfg->peer_timeout_ms, "the address book", &m, err);
+                                st->cfg->peer_timeout_ms, "address book", &m, err);
     if (rc != BV_OK)
         return rc;
     const char *p = m.data, *end = p + m.bytes;
