@@ -215,9 +215,11 @@ static inline bool cpu_has_avx512(void)
 /* Defines `static void name params`, which runs name##_body (an always-inline function,
  * called with args) from its AVX2 build where cpu_has_avx2(), else from its generic one. */
 #if defined(__GNUC__) && defined(__x86_64__)
-#define CPU_DEFINE_DISPATCH(name, params, args)                                              \
+#define CPU_BUILD_GENERIC_AVX2(name, params, args)                                           \
     static void name##_generic params { name##_body args; }                                 \
-    __attribute__((target("avx2"))) static void name##_avx2 params { name##_body args; }     \
+    __attribute__((target("avx2"))) static void name##_avx2 params { name##_body args; }
+#define CPU_DEFINE_DISPATCH(name, params, args)                                              \
+    CPU_BUILD_GENERIC_AVX2(name, params, args)                                               \
     static void name params                                                                  \
     {                                                                                        \
         if (cpu_has_avx2())                                                                  \
@@ -230,8 +232,7 @@ static inline bool cpu_has_avx512(void)
  * instruction (AVX2 needs three and a shuffle). No fused multiply-add in any build: ISO
  * C's fp-contract=off keeps their bits equal. */
 #define CPU_DEFINE_DISPATCH_AVX512(name, params, args)                                       \
-    static void name##_generic params { name##_body args; }                                 \
-    __attribute__((target("avx2"))) static void name##_avx2 params { name##_body args; }     \
+    CPU_BUILD_GENERIC_AVX2(name, params, args)                                               \
     __attribute__((target("avx512f,avx512dq,avx512vl"))) static void name##_avx512 params    \
     {                                                                                        \
         name##_body args;                                                                    \

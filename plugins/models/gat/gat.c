@@ -203,6 +203,12 @@ static uint64_t input_offset(const bv_task_ctx *ctx, int64_t w, int h)
     return ((uint64_t)h * (uint64_t)ctx->num_nodes + (uint64_t)ctx->row_begin) * (uint64_t)w;
 }
 
+/* How far apart two heads' draws for the same element are: input_offset's step in h. */
+static uint64_t head_stride(const bv_task_ctx *ctx, int64_t w)
+{
+    return (uint64_t)ctx->num_nodes * (uint64_t)w;
+}
+
 static uint64_t features_stream(const bv_task_ctx *ctx, size_t stage)
 {
     return stream_of(ctx, stage) + 32;
@@ -276,9 +282,8 @@ static void av_project(const bv_model *m, int l, size_t stage, const bv_task_ctx
     if (gat_sparse_fused(ctx, l)) {
         ctx->k->spmm_dropout_heads(ctx->compute, ctx->sparse_in, gat_rate(m, ctx), ctx->seed,
                                    stream_of(ctx, stage), input_offset(ctx, w, 0),
-                                   input_offset(ctx, w, 1) - input_offset(ctx, w, 0), w,
-                                   m->heads[l], ctx->params[l * P_PER_LAYER + P_W], z, hd, zb,
-                                   z);
+                                   head_stride(ctx, w), w, m->heads[l],
+                                   ctx->params[l * P_PER_LAYER + P_W], z, hd, zb, z);
         return;
     }
     const float *W = ctx->params[l * P_PER_LAYER + P_W];
@@ -290,8 +295,7 @@ static void av_project(const bv_model *m, int l, size_t stage, const bv_task_ctx
     if (gat_dense_fused(m, ctx, l)) {
         ctx->k->dense_dropout_heads(ctx->compute, ctx->rows, w, a, w, m->dropout, ctx->seed,
                                     stream_of(ctx, stage), input_offset(ctx, w, 0),
-                                    input_offset(ctx, w, 1) - input_offset(ctx, w, 0), w,
-                                    m->heads[l], W, z, hd, zb, z);
+                                    head_stride(ctx, w), w, m->heads[l], W, z, hd, zb, z);
         return;
     }
     for (int h = 0; h < m->heads[l]; h++)
@@ -496,13 +500,11 @@ static bv_status av_backward(bv_model *m, int l, size_t stage, const bv_task_ctx
     if (fused) /* the first layer, X needing no gradient: every head's dW_h in one sweep */
         ctx->k->spmm_dropout_heads_backward_x(
             ctx->compute, ctx->sparse_in, gat_rate(m, ctx), ctx->seed, stream_of(ctx, stage),
-            input_offset(ctx, w, 0), input_offset(ctx, w, 1) - input_offset(ctx, w, 0), w, k,
-            dz, z, hd, dp[P_W], z);
+            input_offset(ctx, w, 0), head_stride(ctx, w), w, k, dz, z, hd, dp[P_W], z);
     if (dense) /* every head's dW_h in one sweep over the input */
         ctx->k->dense_dropout_heads_backward_x(
             ctx->compute, ctx->rows, w, act, w, m->dropout, ctx->seed, stream_of(ctx, stage),
-            input_offset(ctx, w, 0), input_offset(ctx, w, 1) - input_offset(ctx, w, 0), w, k,
-            dz, z, hd, dp[P_W], z);
+            input_offset(ctx, w, 0), head_stride(ctx, w), w, k, dz, z, hd, dp[P_W], z);
     if (din) { /* back through ELU(in + b) */
         float *db = dparams[(l - 1) * P_PER_LAYER + P_B];
         add_input_bias(ctx, w, in, ctx->params[(l - 1) * P_PER_LAYER + P_B], a);

@@ -327,16 +327,18 @@ static void test_dense_dropout_heads_equals_sparse_with_every_element(void **sta
         int heads = shapes[sh][0];
         int64_t f = shapes[sh][1], z = heads * f;
         float *x = random_floats(cols * z, -1, 1), *dy = random_floats(rows * z, -1, 1);
-        size_t ybytes = (size_t)(rows * z) * sizeof(float), dxbytes = (size_t)(cols * z) * sizeof(float);
+        size_t ybytes = (size_t)(rows * z) * sizeof(float);
+        size_t dxbytes = (size_t)(cols * z) * sizeof(float);
         float *dx0 = random_floats(cols * z, -1, 1);
         for (int drop = 0; drop < 2; drop++) {
             float p = drop ? 0.6f : 0.0f;
             uint64_t offset = 4321, stride = 1000003;
             float *y1 = calloc(1, ybytes), *dx1 = copy_floats(dx0, cols * z);
             bv_compute *c1 = make_cpu_compute(1);
-            ops()->spmm_dropout_heads(c1, &a, p, 7, 3, offset, stride, cols, heads, x, z, f, y1, z);
-            ops()->spmm_dropout_heads_backward_x(c1, &a, p, 7, 3, offset, stride, cols, heads, dy,
-                                                 z, f, dx1, z);
+            ops()->spmm_dropout_heads(c1, &a, p, 7, 3, offset, stride, cols, heads, x, z, f, y1,
+                                      z);
+            ops()->spmm_dropout_heads_backward_x(c1, &a, p, 7, 3, offset, stride, cols, heads,
+                                                 dy, z, f, dx1, z);
             ops()->destroy(c1);
             for (int t = 1; t <= 3; t += 2) {
                 bv_compute *c = make_cpu_compute(t);
