@@ -7,6 +7,7 @@ packages=(
   build-essential cmake pkg-config
   libffi-dev libzmq3-dev libopenblas-dev libyaml-dev liblua5.4-dev
   libcmocka-dev libmetis-dev libcairo2-dev libfontconfig-dev fonts-dejavu-core
+  libcurl4-openssl-dev etcd-server
   libprotobuf-c-dev protobuf-c-compiler
 )
 

@@ -15,7 +15,7 @@
 
 int bv_cli_role(int argc, char **argv)
 {
-    const char *experiment = NULL, *role = NULL, *book = NULL;
+    const char *experiment = NULL, *role = NULL, *book = NULL, *member = NULL;
     long long index = 0, seed = 0;
     for (int i = 1; i < argc; i++) {
         const char *flag = argv[i];
@@ -29,6 +29,8 @@ int bv_cli_role(int argc, char **argv)
             role = value;
         else if (!strcmp(flag, "--book"))
             book = value;
+        else if (!strcmp(flag, "--member")) /* a stage's key in etcd */
+            member = value;
         else if (!strcmp(flag, "--index"))
             rc = bv_cli_int_arg(flag, value, 0, 1 << 20, &index);
         else if (!strcmp(flag, "--seed"))
@@ -63,7 +65,7 @@ int bv_cli_role(int argc, char **argv)
     bv_error err = {0};
     bv_status st = BV_OK;
     if (code == BV_EXIT_OK && strcmp(role, "stage") == 0) /* a pipeline's stage */
-        st = bv_seq_serve_stage(x, data, (int)index, (uint64_t)seed, book, &err);
+        st = bv_seq_serve_stage(x, data, (int)index, (uint64_t)seed, book, member, &err);
     else if (code == BV_EXIT_OK)
         st = bv_graph_serve_role(x, data, role, (int)index, (uint64_t)seed, book, &err);
     if (st != BV_OK)

@@ -58,8 +58,21 @@ static const bv_option cluster_schema[] = {
                "the coordinator's host"),
     BV_OPT_STR("param_server_hosts", "", "the same for the parameter servers"),
     BV_OPT_STR("tensor_worker_hosts", "", "the same for the tensor workers"),
+    BV_OPT_CHOICE("membership", "coordinator", "coordinator|etcd",
+                  "how a pipeline's processes learn of each other's loss: from the "
+                  "coordinator alone (its cloud's events, the stages' silence), or also "
+                  "from etcd leases and watches, which reach across hosts "
+                  "(docs/membership.md)"),
+    BV_OPT_STR("etcd", "http://127.0.0.1:2379",
+               "membership: etcd: the client URL of an etcd member"),
+    BV_OPT_INT_RANGE("lease", "5", 1, 3600,
+                     "membership: etcd: seconds a process's lease outlives its last renewal "
+                     "(every third of it); a process silent this long is lost"),
     BV_OPT_END,
 };
+
+/* The keys of `cluster:` that a sequence model's pipeline reads: its membership. */
+static const char *const pipeline_cluster_keys[] = {"membership", "etcd", "lease"};
 
 /* `pipeline:` a sequence model's layers split into stages, D pipelines side by side, a
  * step's batch cut into microbatches (docs/pipeline.md); checked before the engine's own
@@ -559,11 +572,27 @@ static void load_cluster(bv_experiment *x, bv_registry *reg, bv_diag *diag)
     if (cluster && !cloud)
         bv_diag_add(diag, &cluster->pos, "section 'cluster' needs a cloud to start its roles "
                     "(e.g. cloud: {plugin: local})");
-    /* a sequence model's stages are processes on a cloud when it has one (pipeline:) */
-    if (cluster && x->engine_ops && strcmp(x->engine_ops->name, "graph") != 0)
-        bv_diag_add(diag, &cluster->pos, "section 'cluster' places a graph model's roles; "
-                    "the %s engine's stages are set in 'pipeline:' (and run as processes "
-                    "on 'cloud:')", x->engine_ops->name);
+    /* a sequence model's stages are processes on a cloud when it has one (pipeline:);
+     * of `cluster:` it reads the membership alone */
+    bool graph = x->engine_ops && strcmp(x->engine_ops->name, "graph") == 0;
+    for (size_t i = 0; cluster && cluster->kind == BV_NODE_MAP && x->engine_ops && !graph &&
+                       i < cluster->count; i++) {
+        const char *key = cluster->keys[i];
+        bool ok = false;
+        for (size_t k = 0; k < sizeof pipeline_cluster_keys / sizeof *pipeline_cluster_keys;
+             k++)
+            ok = ok || strcmp(key, pipeline_cluster_keys[k]) == 0;
+        if (!ok)
+            bv_diag_add(diag, &cluster->key_pos[i], "'cluster.%s' places a graph model's "
+                        "roles; the %s engine's stages are set in 'pipeline:' (and run as "
+                        "processes on 'cloud:'), and read only cluster.membership, .etcd and "
+                        ".lease", key, x->engine_ops->name);
+    }
+    if (graph && cluster && x->cluster.values &&
+        strcmp(bv_opts_str(&x->cluster, "membership"), "etcd") == 0)
+        bv_diag_add(diag, &bv_node_get(cluster, "membership")->pos, "cluster.membership: "
+                    "etcd watches a pipeline's stage processes; a graph model's roles are "
+                    "watched by their heartbeats (docs/membership.md)");
     if (cluster && x->cluster.values)
         check_hosts(x, diag);
 }

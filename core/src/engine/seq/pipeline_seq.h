@@ -59,6 +59,10 @@ typedef struct bv_seq_pipe_cfg {
     bool tcp;              /* links: tcp (processes): CURVE with the run's key */
     char curve_secret[41]; /* the run's key ("" over ipc) */
     char address[64];      /* links: tcp: what the coordinator and the stages bind */
+    /* cluster.membership: etcd (docs/membership.md): etcd's client URL ("": the
+     * coordinator alone), and the leases' time to live */
+    char etcd[256];
+    int lease_s;
     /* each stage's schedule, as the resilience strategies left it (bv_seq_pipe_schedules);
      * NULL: each stage generates its own */
     bv_schedule *sched;
@@ -180,8 +184,10 @@ bv_status bv_seq_pipe_read_book(const char *path, bv_seq_pipe_cfg *cfg, char (*a
 
 /* `bivouac role --role stage`: node `index` of a pipeline run as this process, its
  * coordinator's and peers' addresses in the book the coordinator wrote; returns when the
- * coordinator says stop. */
+ * coordinator says stop. member (cluster.membership: etcd; NULL: none) is its key in etcd,
+ * PREFIX/stage/N/TOKEN: it keeps a lease on it and watches PREFIX/coordinator, and stops
+ * when either runs out. */
 bv_status bv_seq_serve_stage(const bv_experiment *x, void *corpus, int index, uint64_t seed,
-                             const char *book, bv_error *err);
+                             const char *book, const char *member, bv_error *err);
 
 #endif
