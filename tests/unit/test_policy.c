@@ -283,8 +283,9 @@ static void test_backtracking_patterns_hit_budget(void **state)
 
     static const char setup[] = "local s = string.rep('a', 30000)\n"
                                 "local at = s:find(string.rep('a*', 30) .. 'b')\n";
-    assert_load_fails(write_script("policy_backtracking_", setup, sizeof setup - 1), NULL,
-                      ":2: instruction budget of 10000000 exceeded in set-up");
+    const char *path = write_script("policy_backtracking_", setup, sizeof setup - 1);
+    assert_load_fails(path, NULL, ":2: instruction budget of 10000000 exceeded in set-up");
+    unlink(path);
 }
 
 static void count_steps(lua_State *L, void *ud, int64_t steps)
