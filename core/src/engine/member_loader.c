@@ -3,40 +3,17 @@
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 
 #include "member.h"
+#include "module_open.h"
 
 static const bv_member_module *loaded;
 static char why[1024];
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 
-static void *open_module(void)
-{
-    const char *env = getenv("BIVOUAC_MEMBER_MODULE");
-    if (env && *env)
-        return dlopen(env, RTLD_NOW | RTLD_LOCAL);
-    /* beside libbivouac, which the build tree and an install both arrange */
-    Dl_info info;
-    if (dladdr((void *)bv_member_module_get, &info) && info.dli_fname) {
-        char path[4200];
-        snprintf(path, sizeof path, "%s", info.dli_fname);
-        char *slash = strrchr(path, '/');
-        if (slash) {
-            snprintf(slash + 1, sizeof path - (size_t)(slash + 1 - path),
-                     "libbivouac_member.so.0");
-            void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-            if (h)
-                return h;
-        }
-    }
-    return dlopen("libbivouac_member.so.0", RTLD_NOW | RTLD_LOCAL);
-}
-
 static void load(void)
 {
-    void *h = open_module();
+    void *h = bv_module_open("BIVOUAC_MEMBER_MODULE", "libbivouac_member.so.0");
     if (!h) {
         const char *e = dlerror();
         snprintf(why, sizeof why, "%s", e ? e : "libbivouac_member.so.0 not found");

@@ -13,12 +13,18 @@
 #include <unistd.h>
 
 #include "clock.h"
+#include "grow.h"
 #include "json_read.h"
 #include "member.h"
 
 #define CALL_TIMEOUT_MS 2000 /* one request's bound (the watch's stream has none) */
 #define RETRY_MS 200         /* between two tries at the watch's stream */
 #define LEFT "left"          /* the value a member puts just before it revokes its lease */
+
+typedef struct reply {
+    char *data;
+    size_t len, cap;
+} reply;
 
 struct bv_member {
     char endpoint[256];
@@ -40,15 +46,16 @@ struct bv_member {
     CURLM *multi; /* the watch's, woken by leave() */
 
     /* heard, for next_gone() */
-    char (*heard)[BV_MEMBER_KEY_MAX];
-    bool *heard_own;
+    struct heard {
+        char key[BV_MEMBER_KEY_MAX];
+        bool own;
+    } *heard;
     size_t nheard, cap;
     /* keys whose holders said they leave: their deletion is an end */
     char (*left)[BV_MEMBER_KEY_MAX];
     size_t nleft, left_cap;
-    /* the watch's stream, up to its last newline */
-    char *buf;
-    size_t len, buf_cap;
+    /* the watch's stream, from after its last newline */
+    reply stream;
 };
 
 /* ---- base64 (RFC 4648), as the gateway carries keys and values ---- */
@@ -106,27 +113,26 @@ static void prefix_end(const char *prefix, char *out, size_t cap)
 
 /* ---- one request ---- */
 
-typedef struct reply {
-    char *data;
-    size_t len, cap;
-} reply;
-
-static size_t take_reply(char *data, size_t size, size_t n, void *arg)
+/* Appends bytes to r, kept NUL-terminated; false when memory runs out. */
+static bool append(reply *r, const char *data, size_t bytes)
 {
-    reply *r = arg;
-    size_t bytes = size * n;
     if (r->len + bytes + 1 > r->cap) {
         size_t cap = (r->len + bytes + 1) * 2;
         char *grown = realloc(r->data, cap);
         if (!grown)
-            return 0; /* curl fails the transfer */
+            return false;
         r->data = grown;
         r->cap = cap;
     }
     memcpy(r->data + r->len, data, bytes);
     r->len += bytes;
     r->data[r->len] = '\0';
-    return bytes;
+    return true;
+}
+
+static size_t take_reply(char *data, size_t size, size_t n, void *arg)
+{
+    return append(arg, data, size * n) ? size * n : 0; /* 0: curl fails the transfer */
 }
 
 /* POSTs body to endpoint+path and parses the answer into *out (freed by the caller). */
@@ -206,21 +212,11 @@ static void hear(bv_member *m, const char *key, bool own)
         return;
     }
     pthread_mutex_lock(&m->mu);
-    if (m->nheard == m->cap) {
-        size_t cap = m->cap ? 2 * m->cap : 8;
-        void *k = realloc(m->heard, cap * sizeof *m->heard);
-        if (k)
-            m->heard = k;
-        void *o = realloc(m->heard_own, cap * sizeof *m->heard_own);
-        if (o)
-            m->heard_own = o;
-        if (k && o)
-            m->cap = cap;
-    }
-    if (m->nheard < m->cap) {
-        snprintf(m->heard[m->nheard], BV_MEMBER_KEY_MAX, "%s", key);
-        m->heard_own[m->nheard++] = own;
-    }
+    if (bv_grow((void **)&m->heard, &m->cap, m->nheard, sizeof *m->heard, 8)) {
+        struct heard *h = &m->heard[m->nheard++];
+        snprintf(h->key, sizeof h->key, "%s", key);
+        h->own = own;
+    } /* else out of memory: not heard, and the loss is seen later another way, if at all */
     pthread_mutex_unlock(&m->mu);
 }
 
@@ -229,11 +225,9 @@ static bool member_next_gone(bv_member *m, char *key, size_t len, bool *own)
     pthread_mutex_lock(&m->mu);
     bool got = m->nheard > 0;
     if (got) {
-        snprintf(key, len, "%s", m->heard[0]);
-        *own = m->heard_own[0];
-        m->nheard--;
-        memmove(m->heard, m->heard + 1, m->nheard * sizeof *m->heard);
-        memmove(m->heard_own, m->heard_own + 1, m->nheard * sizeof *m->heard_own);
+        snprintf(key, len, "%s", m->heard[0].key);
+        *own = m->heard[0].own;
+        memmove(m->heard, m->heard + 1, --m->nheard * sizeof *m->heard);
     }
     pthread_mutex_unlock(&m->mu);
     return got;
@@ -305,14 +299,8 @@ static void note_left(bv_member *m, const char *key)
 {
     if (said_left(m, key, false))
         return;
-    if (m->nleft == m->left_cap) {
-        size_t cap = m->left_cap ? 2 * m->left_cap : 8;
-        void *grown = realloc(m->left, cap * sizeof *m->left);
-        if (!grown)
-            return; /* its deletion will read as a loss: the run ends naming it */
-        m->left = grown;
-        m->left_cap = cap;
-    }
+    if (!bv_grow((void **)&m->left, &m->left_cap, m->nleft, sizeof *m->left, 8))
+        return; /* out of memory: its deletion will read as a loss */
     snprintf(m->left[m->nleft++], BV_MEMBER_KEY_MAX, "%s", key);
 }
 
@@ -351,25 +339,18 @@ static void take_line(bv_member *m, const char *line, size_t len)
 static size_t take_stream(char *data, size_t size, size_t n, void *arg)
 {
     bv_member *m = arg;
+    reply *r = &m->stream;
     size_t bytes = size * n;
-    if (m->len + bytes > m->buf_cap) {
-        size_t cap = (m->len + bytes) * 2;
-        char *grown = realloc(m->buf, cap);
-        if (!grown)
-            return 0;
-        m->buf = grown;
-        m->buf_cap = cap;
-    }
-    memcpy(m->buf + m->len, data, bytes);
-    m->len += bytes;
+    if (!append(r, data, bytes))
+        return 0;
     size_t start = 0;
-    for (size_t i = 0; i < m->len; i++)
-        if (m->buf[i] == '\n') {
-            take_line(m, m->buf + start, i - start);
+    for (size_t i = 0; i < r->len; i++)
+        if (r->data[i] == '\n') {
+            take_line(m, r->data + start, i - start);
             start = i + 1;
         }
-    memmove(m->buf, m->buf + start, m->len - start);
-    m->len -= start;
+    memmove(r->data, r->data + start, r->len - start + 1);
+    r->len -= start;
     return bytes;
 }
 
@@ -396,7 +377,7 @@ static bool watch_once(bv_member *m)
     curl_easy_setopt(c, CURLOPT_WRITEDATA, m);
     curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, (long)CALL_TIMEOUT_MS);
     curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-    m->len = 0;
+    m->stream.len = 0;
     curl_multi_add_handle(m->multi, c);
     int running = 1;
     bool stop = false;
@@ -462,9 +443,8 @@ static void member_leave(bv_member *m)
     pthread_cond_destroy(&m->cv);
     pthread_mutex_destroy(&m->mu);
     free(m->heard);
-    free(m->heard_own);
     free(m->left);
-    free(m->buf);
+    free(m->stream.data);
     free(m);
 }
 

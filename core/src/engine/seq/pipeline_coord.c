@@ -636,7 +636,7 @@ static bv_status launch_node(bv_seq_pipe *p, int n, const char *book, bv_error *
     snprintf(index, sizeof index, "%d", n);
     snprintf(zone, sizeof zone, "%d", n % c->stages); /* consecutive stages: other zones */
     stage_name(p, n, label, sizeof label);
-    char member[BV_MEMBER_KEY_MAX];
+    char member[BV_MEMBER_KEY_MAX] = "";
     if (p->member) { /* a key of its own for each launch: a late loss of an earlier one is
                         no loss of this one */
         p->token[n] = ++p->launches;
