@@ -118,7 +118,7 @@ check "a trace's removal and addition: the policy's decisions in metrics.jsonl" 
     "$(grep -o '"event": "[a-z]*", "decision": "[a-z]*"' "$out/metrics.jsonl" | tr '\n' ' ')" \
     '"event": "preempted", "decision": "failover" "event": "joined", "decision": "replace" "event": "preempted", "decision": "failover" '
 check "a trace's removal and addition: logged" \
-    "$(grep -cE '^bivouac: info: (local cloud: the trace adds node7 at [0-9]+ s \([0-9.]+ s into the run\): a node to launch|policy: joined: replace \(full pipelines first\)|replaced: stage 1 of pipeline 0 runs in a process of its own again \(node 6\), no longer in stage 0 of pipeline 0.s)$' "$out.err")" 3
+    "$(grep -cE '^bivouac: info: (local cloud: the trace adds node7 at [0-9]+ s \([0-9.]+ s into the run\): a node to launch|policy: joined: replace \(full pipelines first\)|replaced: stage 1 of pipeline 0 runs in a process of its own again \(node 6\), no longer in stage 0 of pipeline 0.s \(the run paused [0-9.]+ s\))$' "$out.err")" 3
 check "a trace's removal and addition: nothing left" "$(leftovers "$pgid")" \
     "processes 0, socket dirs 0"
 

@@ -1161,6 +1161,7 @@ static bv_status reroute(bv_seq_pipe *p, bv_error *err)
 static bv_status replace(bv_seq_pipe *p, int v, bv_error *err)
 {
     int P = p->cfg.stages, d = v / P, shadow = d * P + (v % P + P - 1) % P;
+    double began = bv_now_seconds();
     char who[64], by[64];
     stage_name(p, v, who, sizeof who);
     stage_name(p, shadow, by, sizeof by);
@@ -1199,7 +1200,8 @@ static bv_status replace(bv_seq_pipe *p, int v, bv_error *err)
     }
     p->replacements++;
     bv_log(BV_LOG_INFO, "replaced: %s runs in a process of its own again (node %lld), no "
-           "longer in %s's", who, (long long)p->node[v], by);
+           "longer in %s's (the run paused %.2f s)", who, (long long)p->node[v], by,
+           bv_now_seconds() - began);
     return BV_OK;
 }
 
