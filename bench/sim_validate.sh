@@ -100,7 +100,7 @@ tmp, steps, step = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
 real = {}
 for line in open(tmp + "/real/table.md"):
     cells = [c.strip() for c in line.strip().strip("|").split("|")]
-    if len(cells) == 8 and cells[1].isdigit():
+    if len(cells) == 9 and cells[1].isdigit() and not cells[0].startswith("uninterrupted"):
         name = "redundancy" if cells[0].startswith("redundancy") else "checkpoint"
         real[name] = (int(cells[1]), int(cells[2]), int(cells[4]), float(cells[5]))
 print("| strategy | | wall s | useful | failovers | restarts |")
