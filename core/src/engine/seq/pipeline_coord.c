@@ -17,7 +17,7 @@
 #include "bivouac/log.h"
 #include "bivouac/series.h"
 #include "clock.h"
-#include "member.h"
+#include "membership.h"
 #include "node_group.h"
 #include "pipeline_plan.h"
 #include "pipeline_seq.h"
@@ -67,10 +67,8 @@ struct bv_seq_pipe {
     double next_watch;
     double started_at;
     /* cluster.membership: etcd: the coordinator's own key, the stage processes' watched */
-    const bv_member_module *mm;
-    bv_member *member;
-    char prefix[128];  /* the run's keys: PREFIX/coordinator, PREFIX/stage/N/TOKEN */
-    int64_t *token;    /* per process: the launch its key names */
+    bv_membership member;
+    int64_t *token; /* per process: the launch its key names */
     int64_t launches;
 };
 
@@ -169,20 +167,15 @@ static bv_status lose(bv_seq_pipe *p, int n, int64_t id, const char *how, bv_err
  * nothing new. */
 static bv_status heard(bv_seq_pipe *p, bv_error *err)
 {
-    char key[BV_MEMBER_KEY_MAX];
+    int n;
+    int64_t token;
     bool own;
-    while (p->mm->next_gone(p->member, key, sizeof key, &own)) {
+    while (bv_membership_next_lost(&p->member, &n, &token, &own)) {
         if (own)
             return bv_error_set(err, BV_ERR_IO, "the coordinator lost its etcd lease (etcd "
                                 "at %s out of reach for %d s, cluster.lease): stopping the "
                                 "run", p->cfg.etcd, p->cfg.lease_s);
-        size_t len = strlen(p->prefix);
-        int n, end = 0;
-        long long token;
-        if (strncmp(key, p->prefix, len) != 0 ||
-            sscanf(key + len, "/stage/%d/%lld%n", &n, &token, &end) != 2 ||
-            key[len + (size_t)end] != '\0' || n < 0 || n >= p->nodes ||
-            p->token[n] != token || p->node[n] < 0)
+        if (n < 0 || n >= p->nodes || p->token[n] != token || p->node[n] < 0)
             continue;
         int64_t id = p->node[n];
         bv_node_group_kill(p->cfg.cloud_ops, p->cloud, p->node, n);
@@ -225,7 +218,7 @@ static bv_status watch(bv_seq_pipe *p, bv_error *err)
     if (bv_node_group_interrupted())
         return bv_error_set(err, BV_ERR_IO, "interrupted (%s): stopping the stages",
                             strsignal(bv_node_group_interrupted()));
-    return p->member ? heard(p, err) : BV_OK;
+    return p->member.member ? heard(p, err) : BV_OK;
 }
 
 static bv_status watch_due(bv_seq_pipe *p, bv_error *err)
@@ -368,8 +361,7 @@ void bv_seq_pipe_stop(bv_seq_pipe *p)
                                       p->cfg.peer_timeout_ms / 1e3, node_name, p);
         bv_node_group_end(p->cfg.cloud_ops, p->cloud, p->node, p->nodes);
     }
-    if (p->member) /* after the stages: they stop when the coordinator's key goes */
-        p->mm->leave(p->member);
+    bv_membership_leave(&p->member); /* after the stages: they stop when its key goes */
     free(p->token);
     bv_stage_link_close(p->link);
     if (p->tr)
@@ -637,16 +629,15 @@ static bv_status launch_node(bv_seq_pipe *p, int n, const char *book, bv_error *
     snprintf(zone, sizeof zone, "%d", n % c->stages); /* consecutive stages: other zones */
     stage_name(p, n, label, sizeof label);
     char member[BV_MEMBER_KEY_MAX] = "";
-    if (p->member) { /* a key of its own for each launch: a late loss of an earlier one is
-                        no loss of this one */
+    if (p->member.member) { /* a key of its own for each launch: a late loss of an earlier
+                               one is no loss of this one */
         p->token[n] = ++p->launches;
-        snprintf(member, sizeof member, "%s/stage/%d/%lld", p->prefix, n,
-                 (long long)p->token[n]);
+        bv_membership_node_key(&p->member, n, p->token[n], member, sizeof member);
     }
     const char *argv[] = {exe,      "role",  "--experiment", c->experiment_file,
                           "--role", "stage", "--index",      index,
                           "--seed", seed,    "--book",       book,
-                          p->member ? "--member" : NULL, member, NULL};
+                          member[0] ? "--member" : NULL, member, NULL};
     bv_node_request req = {.size = sizeof req, .role = "stage", .argv = argv, .label = label,
                            .zone = zone};
     if ((p->node[n] = bv_node_group_launch(c->cloud_ops, p->cloud, &req, address,
@@ -660,39 +651,6 @@ static bv_status launch_node(bv_seq_pipe *p, int n, const char *book, bv_error *
     return BV_OK;
 }
 
-/* cluster.membership: etcd: the coordinator's key under a lease, and a watch on the
- * stage processes' keys, which each puts under a lease of its own. The run's keys are
- * bivouac/HOST-PID-DIR: the coordinator's host, process and private directory. Its lease
- * is strict: an etcd out of reach for the whole lease ends the run (the stages, whose
- * leases are not, would otherwise be taken for lost one by one). */
-static bv_status join(bv_seq_pipe *p, bv_error *err)
-{
-    const char *why = "";
-    if (!(p->mm = bv_member_module_get(&why)))
-        return bv_error_set(err, BV_ERR_PLUGIN, "cluster.membership: etcd: cannot open the "
-                            "membership module: %s", why);
-    if (!(p->token = calloc((size_t)p->nodes, sizeof *p->token)))
-        return bv_error_set(err, BV_ERR_NOMEM, "out of memory");
-    char host[64] = "";
-    gethostname(host, sizeof host - 1);
-    const char *dir = strrchr(p->dir, '/');
-    snprintf(p->prefix, sizeof p->prefix, "bivouac/%s-%d-%s", host, (int)getpid(),
-             dir ? dir + 1 : p->dir);
-    char key[BV_MEMBER_KEY_MAX], stages[BV_MEMBER_KEY_MAX];
-    snprintf(key, sizeof key, "%s/coordinator", p->prefix);
-    snprintf(stages, sizeof stages, "%s/stage/", p->prefix);
-    bv_member_join_args a = {.endpoint = p->cfg.etcd, .lease_s = p->cfg.lease_s, .key = key,
-                             .watch = stages, .watch_prefix = true, .strict = true};
-    bv_status st = p->mm->join(&a, &p->member, err);
-    if (st != BV_OK) {
-        bv_error why_not = *err;
-        return bv_error_set(err, st, "cluster.membership: etcd: %s", why_not.msg);
-    }
-    bv_log(BV_LOG_INFO, "membership: etcd at %s, the run's keys under %s/, leases of %d s",
-           p->cfg.etcd, p->prefix, p->cfg.lease_s);
-    return BV_OK;
-}
-
 /* One stage process per stage node, on the run's cloud. */
 static bv_status launch(bv_seq_pipe *p, const char *book, bv_error *err)
 {
@@ -701,7 +659,11 @@ static bv_status launch(bv_seq_pipe *p, const char *book, bv_error *err)
         return err->status ? err->status : BV_ERR_PLUGIN;
     bv_node_group_signals_on();
     p->signals = true;
-    bv_status st = c->etcd[0] ? join(p, err) : BV_OK;
+    bv_status st = BV_OK;
+    if (c->etcd[0] && !(p->token = calloc((size_t)p->nodes, sizeof *p->token)))
+        st = bv_error_set(err, BV_ERR_NOMEM, "out of memory");
+    if (st == BV_OK && c->etcd[0])
+        st = bv_membership_coordinator(&p->member, c->etcd, c->lease_s, p->dir, err);
     for (int n = 0; st == BV_OK && n < p->nodes; n++)
         st = launch_node(p, n, book, err);
     return st;

@@ -184,9 +184,9 @@ bv_status bv_seq_pipe_read_book(const char *path, bv_seq_pipe_cfg *cfg, char (*a
 
 /* `bivouac role --role stage`: node `index` of a pipeline run as this process, its
  * coordinator's and peers' addresses in the book the coordinator wrote; returns when the
- * coordinator says stop. member (cluster.membership: etcd; NULL: none) is its key in etcd,
- * PREFIX/stage/N/TOKEN: it keeps a lease on it and watches PREFIX/coordinator, and stops
- * when either runs out. */
+ * coordinator says stop. member (cluster.membership: etcd; NULL: none) is its key in etcd
+ * (membership.h): it keeps a lease on it and watches the coordinator's, and stops when
+ * either runs out. */
 bv_status bv_seq_serve_stage(const bv_experiment *x, void *corpus, int index, uint64_t seed,
                              const char *book, const char *member, bv_error *err);
 

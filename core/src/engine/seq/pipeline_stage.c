@@ -9,12 +9,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "bivouac/log.h"
 #include "bivouac/wire.h"
 #include "clock.h"
-#include "member.h"
+#include "membership.h"
 #include "node_group.h"
 #include "pipeline_plan.h"
 #include "pipeline_seq.h"
@@ -1039,52 +1038,6 @@ void *bv_seq_stage_main(void *arg)
 
 /* ---- a stage as its own process ---- */
 
-/* What a stage process hears from etcd (on the membership module's thread): its own
- * lease ran out, so the coordinator has killed it or is about to (it ends at once, its
- * peers' sockets left alone; an etcd out of reach alone is not that: the coordinator,
- * which watches the key, decides); or the coordinator's did, so the run is over (the
- * SIGTERM clean-up: the run's sockets go too). */
-static struct {
-    int index, lease_s;
-} member_of_run;
-
-static void stage_heard(void *ctx, const char *key, bool own)
-{
-    (void)ctx;
-    (void)key;
-    if (own) {
-        bv_log(BV_LOG_ERROR, "stage node %d: etcd says its lease ran out (this process "
-               "was stopped, or cut off from etcd, for %d s): the coordinator has taken it "
-               "for lost; stopping", member_of_run.index, member_of_run.lease_s);
-        _exit(1); /* bivouac's "failed" */
-    }
-    bv_log(BV_LOG_ERROR, "stage node %d: the coordinator's etcd lease ran out (it died, "
-           "stopped, or lost etcd, for %d s): stopping", member_of_run.index,
-           member_of_run.lease_s);
-    raise(SIGTERM);
-}
-
-static bv_status stage_join(const bv_seq_pipe_cfg *cfg, int index, const char *member,
-                            const bv_member_module **mm, bv_member **out, bv_error *err)
-{
-    const char *why = "", *tail = strstr(member, "/stage/");
-    if (!cfg->etcd[0] || !tail)
-        return bv_error_set(err, BV_ERR_INVALID, "--member %s: not a stage's key, or no "
-                            "cluster.membership: etcd in the experiment", member);
-    if (!(*mm = bv_member_module_get(&why)))
-        return bv_error_set(err, BV_ERR_PLUGIN, "cluster.membership: etcd: cannot open the "
-                            "membership module: %s", why);
-    char coordinator[BV_MEMBER_KEY_MAX];
-    snprintf(coordinator, sizeof coordinator, "%.*s/coordinator", (int)(tail - member),
-             member);
-    member_of_run.index = index;
-    member_of_run.lease_s = cfg->lease_s;
-    bv_member_join_args a = {.endpoint = cfg->etcd, .lease_s = cfg->lease_s, .key = member,
-                             .watch = coordinator, .watch_must_exist = true,
-                             .gone = stage_heard};
-    return (*mm)->join(&a, out, err);
-}
-
 bv_status bv_seq_serve_stage(const bv_experiment *x, void *corpus, int index, uint64_t seed,
                              const char *book, const char *member, bv_error *err)
 {
@@ -1118,10 +1071,14 @@ bv_status bv_seq_serve_stage(const bv_experiment *x, void *corpus, int index, ui
                                      BV_SEND_SLICE_MS, &tr, err);
     }
     const bv_opt_value *bound = bv_opts_find(&x->transport.opts, "send_timeout_ms");
-    const bv_member_module *mm = NULL;
-    bv_member *joined = NULL;
-    if (rc == BV_OK && member)
-        rc = stage_join(&cfg, index, member, &mm, &joined, err);
+    bv_membership joined = {0};
+    char what[32];
+    snprintf(what, sizeof what, "stage node %d", index);
+    if (rc == BV_OK && member && !cfg.etcd[0])
+        rc = bv_error_set(err, BV_ERR_INVALID, "--member %s: the experiment has no "
+                          "cluster.membership: etcd", member);
+    else if (rc == BV_OK && member)
+        rc = bv_membership_node(&joined, cfg.etcd, cfg.lease_s, member, what, err);
     if (rc == BV_OK)
         rc = read_faults(getenv("BIVOUAC_STAGE_FAULT"), err);
     if (rc == BV_OK) {
@@ -1136,8 +1093,7 @@ bv_status bv_seq_serve_stage(const bv_experiment *x, void *corpus, int index, ui
             rc = bv_error_set(err, BV_ERR_IO, "stage node %d could not open its inbox %s",
                               index, addr[index]);
     }
-    if (joined)
-        mm->leave(joined);
+    bv_membership_leave(&joined);
     if (tr)
         x->transport_ops.destroy(tr);
     bv_seq_pipe_cfg_free(&cfg);
