@@ -7,11 +7,13 @@
 #    than the lease: etcd's watch finds it (its lease ran out), it is killed and failed
 #    over, and the run ends with the uninterrupted run's weights;
 #  - the coordinator stopped from outside: every stage process sees its lease run out and
-#    ends by itself (no orphan), its socket directory removed;
+#    ends by itself (no orphan), their socket directory removed;
 #  - etcd out of reach at the start: exit 1 naming the URL; etcd stopped in the middle of a
 #    run: exit 1, the coordinator saying it lost its lease;
-#  - a graph model's cluster with membership: etcd, and a sequence model's cluster with a
-#    graph key: refused with the key's position;
+#  - a sequence model's cluster with a graph key: refused with the key's position;
+#  - a graph model's roles (2 graph servers, 2 parameter servers, 2 tensor workers): a
+#    tensor worker stopped from outside is found by its lease (the run ends naming it),
+#    and the roles end by themselves when the coordinator is stopped;
 #  - nothing of any run is left (processes, socket directories).
 # Every process (etcd too) is in a process group of its own, killed at the end whatever
 # happens. Environment (set by ctest): BIVOUAC, BIVOUAC_SOURCE_DIR, BIVOUAC_DATA_DIR.
@@ -106,33 +108,38 @@ check "stage stopped: not a peer's timeout (30 s)" \
 check "stage stopped: no key left in etcd" "$(keys)" 0
 check "stage stopped: nothing left" "$(leftovers "$g")" "processes 0, socket dirs 0"
 
-# the coordinator stopped from outside: its stage processes end by themselves
-out="$tmp/coordinator"
-(run "$out" run "$exp" --out "$out" "${base[@]}" -s train.steps=1000000 "${etcd[@]}"
- echo "$rc" >"$out.rc") &
-waiter=$!
-until [ -s "$out.pgid" ]; do sleep 0.01; done
-g=$(cat "$out.pgid")
-groups+=("$g")
-for _ in $(seq 3000); do
-    [ -f "$out/metrics.jsonl" ] && grep -q '"train_loss"' "$out/metrics.jsonl" && break
-    sleep 0.01
-done
-pkill -STOP -g "$g" -f -- "bivouac run " || true
-stages=$(pgrep -g "$g" -f -- "--role stage" | wc -l)
-for _ in $(seq 150); do
-    [ "$(pgrep -g "$g" -f -- "--role stage" | wc -l)" = 0 ] && break
-    sleep 0.1
-done
-check "coordinator stopped: 6 stage processes ran" "$stages" 6
-check "coordinator stopped: every stage process ended within 15 s" \
-    "$(pgrep -g "$g" -f -- "--role stage" | wc -l)" 0
-check "coordinator stopped: their socket directory removed" \
-    "$(find "$TMPDIR" -mindepth 1 | wc -l)" 0
-kill -KILL -- "-$g" 2>/dev/null || true
-wait "$waiter" || true
-check "coordinator stopped: nothing left once it is killed" "$(leftovers "$g")" \
-    "processes 0, socket dirs 0"
+# the coordinator stopped from outside once it has trained: its node processes (whose
+# command lines match PATTERN) end by themselves. NAME PATTERN COUNT ARGS...
+coordinator_stopped() {
+    local name=$1 pattern=$2 count=$3 out="$tmp/coordinator-$1" waiter g nodes
+    shift 3
+    (run "$out" run "$@" --out "$out"; echo "$rc" >"$out.rc") &
+    waiter=$!
+    until [ -s "$out.pgid" ]; do sleep 0.01; done
+    g=$(cat "$out.pgid")
+    groups+=("$g")
+    for _ in $(seq 3000); do
+        [ -f "$out/metrics.jsonl" ] && grep -q '"train_loss"' "$out/metrics.jsonl" && break
+        sleep 0.01
+    done
+    pkill -STOP -g "$g" -f -- "bivouac run " || true
+    nodes=$(pgrep -g "$g" -f -- "$pattern" | wc -l)
+    for _ in $(seq 150); do
+        [ "$(pgrep -g "$g" -f -- "$pattern" | wc -l)" = 0 ] && break
+        sleep 0.1
+    done
+    check "$name, coordinator stopped: $count processes ran" "$nodes" "$count"
+    check "$name, coordinator stopped: every one ended within 15 s" \
+        "$(pgrep -g "$g" -f -- "$pattern" | wc -l)" 0
+    check "$name, coordinator stopped: their socket directory removed" \
+        "$(find "$TMPDIR" -mindepth 1 | wc -l)" 0
+    kill -KILL -- "-$g" 2>/dev/null || true
+    wait "$waiter" || true
+    check "$name, coordinator stopped: nothing left once it is killed" "$(leftovers "$g")" \
+        "processes 0, socket dirs 0"
+}
+coordinator_stopped pipeline "--role stage" 6 "$exp" "${base[@]}" -s train.steps=1000000 \
+    "${etcd[@]}"
 
 # etcd out of reach: a port where nothing listens
 out="$tmp/noetcd"
@@ -168,10 +175,22 @@ run "$out" run "$exp" --out "$out" "${base[@]}" -s 'cluster={membership: etcd, g
 check "a graph key on a pipeline: exit 2" "$rc" 2
 check "a graph key on a pipeline: where and why" "$(head -1 "$out.err")" \
     "<command line>:1:28: error: 'cluster.graph_servers' places a graph model's roles; the sequence engine's stages are set in 'pipeline:' (and run as processes on 'cloud:'), and read only cluster.membership, .etcd and .lease"
-out="$tmp/graphetcd"
-run "$out" run "$BIVOUAC_SOURCE_DIR/configs/quickstart.yaml" --out "$out" --quiet \
-    -s 'cloud={plugin: local}' -s 'cluster={membership: etcd}'
-check "etcd for a graph model: exit 2" "$rc" 2
-check "etcd for a graph model: where and why" "$(head -1 "$out.err")" \
-    "<command line>:1:22: error: cluster.membership: etcd watches a pipeline's stage processes; a graph model's roles are watched by their heartbeats (docs/membership.md)"
+# a graph model's roles: a tensor worker stopped from outside is found by its lease alone
+# (engine.peer_timeout 30 s: its heartbeats' silence would take that long), and the run
+# ends naming it (graph roles have no failover); the coordinator stopped ends the roles
+start_etcd # again: the one before was stopped above
+export BIVOUAC_CACHE_DIR="$tmp/cache"
+gexp="$BIVOUAC_SOURCE_DIR/configs/quickstart.yaml"
+groles=(--quiet -s train.epochs=100000 -s policy.params.patience=100000
+        -s engine.peer_timeout=30 -s 'cloud={plugin: local}'
+        -s "cluster={graph_servers: 2, param_servers: 2, tensor_workers: 2, membership: etcd, etcd: \"$url\", lease: 2}")
+out="$tmp/role"
+run_signal "$out" 20 STOP "--role tensor --index 1" run "$gexp" --out "$out" "${groles[@]}"
+g=$pgid
+check "tensor worker stopped: exit 1" "$rc" 1
+check "tensor worker stopped: etcd found it" \
+    "$(grep '^bivouac: error' "$out.err" | sed 's/(node [0-9]*/(node N/')" \
+    "bivouac: error: lost the tensor worker 1 (node N on localhost): it let its etcd lease run out (silent for 2 s), and was killed"
+check "tensor worker stopped: nothing left" "$(leftovers "$g")" "processes 0, socket dirs 0"
+coordinator_stopped graph "bivouac role " 6 "$gexp" "${groles[@]}"
 finish

@@ -29,7 +29,7 @@ int bv_cli_role(int argc, char **argv)
             role = value;
         else if (!strcmp(flag, "--book"))
             book = value;
-        else if (!strcmp(flag, "--member")) /* a stage's key in etcd */
+        else if (!strcmp(flag, "--member")) /* its key in etcd (cluster.membership) */
             member = value;
         else if (!strcmp(flag, "--index"))
             rc = bv_cli_int_arg(flag, value, 0, 1 << 20, &index);
@@ -67,7 +67,8 @@ int bv_cli_role(int argc, char **argv)
     if (code == BV_EXIT_OK && strcmp(role, "stage") == 0) /* a pipeline's stage */
         st = bv_seq_serve_stage(x, data, (int)index, (uint64_t)seed, book, member, &err);
     else if (code == BV_EXIT_OK)
-        st = bv_graph_serve_role(x, data, role, (int)index, (uint64_t)seed, book, &err);
+        st = bv_graph_serve_role(x, data, role, (int)index, (uint64_t)seed, book, member,
+                                 &err);
     if (st != BV_OK)
         code = bv_cli_fail(BV_EXIT_FAILED, "%s", err.msg);
     if (x && x->engine_ops->free_data)

@@ -59,9 +59,9 @@ static const bv_option cluster_schema[] = {
     BV_OPT_STR("param_server_hosts", "", "the same for the parameter servers"),
     BV_OPT_STR("tensor_worker_hosts", "", "the same for the tensor workers"),
     BV_OPT_CHOICE("membership", "coordinator", "coordinator|etcd",
-                  "how a pipeline's processes learn of each other's loss: from the "
-                  "coordinator alone (its cloud's events, the stages' silence), or also "
-                  "from etcd leases and watches, which reach across hosts "
+                  "how a run's processes (roles, or a pipeline's stages) learn of each "
+                  "other's loss: from the coordinator alone (its cloud's events, their "
+                  "silence), or also from etcd leases and watches, which reach across hosts "
                   "(docs/membership.md)"),
     BV_OPT_STR("etcd", "http://127.0.0.1:2379",
                "membership: etcd: the client URL of an etcd member"),
@@ -588,11 +588,6 @@ static void load_cluster(bv_experiment *x, bv_registry *reg, bv_diag *diag)
                         "processes on 'cloud:'), and read only cluster.membership, .etcd and "
                         ".lease", key, x->engine_ops->name);
     }
-    if (graph && cluster && x->cluster.values &&
-        strcmp(bv_opts_str(&x->cluster, "membership"), "etcd") == 0)
-        bv_diag_add(diag, &bv_node_get(cluster, "membership")->pos, "cluster.membership: "
-                    "etcd watches a pipeline's stage processes; a graph model's roles are "
-                    "watched by their heartbeats (docs/membership.md)");
     if (cluster && x->cluster.values)
         check_hosts(x, diag);
 }

@@ -68,6 +68,19 @@ bool bv_membership_next_lost(bv_membership *m, int *n, int64_t *token, bool *own
     return false;
 }
 
+bv_status bv_membership_own_lost(const bv_membership *m, bv_error *err)
+{
+    return bv_error_set(err, BV_ERR_IO, "the coordinator lost its etcd lease (etcd at %s out "
+                        "of reach for %d s, cluster.lease): stopping the run", m->etcd,
+                        m->lease_s);
+}
+
+void bv_membership_how(const bv_membership *m, char *buf, size_t len)
+{
+    snprintf(buf, len, "let its etcd lease run out (silent for %d s), and was killed",
+             m->lease_s);
+}
+
 /* ---- a node process ---- */
 
 /* What it hears comes on the membership module's thread; one node a process. */

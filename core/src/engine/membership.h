@@ -36,6 +36,13 @@ void bv_membership_node_key(const bv_membership *m, int n, int64_t token, char *
  * own lease lost (true, *own); false when nothing more was heard. */
 bool bv_membership_next_lost(bv_membership *m, int *n, int64_t *token, bool *own);
 
+/* The coordinator's error for its own lease lost: the run stops. */
+bv_status bv_membership_own_lost(const bv_membership *m, bv_error *err);
+
+/* How a node whose lease ran out is said to have ended, after "it ": "let its etcd lease
+ * run out (silent for L s), and was killed". */
+void bv_membership_how(const bv_membership *m, char *buf, size_t len);
+
 /* A node process (`what` names it in its log lines, "stage node 3") joins with its --member
  * key and watches the coordinator's, which must be there. Its own lease gone (etcd says
  * so: the coordinator has taken it for lost) ends it at once (exit 1, its peers' sockets

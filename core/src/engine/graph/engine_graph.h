@@ -64,6 +64,10 @@ typedef struct bv_graph_engine_cfg {
     const char *address;
     const char *hosts[3];
     char curve_secret[41];
+    /* cluster.membership: etcd (docs/membership.md): etcd's client URL (NULL: the
+     * coordinator alone, by the roles' heartbeats), and the leases' time to live */
+    const char *etcd;
+    int lease_s;
     /* Tensor tasks on serverless function workers (compute_ops->task_placement, the
      * `lambda` plugin; docs/lambda.md): tensor_workers is then the number of worker slots
      * (each an address in the book), none is launched with the other roles, and each graph

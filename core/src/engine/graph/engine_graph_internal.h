@@ -9,6 +9,7 @@
 
 #include "engine_graph.h"
 #include "graph_view.h"
+#include "membership.h"
 #include "role_msg.h"
 #include "shared_segment.h"
 
@@ -92,6 +93,7 @@ struct bv_graph_engine {
     double *beat_at;     /* per role: when its last heartbeat came (0: none yet) */
     double waited_until; /* when the coordinator last stopped reading its inbox */
     double launched_at;  /* when the processes were started (a lost one's event time) */
+    bv_membership member; /* cluster.membership: etcd: the coordinator's lease and watch */
     _Atomic int role_failed; /* in a role process: its set-up failed (role_loop.c) */
     /* Messages this process's roles dropped because they failed their checks (malformed,
      * truncated, oversized, not of this protocol): never trusted, only counted. */

@@ -18,6 +18,7 @@
 #include "node_group.h"
 #include "plugin_arrays.h"
 #include "ledger.h"
+#include "membership.h"
 #include "registry.h"
 #include "role_msg.h"
 
@@ -192,6 +193,10 @@ static bv_graph_engine_cfg engine_cfg(bv_engine *g, const bv_graph_dataset *d, u
         cfg.hosts[0] = bv_opts_str(&x->cluster, "graph_server_hosts");
         cfg.hosts[1] = bv_opts_str(&x->cluster, "param_server_hosts");
         cfg.hosts[2] = bv_opts_str(&x->cluster, "tensor_worker_hosts");
+        if (strcmp(bv_opts_str(&x->cluster, "membership"), "etcd") == 0) {
+            cfg.etcd = bv_opts_str(&x->cluster, "etcd");
+            cfg.lease_s = (int)bv_opts_int(&x->cluster, "lease");
+        }
         cfg.cloud_ops = &x->cloud_ops;
         cfg.cloud_opts = &x->cloud.opts;
         cfg.run_info = (bv_run_info){out_dir, g->config_dir, seed};
@@ -280,7 +285,8 @@ static bv_status function_billing(const bv_experiment *x, bv_graph_engine_cfg *c
 }
 
 bv_status bv_graph_serve_role(const bv_experiment *x, void *data, const char *role, int index,
-                              uint64_t seed, const char *book, bv_error *err)
+                              uint64_t seed, const char *book, const char *member,
+                              bv_error *err)
 {
     static const char *const kinds[] = {"graph", "param", "tensor", "function"};
     int kind = -1;
@@ -356,8 +362,20 @@ bv_status bv_graph_serve_role(const bv_experiment *x, void *data, const char *ro
             cfg.part = &part;
             cfg.part_fingerprint = info.fingerprint;
         }
+        bv_membership joined = {0}; /* a function worker is no member: its pool watches */
+        char what[48];
+        static const char *const names[] = {"graph server", "parameter server",
+                                            "tensor worker"};
+        if (st == BV_OK && member && (!cfg.etcd || kind == BV_GRAPH_ROLE_FUNCTION))
+            st = bv_error_set(err, BV_ERR_INVALID, "--member %s: this role holds no etcd "
+                              "lease (cluster.membership)", member);
+        else if (st == BV_OK && member) {
+            snprintf(what, sizeof what, "%s %d", names[kind], index);
+            st = bv_membership_node(&joined, cfg.etcd, cfg.lease_s, member, what, err);
+        }
         if (st == BV_OK)
             st = bv_graph_engine_serve(&cfg, (bv_graph_role_kind)kind, index, book, err);
+        bv_membership_leave(&joined);
     }
     bv_opts_free(&worker_opts);
     if (g.model)

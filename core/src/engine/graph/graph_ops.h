@@ -30,8 +30,10 @@ bv_status bv_graph_load_data(const bv_experiment *x, uint64_t seed_offset,
 /* `bivouac role`: serves one role of a cluster run (bv_graph_engine_serve) with the
  * experiment and, if this process loaded it, the data (NULL: the role loads what it
  * needs; a graph server of several reads its part from the run's directory). role is
- * "graph", "param" or "tensor". */
+ * "graph", "param" or "tensor". member (cluster.membership: etcd; NULL: none) is its
+ * key in etcd (membership.h). */
 bv_status bv_graph_serve_role(const bv_experiment *x, void *data, const char *role, int index,
-                              uint64_t seed, const char *book, bv_error *err);
+                              uint64_t seed, const char *book, const char *member,
+                              bv_error *err);
 
 #endif

@@ -372,10 +372,13 @@ static bv_status launch_role(bv_graph_engine *e, int slot, const char *exe, cons
     snprintf(index, sizeof index, "%d", slot < ps0 ? slot : slot < tw0 ? slot - ps0 : slot - tw0);
     snprintf(seed, sizeof seed, "%llu", (unsigned long long)e->cfg.seed);
     bv_role_slot_name(e, slot, label, sizeof label);
+    char member[BV_MEMBER_KEY_MAX] = ""; /* each role is launched once: launch 1 */
+    if (e->member.member)
+        bv_membership_node_key(&e->member, slot, 1, member, sizeof member);
     const char *argv[] = {exe,     "role",  "--experiment", e->cfg.experiment_file,
                           "--role", kind,   "--index",      index,
                           "--seed", seed,   "--book",       book,
-                          NULL};
+                          member[0] ? "--member" : NULL, member, NULL};
     bv_node_request req = {.size = sizeof req, .role = kind, .argv = argv, .label = label,
                            .host = e->slot_host[slot][0] ? e->slot_host[slot] : NULL};
     char address[BV_ADDR_LEN];
@@ -436,6 +439,9 @@ bv_status bv_engine_launch(bv_graph_engine *e, bv_error *err)
         return err->status ? err->status : BV_ERR_PLUGIN;
     bv_node_group_signals_on();
     e->procs = true;
+    if (c->etcd &&
+        (st = bv_membership_coordinator(&e->member, c->etcd, c->lease_s, e->dir, err)) != BV_OK)
+        return st;
     e->launched_at = bv_engine_now();
     for (int s = 0; s < bv_role_slots(e) && st == BV_OK; s++)
         st = launch_role(e, s, exe, book, err);
@@ -519,7 +525,34 @@ static void tell_strategies(bv_graph_engine *e, int slot, int64_t id)
         e->cfg.peer_failed(e->cfg.loop, &ev);
 }
 
-/* A role process that ended, Ctrl-C, or the deadline: the wait fails. */
+/* What etcd said (cluster.membership: etcd): a role process whose lease ran out (it died,
+ * froze, or lost its network for the whole lease) is killed, so that it cannot come back,
+ * and the wait fails naming it; the coordinator's own lease lost stops the run. */
+static bv_status heard(bv_graph_engine *e, bv_error *err)
+{
+    int slot;
+    int64_t token;
+    bool own;
+    while (bv_membership_next_lost(&e->member, &slot, &token, &own)) {
+        if (own)
+            return bv_membership_own_lost(&e->member, err);
+        if (slot < 0 || slot >= bv_role_slots(e) || token != 1 || e->node[slot] < 0)
+            continue;
+        char name[48], how[128];
+        bv_role_slot_name(e, slot, name, sizeof name);
+        bv_membership_how(&e->member, how, sizeof how);
+        int64_t id = e->node[slot];
+        bv_node_group_kill(e->cfg.cloud_ops, e->cloud, e->node, slot);
+        tell_strategies(e, slot, id);
+        return bv_error_set(err, BV_ERR_IO, "lost the %s (node %lld on %s): it %s", name,
+                            (long long)id,
+                            e->slot_host[slot][0] ? e->slot_host[slot] : "localhost", how);
+    }
+    return BV_OK;
+}
+
+/* A role process that ended, one whose etcd lease ran out, Ctrl-C, or the deadline: the
+ * wait fails. */
 static bv_status watch(bv_graph_engine *e, double deadline, uint16_t type, bv_error *err)
 {
     int slot;
@@ -543,6 +576,8 @@ static bv_status watch(bv_graph_engine *e, double deadline, uint16_t type, bv_er
     if (bv_node_group_interrupted())
         return bv_error_set(err, BV_ERR_IO, "interrupted (%s): stopping the roles",
                             strsignal(bv_node_group_interrupted()));
+    if (e->member.member && heard(e, err) != BV_OK)
+        return err->status;
     if (deadline > 0 && bv_engine_now() > deadline)
         return bv_error_set(err, BV_ERR_IO, "the roles did not all report %s within %.1f s "
                             "(engine.start_timeout)",
@@ -697,6 +732,7 @@ void bv_engine_land(bv_graph_engine *e)
         bv_node_group_end(e->cfg.cloud_ops, e->cloud, e->node, bv_role_slots(e));
         e->cloud = NULL;
     }
+    bv_membership_leave(&e->member); /* after the roles: they stop when its key goes */
     if (e->dir[0])
         bv_node_group_remove_dir(e->dir);
     free(e->node);

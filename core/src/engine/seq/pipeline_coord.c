@@ -172,16 +172,13 @@ static bv_status heard(bv_seq_pipe *p, bv_error *err)
     bool own;
     while (bv_membership_next_lost(&p->member, &n, &token, &own)) {
         if (own)
-            return bv_error_set(err, BV_ERR_IO, "the coordinator lost its etcd lease (etcd "
-                                "at %s out of reach for %d s, cluster.lease): stopping the "
-                                "run", p->cfg.etcd, p->cfg.lease_s);
+            return bv_membership_own_lost(&p->member, err);
         if (n < 0 || n >= p->nodes || p->token[n] != token || p->node[n] < 0)
             continue;
         int64_t id = p->node[n];
         bv_node_group_kill(p->cfg.cloud_ops, p->cloud, p->node, n);
         char how[128];
-        snprintf(how, sizeof how, "let its etcd lease run out (silent for %d s), and was "
-                 "killed", p->cfg.lease_s);
+        bv_membership_how(&p->member, how, sizeof how);
         bv_status st = lose(p, n, id, how, err);
         if (st != BV_OK)
             return st;
