@@ -1,8 +1,6 @@
 /* The membership module (libbivouac_member.so, beside libbivouac; member.h), opened on
  * the first run that asks for etcd: libcurl is its alone. */
-#include <dlfcn.h>
 #include <pthread.h>
-#include <stdio.h>
 
 #include "member.h"
 #include "module_open.h"
@@ -13,22 +11,10 @@ static pthread_once_t once = PTHREAD_ONCE_INIT;
 
 static void load(void)
 {
-    void *h = bv_module_open("BIVOUAC_MEMBER_MODULE", "libbivouac_member.so.0");
-    if (!h) {
-        const char *e = dlerror();
-        snprintf(why, sizeof why, "%s", e ? e : "libbivouac_member.so.0 not found");
-        return;
-    }
-    const bv_member_module *m = dlsym(h, "bv_member_module_v1");
-    if (!m)
-        snprintf(why, sizeof why, "the membership module has no bv_member_module_v1");
-    else if (m->version != BV_MEMBER_MODULE_VERSION ||
-             m->struct_size < sizeof(bv_member_module))
-        snprintf(why, sizeof why, "the membership module is version %u, this bivouac needs "
-                 "%d", m->version, BV_MEMBER_MODULE_VERSION);
-    else
-        loaded = m;
-    /* never closed: its threads run until the run leaves */
+    loaded = bv_module_load("BIVOUAC_MEMBER_MODULE", "libbivouac_member.so.0",
+                            "bv_member_module_v1", "membership module",
+                            BV_MEMBER_MODULE_VERSION, sizeof(bv_member_module), why,
+                            sizeof why);
 }
 
 const bv_member_module *bv_member_module_get(const char **reason)

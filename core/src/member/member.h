@@ -12,7 +12,6 @@
 
 #include <stdbool.h>
 #include <stddef.h>
-#include <stdint.h>
 
 #include "bivouac/error.h"
 
@@ -44,8 +43,8 @@ typedef struct bv_member_join_args {
 } bv_member_join_args;
 
 typedef struct bv_member_module {
-    uint32_t version;
-    uint32_t struct_size;
+    unsigned version;   /* BV_MEMBER_MODULE_VERSION; the two fields as bv_module_header */
+    size_t struct_size; /* sizeof(bv_member_module) */
     /* Grants a lease, puts the key under it, and starts the threads that renew it and
      * watch. Errors name the endpoint: an etcd that cannot be reached fails the join. */
     bv_status (*join)(const bv_member_join_args *a, bv_member **out, bv_error *err);
