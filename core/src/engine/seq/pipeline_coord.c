@@ -450,7 +450,8 @@ void bv_seq_pipe_cfg_free(bv_seq_pipe_cfg *c)
 
 /* The book: every node's inbox, one a line, the coordinator's last; then each stage's
  * layers (a balanced partition was measured here, once, for every stage). */
-static bv_status write_book(const bv_seq_pipe *p, const char *path, bv_error *err)
+static bv_status write_book(const bv_seq_pipe *p, const char *path, int moved,
+                            const char *inbox, bv_error *err)
 {
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
     FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
@@ -461,7 +462,7 @@ static bv_status write_book(const bv_seq_pipe *p, const char *path, bv_error *er
     }
     fprintf(f, "%s\n", BOOK_MAGIC);
     for (int n = 0; n <= p->nodes; n++)
-        fprintf(f, "%s\n", p->addr[n]);
+        fprintf(f, "%s\n", n == moved ? inbox : p->addr[n]);
     if (p->cfg.curve_secret[0]) /* the directory and the file are the run's alone */
         fprintf(f, "curve %s\n", p->cfg.curve_secret);
     for (int s = 0; s < p->cfg.stages; s++)
@@ -719,7 +720,7 @@ bv_status bv_seq_pipe_start(const bv_seq_pipe_cfg *cfg, bv_seq_pipe **out, bv_er
         snprintf(p->addr[p->nodes], ADDR_LEN, "%s", bv_stage_link_bound(p->link));
     char book[sizeof p->dir + 8];
     snprintf(book, sizeof book, "%s/book", p->dir);
-    if (rc == BV_OK && cfg->cloud_ops && (rc = write_book(p, book, err)) == BV_OK)
+    if (rc == BV_OK && cfg->cloud_ops && (rc = write_book(p, book, -1, NULL, err)) == BV_OK)
         rc = launch(p, book, err);
     if (rc == BV_OK && cfg->cloud_ops && cfg->tcp)
         rc = rendezvous(p, -1, err);
@@ -1124,25 +1125,32 @@ static bv_status replace(bv_seq_pipe *p, int v, bv_error *err)
     char who[64], by[64];
     stage_name(p, v, who, sizeof who);
     stage_name(p, shadow, by, sizeof by);
+    /* the process is launched first, with a book that gives it its new inbox: it starts
+     * (loads the experiment and the data, makes its model) while the state is gathered,
+     * through the routes of before */
+    char book[sizeof p->dir + 32], inbox[ADDR_LEN];
+    snprintf(book, sizeof book, "%s/book.%d", p->dir, p->replacements + 1);
+    if (p->cfg.tcp) /* a port of its choosing, said in its HELLO */
+        snprintf(inbox, sizeof inbox, "tcp://%s:*", p->cfg.address);
+    else
+        snprintf(inbox, sizeof inbox, "ipc://%s/n%d.%d", p->dir, v, p->replacements + 1);
+    bv_status rc = write_book(p, book, v, inbox, err);
+    if (rc == BV_OK)
+        rc = launch_node(p, v, book, err);
     uint8_t *buf = NULL;
     size_t bytes = 0;
-    bv_status rc = pipeline_state(p, d, -1, &buf, &bytes, err);
+    if (rc == BV_OK) /* the whole pipeline's: a replica may hold another stage's tied
+                        weights (the head's embedding) */
+        rc = pipeline_state(p, d, -1, &buf, &bytes, err);
     if (rc == BV_OK)
         rc = send_cmd(p, v, BV_PIPE_STOP, 0, NULL, 0, err);
     if (rc == BV_OK)
         rc = ask(p, shadow, BV_PIPE_RELEASE, 0, NULL, 0, BV_PIPE_DONE, NULL, NULL, err);
-    char book[sizeof p->dir + 32];
-    snprintf(book, sizeof book, "%s/book.%d", p->dir, p->replacements + 1);
-    if (p->cfg.tcp) /* a port of its choosing, said in its HELLO */
-        snprintf(p->addr[v], ADDR_LEN, "tcp://%s:*", p->cfg.address);
-    else
-        snprintf(p->addr[v], ADDR_LEN, "ipc://%s/n%d.%d", p->dir, v, p->replacements + 1);
-    if (rc == BV_OK && !p->cfg.tcp)
-        rc = bv_stage_link_reroute(p->link, v, NULL, err); /* p->addrs[v] is the new one */
-    if (rc == BV_OK)
-        rc = write_book(p, book, err);
-    if (rc == BV_OK && (rc = launch_node(p, v, book, err)) == BV_OK && p->cfg.tcp)
-        rc = rendezvous(p, v, err);
+    if (rc == BV_OK) { /* from here on node v is the new process */
+        snprintf(p->addr[v], ADDR_LEN, "%s", inbox);
+        rc = p->cfg.tcp ? rendezvous(p, v, err) /* its HELLO waited in the stash */
+                        : bv_stage_link_reroute(p->link, v, NULL, err); /* p->addrs[v] */
+    }
     if (rc == BV_OK) {
         p->host[v] = v;
         p->offered--;
