@@ -449,7 +449,9 @@ static void member_leave(bv_member *m)
     free(m);
 }
 
-static bv_status exists(const bv_member *m, const char *key, bool *yes, bv_error *err)
+/* Whether key is there, and the store's revision when it was looked at. */
+static bv_status exists(const bv_member *m, const char *key, bool *yes, int64_t *rev,
+                        bv_error *err)
 {
     char k[BV_MEMBER_KEY_MAX * 2], body[BV_MEMBER_KEY_MAX * 2 + 32];
     b64_encode(key, k, sizeof k);
@@ -458,6 +460,7 @@ static bv_status exists(const bv_member *m, const char *key, bool *yes, bv_error
     bv_status st = post(m->endpoint, "/v3/kv/range", body, &j, err);
     if (st == BV_OK) {
         *yes = num_of(&j, "count") > 0;
+        *rev = num_of(bv_json_get(&j, "header"), "revision");
         bv_json_free(&j);
     }
     return st;
@@ -494,6 +497,7 @@ static bv_status member_join(const bv_member_join_args *a, bv_member **out, bv_e
     snprintf(body, sizeof body, "{\"TTL\":\"%d\"}", a->lease_s);
     bv_json j;
     bv_status st = post(m->endpoint, "/v3/lease/grant", body, &j, err);
+    int64_t seen = 0; /* the revision at which the watched key was seen */
     if (st == BV_OK) {
         int64_t id = num_of(&j, "ID"), ttl = num_of(&j, "TTL");
         bv_json_free(&j);
@@ -507,7 +511,7 @@ static bv_status member_join(const bv_member_join_args *a, bv_member **out, bv_e
         snprintf(m->watch, sizeof m->watch, "%s", a->watch);
         m->watch_prefix = a->watch_prefix;
         bool there = true;
-        if (a->watch_must_exist && (st = exists(m, a->watch, &there, err)) == BV_OK &&
+        if (a->watch_must_exist && (st = exists(m, a->watch, &there, &seen, err)) == BV_OK &&
             !there)
             st = bv_error_set(err, BV_ERR_IO, "%s is not in etcd at %s: its holder is gone",
                               a->watch, m->endpoint);
@@ -518,7 +522,8 @@ static bv_status member_join(const bv_member_join_args *a, bv_member **out, bv_e
     int64_t rev = 0;
     if (st == BV_OK && (st = put(m, value, &rev, err)) == BV_OK && rev <= 0)
         st = bv_error_set(err, BV_ERR_CORRUPT, "etcd at %s gave no revision", m->endpoint);
-    m->next_rev = rev + 1; /* what changes after the key is there */
+    /* what changes after the key is there, or after the watched one was seen there */
+    m->next_rev = (seen > 0 && seen < rev ? seen : rev) + 1;
     if (st == BV_OK && a->watch && !(m->multi = curl_multi_init()))
         st = bv_error_set(err, BV_ERR_NOMEM, "etcd: cannot make a watch");
     if (st == BV_OK && a->watch &&
