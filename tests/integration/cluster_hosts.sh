@@ -6,7 +6,9 @@
 # the weights of the same run on one host over ipc://, and so its accuracy; a process
 # outside the run that connects to a graph server's port and sends frames is refused and
 # counted, and the run is not disturbed; a role killed in a namespace is named with its
-# host. Skipped, saying so, where network namespaces cannot be made (not root, no `ip`).
+# host; with etcd in the third namespace (cluster.membership: etcd), a role stopped in
+# another is found by its lease and named with its host. Skipped, saying so, where network
+# namespaces cannot be made (not root, no `ip`).
 # Environment (set by ctest): BIVOUAC, BIVOUAC_FRAME_FUZZ, BIVOUAC_DATA_DIR.
 set -euo pipefail
 
@@ -148,6 +150,39 @@ wait_end "$out"
 check "a killed graph server ends the run with exit 1" "$(cat "$out.rc")" 1
 check "the error names it and its host" \
     "$(grep -c "^bivouac: error: lost the graph server 1 (node [0-9]* on $ns_b): it was killed by signal 9" "$out.err")" 1
+
+# ---- a role that freezes on its host, found through etcd (cluster.membership: etcd) ----
+# etcd runs in namespace c, on the bridge's address; the roles in a and b reach it there.
+# Graph server 1 (namespace b) is stopped: its lease runs out in 2 s, long before its
+# heartbeats' silence (engine.peer_timeout 30 s) would count.
+if command -v etcd >/dev/null; then
+    setsid bash -c 'echo $$ >"$0.pgid"; exec ip netns exec "$1" etcd --name bv --data-dir "$0" \
+        --listen-client-urls http://10.77.0.3:2379 --advertise-client-urls http://10.77.0.3:2379 \
+        --listen-peer-urls http://127.0.0.1:2380 --initial-advertise-peer-urls http://127.0.0.1:2380 \
+        --initial-cluster bv=http://127.0.0.1:2380' "$tmp/etcd" "$ns_c" >"$tmp/etcd.log" 2>&1 &
+    until [ -s "$tmp/etcd.pgid" ]; do sleep 0.01; done
+    groups+=("$(cat "$tmp/etcd.pgid")")
+    for _ in $(seq 100); do
+        ip netns exec "$ns_c" curl -sf http://10.77.0.3:2379/health 2>/dev/null |
+            grep -q '"health":"true"' && break
+        sleep 0.1
+    done
+    out="$tmp/etcd-stop"
+    start "$out" -s train.epochs=100000 --quiet -s engine.peer_timeout=30 \
+        -s cluster.membership=etcd -s cluster.etcd=http://10.77.0.3:2379 -s cluster.lease=2
+    g=${groups[-1]}
+    until [ -s "$out/metrics.jsonl" ] || [ -s "$out.rc" ]; do sleep 0.05; done
+    for p in $(ip netns pids "$ns_b"); do
+        [ "$(ps -o pgid= -p "$p" | tr -d ' ')" = "$g" ] && kill -STOP "$p"
+    done
+    wait_end "$out"
+    check "a graph server stopped on its host: the run ends with exit 1" "$(cat "$out.rc")" 1
+    check "etcd found it, on its host" \
+        "$(grep -c "^bivouac: error: lost the graph server 1 (node [0-9]* on $ns_b): it let its etcd lease run out (silent for 2 s), and was killed" "$out.err")" 1
+    kill -KILL -- "-$(cat "$tmp/etcd.pgid")" 2>/dev/null || true
+else
+    echo "skipped: the etcd case (no etcd: Debian's etcd-server)"
+fi
 
 left=0
 for g in "${groups[@]}"; do
