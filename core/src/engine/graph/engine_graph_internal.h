@@ -93,7 +93,6 @@ struct bv_graph_engine {
     double *beat_at;     /* per role: when its last heartbeat came (0: none yet) */
     double waited_until; /* when the coordinator last stopped reading its inbox */
     double launched_at;  /* when the processes were started (a lost one's event time) */
-    bv_membership member; /* cluster.membership: etcd: the coordinator's lease and watch */
     _Atomic int role_failed; /* in a role process: its set-up failed (role_loop.c) */
     /* Messages this process's roles dropped because they failed their checks (malformed,
      * truncated, oversized, not of this protocol): never trusted, only counted. */
@@ -125,6 +124,9 @@ struct bv_graph_engine {
     double fn_epoch[BV_FN_SLOTS], fn_total[BV_FN_SLOTS];
     int64_t version;    /* weights version the PS last reported */
     double decay_now;   /* sum of squares of the decayed weights, as of that version */
+    /* roles as processes, cluster.membership: etcd: the coordinator's lease and watch (at
+     * the end: out of the way of the fields the training reads) */
+    bv_membership member;
 };
 
 /* Whether stage s's vertex array is read across edges (by a GATHER or EDGE stage), and so
