@@ -10,13 +10,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "clock.h"
 #include "grow.h"
 #include "json_read.h"
 #include "member.h"
+#include "stopper.h"
 
 #define CALL_TIMEOUT_MS 2000 /* one request's bound (the watch's stream has none) */
 #define RETRY_MS 200         /* between two tries at the watch's stream */
@@ -39,9 +39,8 @@ struct bv_member {
     bv_member_gone_fn gone;
     void *ctx;
 
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    bool stop;
+    pthread_mutex_t mu; /* guards heard */
+    bv_stopper stopper; /* leave() stops the threads' waits */
     pthread_t keeper, watcher;
     bool keeper_on, watcher_on;
     CURLM *multi; /* the watch's, woken by leave() */
@@ -234,25 +233,6 @@ static bool member_next_gone(bv_member *m, char *key, size_t len, bool *own)
     return got;
 }
 
-/* Waits up to ms, or until leave(); true where it is time to stop. */
-static bool pause_ms(bv_member *m, int ms)
-{
-    struct timespec until;
-    clock_gettime(CLOCK_MONOTONIC, &until);
-    until.tv_sec += ms / 1000;
-    until.tv_nsec += (long)(ms % 1000) * 1000000L;
-    if (until.tv_nsec >= 1000000000L) {
-        until.tv_sec++;
-        until.tv_nsec -= 1000000000L;
-    }
-    pthread_mutex_lock(&m->mu);
-    while (!m->stop && pthread_cond_timedwait(&m->cv, &m->mu, &until) != ETIMEDOUT) {
-    }
-    bool stop = m->stop;
-    pthread_mutex_unlock(&m->mu);
-    return stop;
-}
-
 /* ---- the lease, renewed every third of its time to live ---- */
 
 static void *keeper_main(void *arg)
@@ -262,7 +242,7 @@ static void *keeper_main(void *arg)
     snprintf(body, sizeof body, "{\"ID\":\"%s\"}", m->lease);
     double renewed = bv_now_seconds();
     int every_ms = m->ttl * 1000 / 3;
-    while (!pause_ms(m, every_ms)) {
+    while (!bv_stopper_wait_ms(&m->stopper, every_ms)) {
         bv_json j;
         bv_error e = {0};
         if (post(m->endpoint, "/v3/lease/keepalive", body, &j, &e) == BV_OK) {
@@ -371,7 +351,7 @@ static bool watch_once(bv_member *m)
     snprintf(url, sizeof url, "%s/v3/watch", m->endpoint);
     CURL *c = curl_easy_init();
     if (!c)
-        return pause_ms(m, RETRY_MS);
+        return bv_stopper_wait_ms(&m->stopper, RETRY_MS);
     curl_easy_setopt(c, CURLOPT_URL, url);
     curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
     curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, take_stream);
@@ -387,13 +367,11 @@ static bool watch_once(bv_member *m)
             break;
         if (running)
             curl_multi_poll(m->multi, NULL, 0, 1000, NULL);
-        pthread_mutex_lock(&m->mu);
-        stop = m->stop;
-        pthread_mutex_unlock(&m->mu);
+        stop = bv_stopper_stopped(&m->stopper);
     }
     curl_multi_remove_handle(m->multi, c);
     curl_easy_cleanup(c);
-    return stop || pause_ms(m, RETRY_MS);
+    return stop || bv_stopper_wait_ms(&m->stopper, RETRY_MS);
 }
 
 static void *watcher_main(void *arg)
@@ -419,10 +397,7 @@ static void member_leave(bv_member *m)
 {
     if (!m)
         return;
-    pthread_mutex_lock(&m->mu);
-    m->stop = true;
-    pthread_cond_broadcast(&m->cv);
-    pthread_mutex_unlock(&m->mu);
+    bv_stopper_stop(&m->stopper);
     if (m->multi)
         curl_multi_wakeup(m->multi);
     if (m->keeper_on)
@@ -441,7 +416,7 @@ static void member_leave(bv_member *m)
     }
     if (m->multi)
         curl_multi_cleanup(m->multi);
-    pthread_cond_destroy(&m->cv);
+    bv_stopper_destroy(&m->stopper);
     pthread_mutex_destroy(&m->mu);
     free(m->heard);
     free(m->left);
@@ -480,11 +455,7 @@ static bv_status member_join(const bv_member_join_args *a, bv_member **out, bv_e
     if (!m)
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory");
     pthread_mutex_init(&m->mu, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&m->cv, &ca);
-    pthread_condattr_destroy(&ca);
+    bv_stopper_init(&m->stopper);
     snprintf(m->endpoint, sizeof m->endpoint, "%s", a->endpoint);
     size_t n = strlen(m->endpoint);
     while (n > 0 && m->endpoint[n - 1] == '/')

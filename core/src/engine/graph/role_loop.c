@@ -7,9 +7,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "bivouac/log.h"
+#include "stopper.h"
 
 /* Links over tcp (docs/cluster.md, "Hosts"): the role bound its inboxes on a port the
  * system picked, tells the coordinator where (HELLO) and waits for the whole address book
@@ -124,9 +124,7 @@ static void role_close(const bv_role *r)
 typedef struct heartbeat {
     const bv_role *r;
     int32_t slot;
-    pthread_mutex_t lock; /* guards stop; wake tells the thread at once */
-    pthread_cond_t wake;
-    bool stop;
+    bv_stopper stopper; /* its stop wakes the thread at once */
     pthread_t thread;
     bool on;
 } heartbeat;
@@ -138,21 +136,10 @@ static void *beat_main(void *arg)
     bv_error err = {0};
     bv_endpoint *out = bv_engine_connect(e, e->addr_coord, &err);
     bv_task_hdr hdr = {.reply_to = h->slot};
-    pthread_mutex_lock(&h->lock);
-    while (out && !h->stop) {
-        pthread_mutex_unlock(&h->lock);
+    for (bool stop = bv_stopper_stopped(&h->stopper); out && !stop;
+         stop = bv_stopper_wait_ms(&h->stopper, BV_HEARTBEAT_MS))
         bv_role_send(e->cfg.transport_ops, out, BV_MSG_HEARTBEAT, h->r->id, &hdr, NULL, 0,
                      NULL, 0, NULL, 0, &err); /* a coordinator that is gone: the role ends */
-        struct timespec until;
-        clock_gettime(CLOCK_REALTIME, &until);
-        until.tv_nsec += BV_HEARTBEAT_MS * 1000000L;
-        until.tv_sec += until.tv_nsec / 1000000000L;
-        until.tv_nsec %= 1000000000L;
-        pthread_mutex_lock(&h->lock);
-        while (!h->stop && pthread_cond_timedwait(&h->wake, &h->lock, &until) == 0) {
-        }
-    }
-    pthread_mutex_unlock(&h->lock);
     if (out)
         bv_engine_close_all(e, &out, 1);
     return NULL;
@@ -175,26 +162,19 @@ static void beat_start(heartbeat *h, const bv_role *r)
     *h = (heartbeat){.r = r, .slot = beat_slot(r)};
     if (h->slot < 0)
         return;
-    pthread_mutex_init(&h->lock, NULL);
-    pthread_cond_init(&h->wake, NULL);
+    bv_stopper_init(&h->stopper);
     h->on = pthread_create(&h->thread, NULL, beat_main, h) == 0;
-    if (!h->on) {
-        pthread_cond_destroy(&h->wake);
-        pthread_mutex_destroy(&h->lock);
-    }
+    if (!h->on)
+        bv_stopper_destroy(&h->stopper);
 }
 
 static void beat_stop(heartbeat *h)
 {
     if (!h->on)
         return;
-    pthread_mutex_lock(&h->lock);
-    h->stop = true;
-    pthread_cond_signal(&h->wake);
-    pthread_mutex_unlock(&h->lock);
+    bv_stopper_stop(&h->stopper);
     pthread_join(h->thread, NULL);
-    pthread_cond_destroy(&h->wake);
-    pthread_mutex_destroy(&h->lock);
+    bv_stopper_destroy(&h->stopper);
     h->on = false;
 }
 
