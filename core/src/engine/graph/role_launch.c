@@ -525,6 +525,22 @@ static void tell_strategies(bv_graph_engine *e, int slot, int64_t id)
         e->cfg.peer_failed(e->cfg.loop, &ev);
 }
 
+/* Kills the role process in `slot`, which hangs or let its lease run out (the cloud's kill:
+ * no clean-up that would remove the run's sockets), tells the strategies, and fails the
+ * wait with "LEAD the ROLE (node ID on HOST)" and the text after it. */
+static bv_status kill_role(bv_graph_engine *e, int slot, const char *lead, const char *after,
+                           bv_error *err)
+{
+    char name[48];
+    bv_role_slot_name(e, slot, name, sizeof name);
+    int64_t id = e->node[slot];
+    bv_node_group_kill(e->cfg.cloud_ops, e->cloud, e->node, slot);
+    tell_strategies(e, slot, id);
+    return bv_error_set(err, BV_ERR_IO, "%sthe %s (node %lld on %s)%s", lead, name,
+                        (long long)id,
+                        e->slot_host[slot][0] ? e->slot_host[slot] : "localhost", after);
+}
+
 /* What etcd said (cluster.membership: etcd): a role process whose lease ran out (it died,
  * froze, or lost its network for the whole lease) is killed, so that it cannot come back,
  * and the wait fails naming it; the coordinator's own lease lost stops the run. */
@@ -538,15 +554,10 @@ static bv_status heard(bv_graph_engine *e, bv_error *err)
             return bv_membership_own_lost(&e->member, err);
         if (slot < 0 || slot >= bv_role_slots(e) || token != 1 || e->node[slot] < 0)
             continue;
-        char name[48], how[128];
-        bv_role_slot_name(e, slot, name, sizeof name);
+        char how[128], after[140];
         bv_membership_how(&e->member, how, sizeof how);
-        int64_t id = e->node[slot];
-        bv_node_group_kill(e->cfg.cloud_ops, e->cloud, e->node, slot);
-        tell_strategies(e, slot, id);
-        return bv_error_set(err, BV_ERR_IO, "lost the %s (node %lld on %s): it %s", name,
-                            (long long)id,
-                            e->slot_host[slot][0] ? e->slot_host[slot] : "localhost", how);
+        snprintf(after, sizeof after, ": it %s", how);
+        return kill_role(e, slot, "lost ", after, err);
     }
     return BV_OK;
 }
@@ -586,9 +597,8 @@ static bv_status watch(bv_graph_engine *e, double deadline, uint16_t type, bv_er
 }
 
 /* A role process whose heartbeats stopped for engine.peer_timeout (at least 4 heartbeat
- * periods) hangs (stopped, frozen: alive, so the cloud reports nothing): it is killed (the
- * cloud's kill, no clean-up that would remove the run's sockets) and the wait fails naming
- * it. */
+ * periods) hangs (stopped, frozen: alive, so the cloud reports nothing): it is killed and
+ * the wait fails naming it. */
 static bv_status silent(bv_graph_engine *e, double now, bv_error *err)
 {
     double bound = e->cfg.peer_timeout > 4e-3 * BV_HEARTBEAT_MS ? e->cfg.peer_timeout
@@ -596,15 +606,10 @@ static bv_status silent(bv_graph_engine *e, double now, bv_error *err)
     for (int s = 0; s < bv_role_slots(e); s++) {
         if (e->node[s] < 0 || e->beat_at[s] == 0 || now - e->beat_at[s] <= bound)
             continue;
-        char name[48];
-        bv_role_slot_name(e, s, name, sizeof name);
-        int64_t id = e->node[s];
-        bv_node_group_kill(e->cfg.cloud_ops, e->cloud, e->node, s);
-        tell_strategies(e, s, id);
-        return bv_error_set(err, BV_ERR_IO, "the %s (node %lld on %s) hangs: no heartbeat "
-                            "for %g s (engine.peer_timeout), and was killed", name,
-                            (long long)id, e->slot_host[s][0] ? e->slot_host[s] : "localhost",
-                            bound);
+        char after[128];
+        snprintf(after, sizeof after, " hangs: no heartbeat for %g s (engine.peer_timeout), "
+                 "and was killed", bound);
+        return kill_role(e, s, "", after, err);
     }
     return BV_OK;
 }
