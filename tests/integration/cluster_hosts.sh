@@ -138,15 +138,23 @@ acc=$(value "$out" test_accuracy)
 check "200 epochs: test accuracy of a GCN on Cora (>= 0.77)" \
     "$(python3 -c "print('yes' if $acc >= 0.77 else 'no ($acc)')")" yes
 
+# a run that trains for ever (its extra args), and once it has trained, SIG to its
+# processes in namespace b (graph server 1); waits for its end. OUT SIG ARGS...
+hit_in_b() {
+    local out=$1 sig=$2 g
+    shift 2
+    start "$out" -s train.epochs=100000 --quiet "$@"
+    g=${groups[-1]}
+    until [ -s "$out/metrics.jsonl" ] || [ -s "$out.rc" ]; do sleep 0.05; done
+    for p in $(ip netns pids "$ns_b"); do
+        [ "$(ps -o pgid= -p "$p" | tr -d ' ')" = "$g" ] && kill "-$sig" "$p"
+    done
+    wait_end "$out"
+}
+
 # ---- a role killed on its host ----
 out="$tmp/kill"
-start "$out" -s train.epochs=100000 --quiet
-g=${groups[-1]}
-until [ -s "$out/metrics.jsonl" ] || [ -s "$out.rc" ]; do sleep 0.05; done
-for p in $(ip netns pids "$ns_b"); do
-    [ "$(ps -o pgid= -p "$p" | tr -d ' ')" = "$g" ] && kill -KILL "$p"
-done
-wait_end "$out"
+hit_in_b "$out" KILL
 check "a killed graph server ends the run with exit 1" "$(cat "$out.rc")" 1
 check "the error names it and its host" \
     "$(grep -c "^bivouac: error: lost the graph server 1 (node [0-9]* on $ns_b): it was killed by signal 9" "$out.err")" 1
@@ -168,14 +176,8 @@ if command -v etcd >/dev/null; then
         sleep 0.1
     done
     out="$tmp/etcd-stop"
-    start "$out" -s train.epochs=100000 --quiet -s engine.peer_timeout=30 \
-        -s cluster.membership=etcd -s cluster.etcd=http://10.77.0.3:2379 -s cluster.lease=2
-    g=${groups[-1]}
-    until [ -s "$out/metrics.jsonl" ] || [ -s "$out.rc" ]; do sleep 0.05; done
-    for p in $(ip netns pids "$ns_b"); do
-        [ "$(ps -o pgid= -p "$p" | tr -d ' ')" = "$g" ] && kill -STOP "$p"
-    done
-    wait_end "$out"
+    hit_in_b "$out" STOP -s engine.peer_timeout=30 -s cluster.membership=etcd \
+        -s cluster.etcd=http://10.77.0.3:2379 -s cluster.lease=2
     check "a graph server stopped on its host: the run ends with exit 1" "$(cat "$out.rc")" 1
     check "etcd found it, on its host" \
         "$(grep -c "^bivouac: error: lost the graph server 1 (node [0-9]* on $ns_b): it let its etcd lease run out (silent for 2 s), and was killed" "$out.err")" 1
