@@ -1,6 +1,6 @@
 -- value.lua: raise the value (samples per second per dollar an hour) of a pipeline run on
--- spot nodes online, by choosing the pipelines' depth and width from the nodes it has
--- (issue 16; docs/simulation.md#a-policy-that-raises-value).
+-- spot nodes online, by choosing the instance type, and the pipelines' depth and width
+-- from the nodes it has (issue 16; docs/simulation.md#a-policy-that-raises-value).
 --
 -- Every node up is paid for, used or not, so the value of the nodes one has is highest
 -- in the layout that trains the most samples a second on them. Bamboo fixes the depth at
@@ -10,8 +10,15 @@
 -- most samples a second by the workload model `bivouac simulate` uses (its inputs come
 -- with every event): eager FRC at min_stages or more, or, where the model has lazy FRC's
 -- figures (simulate.lflb_rc_overhead), lazy FRC, which keeps no replica in memory, at
--- lazy_min_stages (P_demand) or more. It reconfigures when a join or a loss makes another
--- layout faster by more than `gain` (a reconfiguration pauses the pipelines), and
+-- lazy_min_stages (P_demand) or more. Where the run may use several instance types
+-- (simulate.instances), it starts on the one whose fastest layout of the nodes asked for
+-- trains the most samples a second per dollar an hour, and moves to another when that one
+-- promises more than `switch_gain` above what the current one has given (measured since
+-- the run moved to it, once that is `measure_hours` old: preemptions, pauses and
+-- restarts lower it); a type once left is judged by what it gave. A move gives every node
+-- back and waits for new ones. It reconfigures when a join or a
+-- loss makes another layout faster by more than `gain` (a reconfiguration pauses the
+-- pipelines), and
 -- otherwise decides as Bamboo's policy does (scripts/lua/reconfigure.lua): fail over what
 -- the replicas cover, give a stage on a shadow a node that joined, reconfigure a
 -- pipeline close to a fatal failure.
@@ -19,7 +26,10 @@
 -- Events (bivouac simulate; a real run raises preempted, joined and degraded without the
 -- layout figures, and this policy then decides as reconfigure.lua does):
 --   on_layout(m)     the nodes up are laid out afresh:
---                    {set = {stages = P, pipelines = D, lazy = 0|1}}; in a graph run
+--                    {set = {stages = P, pipelines = D, lazy = 0|1, instance = K}} (K: the
+--                    type's number in m, instance_K_step and instance_K_usd_per_hour, where
+--                    m.instance_types > 1; m.nodes is 0 before the run has asked for any
+--                    node); in a graph run
 --                    (m.graph = 1), at every start: {set = {lambdas = L}}, the function
 --                    count whose epochs have the most value 1 / (T C) by the model
 --   on_preempted(m), on_joined(m), on_degraded(m): as reconfigure.lua's
@@ -31,20 +41,32 @@
 --                is not considered
 --   max_stages   the largest depth worth trying             (default: 4 x the smallest)
 --   gain         how much faster another layout must be to reconfigure for it (0.05)
+--   switch_gain  how much more value another instance type must promise to move to it (0.25)
+--   measure_hours  how long the run is on a type before what it gave counts (1)
 --   reconfigure_at  as reconfigure.lua's: the fraction of active stages without a replica
 --                above which the pipelines are reconfigured (0.05)
 
 local gain = params.gain or 0.05
+local switch_gain = params.switch_gain or 0.25
+local measure_hours = params.measure_hours or 1
+local measured = {} -- the value each instance type gave while the run was on it
 local reconfigure_at = params.reconfigure_at or 0.05
 
+-- One pipeline's step at profile_stages on the run's instance type now.
+local function base_step(m)
+  if m.instance then return m["instance_" .. m.instance .. "_step"] end
+  return m.profile_step
+end
+
 -- A step of d pipelines of p stages (docs/simulation.md, "The workload model"): the
--- slowest stage holds ceil(L / p) of the model's L layers; lazy: under lazy FRC.
-local function step(m, p, d, lazy)
+-- slowest stage holds ceil(L / p) of the model's L layers; lazy: under lazy FRC; base:
+-- one pipeline's step at profile_stages on the instance type (default: the run's now).
+local function step(m, p, d, lazy, base)
   local share = m.profile_stages / p
   if m.layers > 0 then
     share = math.ceil(m.layers / p) / math.ceil(m.layers / m.profile_stages)
   end
-  local t = m.profile_step * share * (m.microbatches + p - 1) /
+  local t = (base or base_step(m)) * share * (m.microbatches + p - 1) /
             (m.microbatches + m.profile_stages - 1)
   t = t * (lazy == 1 and m.lflb_rc_factor or m.rc_factor)
   if d > 1 then
@@ -53,15 +75,15 @@ local function step(m, p, d, lazy)
   return t
 end
 
-local function throughput(m, p, d, lazy)
+local function throughput(m, p, d, lazy, base)
   if d < 1 then return 0 end
-  return d * m.samples_per_step / step(m, p, d, lazy)
+  return d * m.samples_per_step / step(m, p, d, lazy, base)
 end
 
 -- The fastest layout of n nodes: its depth, width, mode (lazy: 1) and samples per second.
 -- Eager FRC keeps a replica of the next stage's layers on each node: it needs
 -- min_stages; lazy FRC keeps none, and needs lazy_min_stages.
-local function best(m, n)
+local function best(m, n, base)
   local bp, bd, bl, bt = m.stages_asked, 0, 0, 0
   local modes = {{0, params.min_stages or m.stages_asked}}
   if m.lflb_rc_factor > 0 and params.lazy_min_stages then
@@ -71,7 +93,7 @@ local function best(m, n)
     local lazy, lo = mode[1], mode[2]
     for p = lo, math.min(params.max_stages or 4 * lo, n) do
       local d = n // p
-      local t = throughput(m, p, d, lazy)
+      local t = throughput(m, p, d, lazy, base)
       if t > bt then bp, bd, bl, bt = p, d, lazy, t end
     end
   end
@@ -120,12 +142,37 @@ local function best_lambdas(m)
   return bl
 end
 
+-- The instance type to run on: the one whose fastest layout of the nodes asked for
+-- trains the most samples a second per dollar an hour (or, for a type the run has been
+-- on, the value it gave), where it beats the current one by more than switch_gain (by
+-- anything before the run has a node).
+local function best_instance(m)
+  if (m.instance_types or 1) < 2 then return m.instance end
+  if m.nodes > 0 and m.instance_hours >= measure_hours then
+    measured[m.instance] = m.instance_value
+  end
+  local n = m.nodes_asked
+  local function value(k)
+    if measured[k] then return measured[k] end
+    local _, _, _, t = best(m, n, m["instance_" .. k .. "_step"])
+    return t / (n * m["instance_" .. k .. "_usd_per_hour"])
+  end
+  local bk, bv = m.instance, value(m.instance) * (1 + (m.nodes > 0 and switch_gain or 0))
+  for k = 1, m.instance_types do
+    local v = value(k)
+    if v > bv then bk, bv = k, v end
+  end
+  return bk
+end
+
 function on_layout(m)
   if m.graph == 1 then
     return {set = {lambdas = best_lambdas(m)}}
   end
   local p, d, lazy = best(m, m.nodes)
-  return {set = {stages = p, pipelines = d, lazy = lazy}}
+  local set = {stages = p, pipelines = d, lazy = lazy}
+  if m.instance then set.instance = best_instance(m) end
+  return {set = set}
 end
 
 function on_preempted(m)
@@ -135,7 +182,15 @@ function on_preempted(m)
   return {reconfigure = "restart", reason = "two consecutive stages lost: no replica of both"}
 end
 
+-- Whether the run should move to another instance type (simulate.instances).
+local function move(m)
+  return m.reconfigurable == 1 and m.instance ~= nil and best_instance(m) ~= m.instance
+end
+
 function on_joined(m)
+  if move(m) then
+    return {reconfigure = "grow", reason = "another instance type gives more value"}
+  end
   if m.reconfigurable == 1 and better(m) then
     return {reconfigure = "grow", reason = "another layout trains faster on the nodes up"}
   end
@@ -148,6 +203,9 @@ end
 function on_degraded(m)
   if m.reconfigurable ~= 1 then
     return
+  end
+  if move(m) then
+    return {reconfigure = "reconfigure", reason = "another instance type gives more value"}
   end
   if better(m) then
     return {reconfigure = "reconfigure", reason = "another layout trains faster on the nodes up"}

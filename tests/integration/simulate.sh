@@ -143,12 +143,64 @@ printf 'function on_layout(m)\n  return {set = {depth = 3}}\nend\n' >"$tmp/bad_l
 check "on_layout setting what is not a layout (on_error: stop)" \
     "$(err simulate "$tmp/exp.yaml" -s "policy={file: $tmp/bad_layout.lua, on_error: stop}")" 2
 check "on_layout setting what is not a layout: why" "$(cat "$tmp/err")" \
-    "bivouac: error: simulated run 1 (seed 3): $tmp/bad_layout.lua: on_layout sets depth = 3; it sets stages (1 to 2), pipelines (0 to 2) and lazy (0: no lflb figures) only"
+    "bivouac: error: simulated run 1 (seed 3): $tmp/bad_layout.lua: on_layout sets depth = 3; it sets stages (1 to 2), pipelines (0 to 2), lazy (0: no lflb figures) and instance (1 to 1, the instance types) only"
 "$BIVOUAC" simulate "$tmp/exp.yaml" --runs 1 --out "$tmp/bl" --no-plot \
     -s "policy.file=$tmp/bad_layout.lua" >/dev/null 2>"$tmp/bl.err"
 check "on_error: continue: a warning, the run without a policy (the default decisions: run 2's)" \
     "$(grep -c "on_layout sets depth = 3;.*; the simulated run goes on without the policy" "$tmp/bl.err") $(figures "$tmp/bl")" \
     "1 $(figures "$tmp/b")"
+
+# Instance types (simulate.instances): g4dn.xlarge steps in 20 s where p3.2xlarge steps in
+# 10, on a market that grants at once and preempts nothing. A policy that moves the run to
+# g4dn.xlarge at its first layout: p3.2xlarge's two nodes are paid for 5 s (the start's
+# pause), then the g4dn.xlarge's are granted, a 5 s pause, and 20 steps of 20 s: 410 s.
+types=(-s 'cloud={plugin: sim, creation: 1, boot_seconds: 0}'
+       -s 'simulate.instances={g4dn.xlarge: 20}')
+cat >"$tmp/move.lua" <<'EOF'
+local calls = 0
+function on_layout(m)
+  calls = calls + 1
+  return {set = {instance = (calls == 2) and 2 or m.instance}}
+end
+EOF
+"$BIVOUAC" simulate "$tmp/exp.yaml" --runs 1 --out "$tmp/ty" --no-plot "${types[@]}" \
+    -s "policy.file=$tmp/move.lua" >"$tmp/ty.out" 2>&1
+check "instance types: a move at the first layout, every figure" "$(python3 - "$tmp/ty" <<'EOF'
+import json, sys
+r = json.load(open(sys.argv[1] + "/summary.json"))["per_run"][0]
+m = [json.loads(l) for l in open(sys.argv[1] + "/metrics.jsonl")]
+moves = [(l["instance"], l["seconds"]) for l in m if l.get("decision") == "instance"]
+print(round(r["hours"] * 3600, 6), int(r["instance_switches"]), round(r["usd"], 9), moves)
+EOF
+)" "410.0 1 $(python3 -c 'print(round((2 * 5 * 0.918 + 2 * 405 * 0.158) / 3600, 9))') [('g4dn.xlarge', 5)]"
+# value.lua: a g4dn.xlarge node trains 1 / (20 x 0.158) samples a second per dollar an
+# hour where a p3.2xlarge trains 1 / (10 x 0.918): it starts on g4dn.xlarge (405 s, no move);
+# at 100 s a step it would give less, and the run stays on p3.2xlarge (205 s).
+for step in 20 100; do
+    "$BIVOUAC" simulate "$tmp/exp.yaml" --runs 1 --out "$tmp/tv$step" --no-plot "${types[@]}" \
+        -s "simulate.instances={g4dn.xlarge: $step}" \
+        -s "policy.file=$src/scripts/lua/value.lua" >/dev/null 2>&1
+done
+check "value.lua: the instance type of more value, chosen before any node" "$(python3 - "$tmp" <<'EOF'
+import json, sys
+for s in (20, 100):
+    r = json.load(open("%s/tv%d/summary.json" % (sys.argv[1], s)))["per_run"][0]
+    print(round(r["hours"] * 3600, 6), int(r["instance_switches"]), round(r["usd"] / r["hours"], 6))
+EOF
+)" "405.0 0 0.316
+205.0 0 1.836"
+check "simulate.instances: each problem at its place" \
+    "$(err simulate "$tmp/exp.yaml" -s 'cloud={plugin: sim}' \
+        -s 'simulate.instances={x9.large: 3, g4dn.xlarge: fast, p3.2xlarge: 4}') $(cat "$tmp/err")" \
+    "2 <command line>:1:21: error: simulate.instances: instance type 'x9.large' is not in price table aws-us-east-1-2021
+<command line>:1:47: error: simulate.instances.g4dn.xlarge: a pipeline's step on it in seconds (at profile_stages stages), a number above 0
+<command line>:1:53: error: simulate.instances: 'p3.2xlarge' is the experiment's cost.instance, or named twice"
+check "simulate.instances with a replayed trace: refused" \
+    "$(err simulate "$tmp/exp.yaml" -s 'simulate.instances={g4dn.xlarge: 20}') $(cat "$tmp/err")" \
+    "2 <command line>:1:20: error: simulate.instances: the cloud replays a trace, which is one instance type's market: simulate other types on a drawn market (cloud.preemption)"
+check "preemption_by_type: a bad list, at the cloud's place" \
+    "$(err simulate "$tmp/exp.yaml" -s 'cloud={plugin: sim, preemption_by_type: g4dn.xlarge=2}') $(cat "$tmp/err")" \
+    "2 <command line>:1:7: error: sim cloud: preemption_by_type 'g4dn.xlarge=2': not TYPE=P pairs (P a probability below 1, at most 16 types) separated by commas"
 
 # 4. The same runs again give the same numbers; the drawn market (seeded) too, and
 #    another seed another market.
@@ -175,7 +227,7 @@ s = json.load(open(sys.argv[1] + "/summary.json"))["per_run"]
 v = [l["value"] for l in lines if l["series"] == "value"]
 print(len(lines), v == sorted(r["value"] for r in s), [l["rank"] for l in lines[:5]])
 EOF
-)" "65 True [1, 2, 3, 4, 5]"
+)" "70 True [1, 2, 3, 4, 5]"
 check "result.json in a real run's terms: each run's value 1/(T C), and bivouac compare reads it" \
     "$(python3 - "$tmp/d1" <<'EOF'
 import json, sys

@@ -58,6 +58,8 @@ static const column columns[] = {
     COL("useful_fraction", "useful time", "fraction", useful_fraction),
     COL("failovers", "failovers", "failovers", failovers),
     COL("reconfigurations", "reconfigurations", "reconfigurations", reconfigurations),
+    COL("instance_switches", "instance switches", "moves to another instance type",
+        instance_switches),
     COL("usd", "cost ($)", "USD", usd),
 };
 #define NCOLUMNS (sizeof columns / sizeof columns[0])
@@ -212,7 +214,7 @@ static int write_json(const char *path, const bv_experiment *x, const bv_sim_mod
     fprintf(f, ", \"runs\": %zu, \"seed\": %llu, \"finished\": %zu", n, seed, done);
     fprintf(f, ", \"pipeline_stages\": %d, \"pipelines\": %d", m->stages, m->pipelines);
     bv_json_field(f, "samples", m->samples);
-    bv_json_field(f, "step_seconds", bv_sim_step_seconds(m, m->stages, m->pipelines, false, false));
+    bv_json_field(f, "step_seconds", bv_sim_step_seconds(m, 0, m->stages, m->pipelines, false, false));
     bv_json_field(f, "failover_pause_seconds", m->failover_seconds);
     bv_json_field(f, "degraded_slowdown", m->degraded_slowdown);
     bv_json_field(f, "reconfigure_seconds", m->reconfigure_seconds);
@@ -223,6 +225,15 @@ static int write_json(const char *path, const bv_experiment *x, const bv_sim_mod
         fputs(", \"profile\": ", f);
         bv_json_string(f, m->profile);
     }
+    fputs(", \"instance_types\": [", f);
+    for (int k = 0; k < m->ntypes; k++) {
+        fprintf(f, "%s{\"instance\": ", k ? ", " : "");
+        bv_json_string(f, m->types[k].name);
+        bv_json_field(f, "step_seconds", m->types[k].step);
+        bv_json_field(f, "usd_per_hour", m->types[k].usd_per_hour);
+        fputc('}', f);
+    }
+    fputc(']', f);
     for (size_t c = 0; c < NCOLUMNS; c++) {
         double s[4];
         stats(r, n, &columns[c], s);

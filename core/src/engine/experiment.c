@@ -773,8 +773,9 @@ static bv_status load(const char *path, char *const *overrides, size_t noverride
     load_prices(x, bv_node_get(root, "cost"), diag);
     bv_config_validate(bv_node_get(root, "budget"), "budget", budget_schema, NULL, &x->budget,
                        diag);
-    bv_config_validate(bv_node_get(root, "simulate"), "simulate", simulate_schema, NULL,
-                       &x->simulate, diag);
+    static const char *const simulate_own[] = {"instances", NULL}; /* sim_model.c's */
+    bv_config_validate(bv_node_get(root, "simulate"), "simulate", simulate_schema,
+                       simulate_own, &x->simulate, diag);
     if (pipeline && x->engine_ops && strcmp(x->engine_ops->name, "sequence") != 0)
         bv_diag_add(diag, &pipeline->pos, "section 'pipeline' splits a sequence model's "
                     "layers; model %s runs on the %s engine",

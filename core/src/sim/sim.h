@@ -15,13 +15,24 @@
 #include "bivouac/error.h"
 #include "experiment.h"
 
+/* An instance type a run may use (`cost.instance`, and those of `simulate.instances`). */
+#define BV_SIM_MAX_TYPES 8
+typedef struct bv_sim_type {
+    char name[48];
+    double step;         /* one pipeline's step at profile_stages on it, no preemption */
+    double usd_per_hour; /* a node's price: spot where cost.spot and the table has one */
+    char step_key[64], usd_key[64]; /* its figures' names in a policy's events:
+                                       instance_K_step, instance_K_usd_per_hour (K from 1) */
+} bv_sim_type;
+
 /* The workload model of one experiment (docs/simulation.md, "The workload model"). */
 typedef struct bv_sim_model {
     int stages, pipelines;       /* the layout asked for: P, D (D x P nodes requested) */
     double samples;              /* a run ends once it has trained on this many */
     double hours;                /* or when this much simulated time has passed */
     double samples_per_step;     /* one pipeline's, per step */
-    double profile_step;         /* one pipeline's step at profile_stages, no preemption */
+    double profile_step;         /* one pipeline's step at profile_stages, no preemption,
+                                    on cost.instance (types[0].step) */
     int profile_stages;
     double microbatches;         /* M, of every layout */
     int layers;                  /* L, the model's (`model.layers`; 0: unknown, the work
@@ -38,6 +49,9 @@ typedef struct bv_sim_model {
     int64_t checkpoint_steps;    /* steps between checkpoints */
     bool redundancy;             /* stages keep replicas: a covered loss fails over */
     int zones;                   /* the cloud's, for placing consecutive stages apart */
+    int ntypes;                  /* instance types a policy may choose among: [0] the
+                                    experiment's cost.instance, then simulate.instances' */
+    bv_sim_type types[BV_SIM_MAX_TYPES];
     /* graph runs (Dorylus; bv_sim_run's graph part): G graph servers, P parameter servers and the
      * coordinator, an epoch of graph work and tensor tasks on L functions per server */
     bool graph;
@@ -72,9 +86,11 @@ double bv_sim_epoch_seconds(const bv_sim_model *m, int lambdas, double *task_sec
  * unit / (1 - exp(-unit / task)), the mean of the rounded-up draws. */
 double bv_sim_billed_seconds(const bv_sim_model *m, double task, double unit);
 
-/* The time of one step of d pipelines of p stages, `degraded` when a stage runs on its
- * shadow, `lazy` under lazy FRC (the lflb figures). */
-double bv_sim_step_seconds(const bv_sim_model *m, int p, int d, bool degraded, bool lazy);
+/* The time of one step of d pipelines of p stages on instance type `type` (an index of
+ * m->types), `degraded` when a stage runs on its shadow, `lazy` under lazy FRC (the lflb
+ * figures). */
+double bv_sim_step_seconds(const bv_sim_model *m, int type, int p, int d, bool degraded,
+                           bool lazy);
 
 /* What one simulated run came to (the columns of Bamboo's Table 3). */
 typedef struct bv_sim_result {
@@ -86,6 +102,7 @@ typedef struct bv_sim_result {
     double lifetime_hours;    /* mean life of the nodes that joined (to the end, if alive) */
     double fatal;             /* restarts from the last checkpoint */
     double failovers, reconfigurations;
+    double instance_switches; /* moves to another instance type (a policy's on_layout) */
     double nodes;             /* nodes paid for, averaged over time */
     double throughput;        /* samples per second, over the whole run */
     double usd, cost_per_hour;

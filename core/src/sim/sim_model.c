@@ -9,6 +9,7 @@
 #include "grow.h"
 #include "input_file.h"
 #include "json_read.h"
+#include "ledger.h"
 #include "sim.h"
 #include "sorted.h"
 
@@ -294,10 +295,78 @@ static bv_status graph_model_load(const bv_experiment *x, bv_sim_model *m, bv_di
     return diag->count == before ? BV_OK : BV_ERR_INVALID;
 }
 
+/* Instance type k (from 0) of the model: its name, its step and its price. */
+static void add_type(const bv_experiment *x, bv_sim_model *m, const char *name, double step)
+{
+    bv_sim_type *t = &m->types[m->ntypes++];
+    snprintf(t->name, sizeof t->name, "%s", name);
+    t->step = step;
+    const bv_instance_price *price = bv_prices_find(&x->prices, name);
+    bool spot = bv_opts_bool(&x->cost, "spot");
+    t->usd_per_hour = !price ? 0 : spot && price->spot > 0 ? price->spot : price->on_demand;
+    snprintf(t->step_key, sizeof t->step_key, "instance_%d_step", m->ntypes);
+    snprintf(t->usd_key, sizeof t->usd_key, "instance_%d_usd_per_hour", m->ntypes);
+}
+
+/* `simulate.instances: {TYPE: STEP, ...}`: the instance types besides cost.instance that
+ * a policy may move the run to, each with one pipeline's step at profile_stages on it;
+ * every one in the price table. A trace stands for one type's market: refused with them. */
+static void load_types(const bv_experiment *x, bv_sim_model *m, bv_diag *diag)
+{
+    add_type(x, m, bv_opts_str(&x->cost, "instance"), m->profile_step);
+    const bv_node *list = bv_node_at_path(x->root, "simulate.instances");
+    if (!list)
+        return;
+    if (list->kind != BV_NODE_MAP) {
+        bv_diag_add(diag, &list->pos, "simulate.instances: a mapping of instance types to "
+                    "a pipeline's step on each (seconds, at profile_stages stages)");
+        return;
+    }
+    const char *trace = x->cloud.plugin && bv_opts_find(&x->cloud.opts, "trace")
+                            ? bv_opts_str(&x->cloud.opts, "trace") : NULL;
+    if (trace && trace[0] && list->count)
+        bv_diag_add(diag, &list->pos, "simulate.instances: the cloud replays a trace, "
+                    "which is one instance type's market: simulate other types on a drawn "
+                    "market (cloud.preemption)");
+    for (size_t i = 0; i < list->count; i++) {
+        const bv_node *v = list->items[i];
+        const char *name = list->keys[i];
+        char *end = NULL;
+        double step = v->kind == BV_NODE_SCALAR ? strtod(v->scalar, &end) : NAN;
+        bool dup = false;
+        for (int k = 0; k < m->ntypes; k++)
+            dup |= strcmp(m->types[k].name, name) == 0;
+        if (!end || end == v->scalar || *end || !(step > 0) || !isfinite(step))
+            bv_diag_add(diag, &v->pos, "simulate.instances.%s: a pipeline's step on it in "
+                        "seconds (at profile_stages stages), a number above 0", name);
+        else if (!bv_prices_find(&x->prices, name))
+            bv_diag_add(diag, &list->key_pos[i], "simulate.instances: instance type '%s' "
+                        "is not in price table %s", name, x->prices.name);
+        else if (dup)
+            bv_diag_add(diag, &list->key_pos[i], "simulate.instances: '%s' is the "
+                        "experiment's cost.instance, or named twice", name);
+        else if (m->ntypes == BV_SIM_MAX_TYPES)
+            bv_diag_add(diag, &list->key_pos[i], "simulate.instances: at most %d types "
+                        "besides cost.instance", BV_SIM_MAX_TYPES - 1);
+        else
+            add_type(x, m, name, step);
+    }
+}
+
 bv_status bv_sim_model_load(const bv_experiment *x, bv_sim_model *m, bv_diag *diag)
 {
-    if (strcmp(x->engine_ops->name, "graph") == 0)
-        return graph_model_load(x, m, diag);
+    if (strcmp(x->engine_ops->name, "graph") == 0) {
+        bv_status st = graph_model_load(x, m, diag);
+        add_type(x, m, bv_opts_str(&x->cost, "instance"), 0);
+        const bv_node *types = bv_node_at_path(x->root, "simulate.instances");
+        if (types) {
+            bv_diag_add(diag, &types->pos, "simulate.instances: a graph run's servers are "
+                        "of cost.instance (other instance types are simulated for pipeline "
+                        "runs)");
+            st = BV_ERR_INVALID;
+        }
+        return st;
+    }
     const bv_opts *s = &x->simulate;
     const bv_pos *at = bv_experiment_value_pos(s, "profile", bv_node_get(x->root, "simulate"));
     *m = (bv_sim_model){
@@ -374,6 +443,7 @@ bv_status bv_sim_model_load(const bv_experiment *x, bv_sim_model *m, bv_diag *di
     const bv_opt_value *zones = x->cloud.plugin ? bv_opts_find(&x->cloud.opts, "zones") : NULL;
     if (zones)
         m->zones = (int)bv_opts_int(&x->cloud.opts, "zones");
+    load_types(x, m, diag);
     return diag->count == before ? BV_OK : BV_ERR_INVALID;
 }
 
@@ -404,14 +474,15 @@ bv_status bv_sim_profile_read(const char *dir, bv_sim_profile *out, bv_error *er
     return read_profile(dir, out, err) ? BV_OK : (err->status ? err->status : BV_ERR_INVALID);
 }
 
-double bv_sim_step_seconds(const bv_sim_model *m, int p, int d, bool degraded, bool lazy)
+double bv_sim_step_seconds(const bv_sim_model *m, int type, int p, int d, bool degraded,
+                           bool lazy)
 {
     /* 1F1B: M + P - 1 slots of a microbatch on the slowest stage, whose work is its
      * layers': ceil(L / P) of L (1 / P where L is unknown) */
     double share = m->layers > 0 ? ceil((double)m->layers / p) /
                                        ceil((double)m->layers / m->profile_stages)
                                  : (double)m->profile_stages / p;
-    double pipe = m->profile_step * share * (m->microbatches + p - 1) /
+    double pipe = m->types[type].step * share * (m->microbatches + p - 1) /
                   (m->microbatches + m->profile_stages - 1);
     return pipe * (lazy ? m->lflb_rc_factor : m->rc_factor) *
                (degraded ? m->degraded_slowdown : 1) +

@@ -30,12 +30,14 @@
 #include "ledger.h"
 #include "sim.h"
 
-typedef enum node_state { WAITING, STANDBY, ACTIVE, LOST } node_state;
+/* GONE: given back (the run moved to another instance type) */
+typedef enum node_state { WAITING, STANDBY, ACTIVE, LOST, GONE } node_state;
 
 typedef struct sim_node {
     int64_t id; /* the cloud's */
     node_state state;
     int zone;
+    int type; /* its instance type, an index of the model's types */
     double joined;
 } sim_node;
 
@@ -56,6 +58,9 @@ typedef struct sim {
     bool *on_shadow; /* [d * P + s]: that node is the stage's shadow's (a failover) */
     int d, p;    /* pipelines running, their stages */
     bool lazy;   /* under lazy FRC (a policy's choice, the lflb figures) */
+    int type;    /* the instance type the run asks for (a policy's choice; 0: cost.instance) */
+    double type_since, type_samples, type_usd; /* when the run first trained on it (-1:
+                                                  not yet); its samples and cost then */
     int nodes_asked; /* D x P of the experiment: the cluster the run keeps asking for */
     int asked;   /* zone of the next request */
     double now, phase_end, step_start, last_preemption, paid_since, node_seconds;
@@ -113,12 +118,12 @@ static bv_status request(sim *s, bv_error *err)
     int z = s->asked++ % s->m->zones;
     snprintf(zone, sizeof zone, "%d", z);
     bv_node_request req = {.size = sizeof req, .role = "stage",
-                           .node_type = bv_opts_str(&s->x->cost, "instance"),
+                           .node_type = s->m->types[s->type].name,
                            .spot = bv_opts_bool(&s->x->cost, "spot"), .zone = zone};
     int64_t id = s->ops->launch(s->cloud, &req, NULL, 0, err);
     if (id < 0)
         return err->status ? err->status : BV_ERR_PLUGIN;
-    s->nodes[s->count++] = (sim_node){.id = id, .state = WAITING, .zone = z};
+    s->nodes[s->count++] = (sim_node){.id = id, .state = WAITING, .zone = z, .type = s->type};
     return BV_OK;
 }
 
@@ -188,12 +193,17 @@ static int standby_for(const sim *s, int i)
 }
 
 /* The figures of the layout and the workload model every reconfiguration event carries,
- * so that a policy can weigh another layout (scripts/lua/value.lua). */
-#define LAYOUT_METRICS 17
-static void layout_metrics(const sim *s, int up, bv_metric *mt)
+ * so that a policy can weigh another layout (scripts/lua/value.lua), and, where the run
+ * may use more than one instance type, the current one's number (from 1), the hours
+ * since the run's first step on it and the value it has given since (samples a second
+ * per dollar an hour; 0 before then), their count and each one's step and price.
+ * Returns how many it wrote. */
+#define LAYOUT_FIXED 17
+#define LAYOUT_METRICS (LAYOUT_FIXED + 4 + 2 * BV_SIM_MAX_TYPES)
+static size_t layout_metrics(const sim *s, int up, bv_metric *mt)
 {
     const bv_sim_model *m = s->m;
-    bv_metric all[LAYOUT_METRICS] = {
+    bv_metric all[LAYOUT_FIXED] = {
         {"nodes", up}, {"stages", s->p}, {"pipelines", s->d}, {"stages_asked", m->stages},
         {"pipelines_asked", m->pipelines}, {"nodes_asked", s->nodes_asked},
         {"profile_step", m->profile_step},
@@ -204,6 +214,23 @@ static void layout_metrics(const sim *s, int up, bv_metric *mt)
         {"lazy", s->lazy}, {"lflb_rc_factor", m->lflb_rc_factor},
         {"lflb_failover_seconds", m->lflb_failover_seconds}};
     memcpy(mt, all, sizeof all);
+    size_t n = LAYOUT_FIXED;
+    if (m->ntypes > 1) {
+        double hours = s->type_since < 0 ? 0 : (s->now - s->type_since) / 3600;
+        double usd = bv_ledger_usd(s->ledger, s->now) - s->type_usd;
+        mt[n++] = (bv_metric){"instance", s->type + 1};
+        mt[n++] = (bv_metric){"instance_hours", hours};
+        mt[n++] = (bv_metric){"instance_value", usd > 0 && hours > 0
+                                                    ? (s->samples - s->type_samples) /
+                                                          (hours * 3600) / (usd / hours)
+                                                    : 0};
+        mt[n++] = (bv_metric){"instance_types", m->ntypes};
+        for (int k = 0; k < m->ntypes; k++) {
+            mt[n++] = (bv_metric){m->types[k].step_key, m->types[k].step};
+            mt[n++] = (bv_metric){m->types[k].usd_key, m->types[k].usd_per_hour};
+        }
+    }
+    return n;
 }
 
 static int nodes_up(const sim *s)
@@ -211,37 +238,84 @@ static int nodes_up(const sim *s)
     return count_state(s, ACTIVE) + count_state(s, STANDBY);
 }
 
-/* The nodes up laid out afresh: the layout the policy's on_layout sets ({set = {stages =
- * P, pipelines = D, lazy = 0|1}}, D x P no more than the nodes up; lazy: lazy FRC, where
- * the model has its figures), or as many pipelines of the
- * experiment's depth as the nodes fill, up to its D; stage s of each on a node of zone s
- * where one is free (consecutive stages apart), the rest standing by. */
-static bv_status layout(sim *s, bv_error *err)
+/* The run moves to instance type k (a policy's on_layout): its state is checkpointed
+ * where it stands, every node of the type it leaves is given back (paid for to now), and
+ * it asks for its D x P nodes of the new type, training again once P of them are up. */
+static bv_status switch_type(sim *s, int k, bv_error *err)
 {
-    int up = nodes_up(s), p = s->m->stages, d = -1;
+    for (size_t i = 0; i < s->count; i++) {
+        sim_node *n = &s->nodes[i];
+        if (n->state == LOST || n->state == GONE)
+            continue;
+        if (n->state == STANDBY || n->state == ACTIVE) {
+            s->r->lifetime_hours += (s->now - n->joined) / 3600;
+            bv_ledger_stop_node(s->ledger, n->id, s->now);
+            pay(s, -1);
+        }
+        n->state = GONE;
+        bv_status st = s->ops->terminate(s->cloud, n->id, err);
+        if (st != BV_OK)
+            return st;
+    }
+    if (s->metrics) {
+        fprintf(s->metrics, "{\"step\": %.0f, \"event\": \"layout\", \"decision\": "
+                "\"instance\", \"instance\": ", s->steps);
+        bv_json_string(s->metrics, s->m->types[k].name);
+        bv_json_field(s->metrics, "seconds", s->now);
+        fputs("}\n", s->metrics);
+    }
+    s->type = k;
+    s->type_since = -1;
+    s->r->instance_switches++;
+    s->kept_steps = s->steps;
+    s->kept_samples = s->samples;
+    s->kept_useful = s->useful;
+    s->d = 0;
+    s->phase = IDLE;
+    bv_status st = BV_OK;
+    for (int i = 0; st == BV_OK && i < s->nodes_asked; i++)
+        st = request(s, err);
+    return st;
+}
+
+/* The nodes up laid out afresh: the layout the policy's on_layout sets ({set = {stages =
+ * P, pipelines = D, lazy = 0|1, instance = K}}, D x P no more than the nodes up; lazy:
+ * lazy FRC, where the model has its figures; instance: another of the model's instance
+ * types, which the run then moves to), or as many pipelines of the
+ * experiment's depth as the nodes fill, up to its D; stage s of each on a node of zone s
+ * where one is free (consecutive stages apart), the rest standing by. `before`: the run
+ * has no node yet, and only the instance type is taken from on_layout. */
+static bv_status layout(sim *s, bool before, bv_error *err)
+{
+    int up = nodes_up(s), p = s->m->stages, d = -1, type = s->type;
     if (s->policy && bv_policy_has_handler(s->policy, "layout")) {
         bv_metric mt[LAYOUT_METRICS];
-        layout_metrics(s, up, mt);
+        size_t nmt = layout_metrics(s, up, mt);
         bv_policy_actions a;
-        bv_status st = bv_policy_call(s->policy, "layout", mt, LAYOUT_METRICS, &a, err);
+        bv_status st = bv_policy_call(s->policy, "layout", mt, nmt, &a, err);
         for (size_t i = 0; st == BV_OK && i < a.nsets; i++) {
             const char *name = a.sets[i].name;
             double v = a.sets[i].value;
             int k = !strcmp(name, "stages") ? 0 : !strcmp(name, "pipelines") ? 1
-                                                : !strcmp(name, "lazy") ? 2 : -1;
-            double hi = k == 2 ? (s->m->lflb_rc_factor > 0) : s->nodes_asked;
-            if (k < 0 || v != floor(v) || v < (k == 0) || v > hi)
+                  : !strcmp(name, "lazy") ? 2 : !strcmp(name, "instance") ? 3 : -1;
+            double hi = k == 2 ? (s->m->lflb_rc_factor > 0) : k == 3 ? s->m->ntypes
+                                                                     : s->nodes_asked;
+            if (k < 0 || v != floor(v) || v < (k == 0 || k == 3) || v > hi)
                 st = bv_error_set(err, BV_ERR_INVALID, "%s: on_layout sets %s = %g; it sets "
-                                  "stages (1 to %d), pipelines (0 to %d) and lazy (0%s) "
-                                  "only", bv_policy_path(s->policy), name, v,
-                                  s->nodes_asked, s->nodes_asked,
-                                  s->m->lflb_rc_factor > 0 ? " or 1" : ": no lflb figures");
+                                  "stages (1 to %d), pipelines (0 to %d), lazy (0%s) and "
+                                  "instance (1 to %d, the instance types) only",
+                                  bv_policy_path(s->policy), name, v, s->nodes_asked,
+                                  s->nodes_asked,
+                                  s->m->lflb_rc_factor > 0 ? " or 1" : ": no lflb figures",
+                                  s->m->ntypes);
             else if (k == 0)
                 p = (int)v;
             else if (k == 1)
                 d = (int)v;
-            else
+            else if (k == 2)
                 s->lazy = v > 0;
+            else
+                type = (int)v - 1;
         }
         if (st == BV_OK && (a.stop || a.set_lr || a.reconfigure[0]))
             st = bv_error_set(err, BV_ERR_INVALID, "%s: on_layout returns set only",
@@ -252,8 +326,15 @@ static bv_status layout(sim *s, bv_error *err)
             p = s->m->stages;
             d = -1;
             s->lazy = false;
+            type = s->type;
         }
     }
+    if (before) {
+        s->type = type;
+        return BV_OK;
+    }
+    if (type != s->type)
+        return switch_type(s, type, err);
     for (size_t i = 0; i < s->count; i++)
         if (s->nodes[i].state == ACTIVE)
             s->nodes[i].state = STANDBY;
@@ -273,9 +354,15 @@ static bv_status layout(sim *s, bv_error *err)
 
 static void start_step(sim *s)
 {
+    if (s->type_since < 0) { /* the first step on this instance type */
+        s->type_since = s->now;
+        s->type_samples = s->samples;
+        s->type_usd = bv_ledger_usd(s->ledger, s->now);
+    }
     s->phase = STEPPING;
     s->step_start = s->now;
-    s->phase_end = s->now + bv_sim_step_seconds(s->m, s->p, s->d, degraded(s) > 0, s->lazy);
+    s->phase_end = s->now + bv_sim_step_seconds(s->m, s->type, s->p, s->d, degraded(s) > 0,
+                                                s->lazy);
 }
 
 /* A pause after which the nodes up are laid out afresh and the steps go on; holds_state:
@@ -382,7 +469,7 @@ static bv_status poll_events(sim *s, bool *any_lost, bv_error *err)
         sim_node *node = find(s, ev.node);
         if (!node)
             continue;
-        if (ev.kind == BV_CLOUD_PREEMPTED && node->state != LOST) {
+        if (ev.kind == BV_CLOUD_PREEMPTED && node->state != LOST && node->state != GONE) {
             s->r->preemptions++;
             if (s->r->preemptions > 1)
                 s->r->interval_hours += (s->now - s->last_preemption) / 3600;
@@ -403,7 +490,7 @@ static bv_status poll_events(sim *s, bool *any_lost, bv_error *err)
             s->joined++;
             if (ev.zone >= 0) /* where the cloud put it, which may not be where it was asked */
                 node->zone = ev.zone % s->m->zones;
-            bv_ledger_start(s->ledger, NULL, node->id, s->now);
+            bv_ledger_start(s->ledger, s->m->types[node->type].name, node->id, s->now);
             pay(s, 1);
         }
     }
@@ -433,10 +520,9 @@ static bv_status cloud_events(sim *s, bv_error *err)
             bv_metric mt[4 + LAYOUT_METRICS] = {
                 {"offered", standby}, {"degraded", deg}, {"pipelines_possible", possible},
                 {"reconfigurable", 1}};
-            layout_metrics(s, nodes_up(s), mt + 4);
+            size_t n = 4 + layout_metrics(s, nodes_up(s), mt + 4);
             const char *pick;
-            st = decide(s, "joined", mt, 4 + LAYOUT_METRICS, joined_choices, false, &pick,
-                        err);
+            st = decide(s, "joined", mt, n, joined_choices, false, &pick, err);
             s->replace |= st == BV_OK && strcmp(pick, "replace") == 0;
             s->grow |= st == BV_OK && strcmp(pick, "grow") == 0;
         }
@@ -501,10 +587,9 @@ static bv_status step_done(sim *s, bv_error *err)
             {"seconds_degraded", s->now - s->degraded_since},
             {"offered", count_state(s, STANDBY)}, {"stages_active", s->d * stages(s) - deg},
             {"reconfigurable", 1}};
-        layout_metrics(s, nodes_up(s), mt + 6);
+        size_t n = 6 + layout_metrics(s, nodes_up(s), mt + 6);
         const char *pick;
-        bv_status st = decide(s, "degraded", mt, 6 + LAYOUT_METRICS, degraded_choices, true,
-                              &pick, err);
+        bv_status st = decide(s, "degraded", mt, n, degraded_choices, true, &pick, err);
         if (st != BV_OK)
             return st;
         if (strcmp(pick, "restart") == 0) {
@@ -529,8 +614,8 @@ static bv_status step_done(sim *s, bv_error *err)
  * replacement: the state moved to them during the pause), then the steps. */
 static bv_status pause_done(sim *s, bv_error *err)
 {
-    bv_status st = s->relayout ? layout(s, err) : BV_OK;
-    if (st != BV_OK)
+    bv_status st = s->relayout ? layout(s, false, err) : BV_OK;
+    if (st != BV_OK || s->phase == IDLE) /* or it moved to another instance type */
         return st;
     if (!s->relayout && s->replace)
         replace(s);
@@ -664,6 +749,8 @@ static bv_status simulate(sim *s, bv_error *err)
 {
     double end = s->m->hours * 3600;
     bv_status st = BV_OK;
+    if (!s->m->graph && s->m->ntypes > 1) /* the instance type, before asking for nodes */
+        st = layout(s, true, err);
     for (int i = 0; st == BV_OK && i < s->nodes_asked; i++)
         st = request(s, err);
     while (st == BV_OK && !s->r->finished) {
@@ -692,7 +779,7 @@ bv_status bv_sim_run(const bv_experiment *x, const bv_sim_model *m, uint64_t see
     memset(out, 0, sizeof *out);
     sim s = {.x = x, .m = m, .ops = &x->cloud_ops, .policy = policy, .metrics = metrics,
              .r = out, .p = m->stages, .nodes_asked = m->pipelines * m->stages,
-             .lambdas = m->lambdas};
+             .lambdas = m->lambdas, .type_since = -1};
     if (m->graph) {
         s.p = 1;
         s.nodes_asked = m->graph_servers + m->param_servers + 1;

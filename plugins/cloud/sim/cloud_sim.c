@@ -31,6 +31,7 @@
 #include "bivouac/plugin.h"
 
 #define NAME_MAX_LEN 32
+#define MAX_TYPE_RATES 16
 #define HOUR 3600.0
 #define NEVER_AFTER (7 * 24 * HOUR) /* a request the market has not granted in a week */
 
@@ -40,6 +41,7 @@ typedef struct node {
     node_state state;
     bool spot;
     int zone;
+    double rate; /* its preemptions per hour (the drawn market's, by its instance type) */
     char trace_name[NAME_MAX_LEN]; /* the trace's node it stands for ("": none) */
 } node;
 
@@ -72,6 +74,11 @@ struct bv_cloud {
     size_t nevents, events_cap, events_read;
     /* the drawn market */
     double preemption_rate; /* per hour */
+    struct {
+        char name[NAME_MAX_LEN];
+        double rate;
+    } type_rate[MAX_TYPE_RATES]; /* `preemption_by_type` */
+    int ntype_rates;
     double creation[24];    /* probability of a grant within the hour, by hour of the day */
     int start_hour, bulk, zones, next_zone;
     double boot;
@@ -91,6 +98,9 @@ static const bv_option sim_options[] = {
     BV_OPT_FLOAT_RANGE("preemption", "0", 0, 0.999,
                        "probability that a spot node is preempted within an hour (a "
                        "constant rate; Bamboo's Table 3a: 0.01 to 0.5)"),
+    BV_OPT_STR("preemption_by_type", "",
+               "instance types preempted at other probabilities than `preemption`: "
+               "'TYPE=P,TYPE=P' (for example 'g4dn.xlarge=0.4')"),
     BV_OPT_STR("creation", "1",
                "probability that a waiting request is granted within an hour: one number, "
                "24 comma-separated ones (hours 0 to 23 of the day), or 'random' (each "
@@ -230,9 +240,8 @@ static bool grant(bv_cloud *c, int64_t id)
 {
     node *n = &c->nodes[id];
     n->state = BOOTING;
-    if (n->spot && !c->trace && c->preemption_rate > 0 &&
-        !schedule(c, c->now + exp1(c) * HOUR * (c->bulk + 1) / 2.0 / c->preemption_rate,
-                  PREEMPT, id))
+    if (n->spot && !c->trace && n->rate > 0 &&
+        !schedule(c, c->now + exp1(c) * HOUR * (c->bulk + 1) / 2.0 / n->rate, PREEMPT, id))
         return false;
     return schedule(c, c->now + c->boot, JOIN, id);
 }
@@ -406,6 +415,45 @@ static bv_status read_trace(bv_cloud *c, const char *path, double start, double 
     return st;
 }
 
+/* A probability of preemption within an hour as the constant rate per hour it gives. */
+static double rate_of(double p)
+{
+    return -log1p(-p);
+}
+
+/* `preemption_by_type`: "TYPE=P,TYPE=P", each P a probability below 1. */
+static bv_status parse_type_rates(bv_cloud *c, const char *text, bv_error *err)
+{
+    const char *s = text;
+    while (*s) {
+        size_t len = strcspn(s, "=,");
+        char *end = NULL;
+        double p = -1;
+        if (s[len] == '=') {
+            errno = 0;
+            p = strtod(s + len + 1, &end);
+        }
+        if (!len || len >= NAME_MAX_LEN || !end || end == s + len + 1 || errno ||
+            !(p >= 0 && p < 1) || (*end && *end != ',') || c->ntype_rates == MAX_TYPE_RATES)
+            return bv_error_set(err, BV_ERR_INVALID, "sim cloud: preemption_by_type '%s': "
+                                "not TYPE=P pairs (P a probability below 1, at most %d "
+                                "types) separated by commas", text, MAX_TYPE_RATES);
+        snprintf(c->type_rate[c->ntype_rates].name, NAME_MAX_LEN, "%.*s", (int)len, s);
+        c->type_rate[c->ntype_rates++].rate = rate_of(p);
+        s = *end ? end + 1 : end;
+    }
+    return BV_OK;
+}
+
+/* The preemption rate of a node of instance type `type` (NULL: the default's). */
+static double type_rate(const bv_cloud *c, const char *type)
+{
+    for (int i = 0; type && i < c->ntype_rates; i++)
+        if (strcmp(c->type_rate[i].name, type) == 0)
+            return c->type_rate[i].rate;
+    return c->preemption_rate;
+}
+
 /* `creation`: one probability, 24 of them, or "random". */
 static bv_status parse_creation(bv_cloud *c, const char *text, bv_error *err)
 {
@@ -450,7 +498,7 @@ static bv_cloud *sim_create(const bv_opts *opts, const bv_run_info *info, bv_err
     uint64_t seed = (uint64_t)bv_opts_int(opts, "seed") + (info ? info->seed : 0);
     c->rng = seed * 0x9E3779B97F4A7C15ull ^ 0x5A17C10Dull;
     double p = bv_opts_float(opts, "preemption");
-    c->preemption_rate = -log1p(-p);
+    c->preemption_rate = rate_of(p);
     c->bulk = (int)bv_opts_int(opts, "bulk");
     c->zones = (int)bv_opts_int(opts, "zones");
     c->boot = bv_opts_float(opts, "boot_seconds");
@@ -460,6 +508,8 @@ static bv_cloud *sim_create(const bv_opts *opts, const bv_run_info *info, bv_err
         c->start_hour = (int)(uniform(c) * 24);
     const char *trace = bv_opts_str(opts, "trace");
     bv_status st = parse_creation(c, bv_opts_str(opts, "creation"), err);
+    if (st == BV_OK)
+        st = parse_type_rates(c, bv_opts_str(opts, "preemption_by_type"), err);
     if (st == BV_OK && trace && trace[0])
         st = read_trace(c, trace, bv_opts_float(opts, "trace_start"),
                         bv_opts_float(opts, "speedup"), err);
@@ -498,7 +548,7 @@ static int64_t sim_launch(bv_cloud *c, const bv_node_request *req, char *address
     int64_t id = (int64_t)c->count++;
     node *n = &c->nodes[id];
     const char *zone = req->size > offsetof(bv_node_request, zone) ? req->zone : NULL;
-    *n = (node){.state = PENDING, .spot = req->spot,
+    *n = (node){.state = PENDING, .spot = req->spot, .rate = type_rate(c, req->node_type),
                 .zone = zone && zone[0] ? atoi(zone) % c->zones : c->next_zone++ % c->zones};
     if (address && address_len)
         address[0] = '\0';
