@@ -216,6 +216,12 @@ static uint64_t features_stream(const bv_task_ctx *ctx, size_t stage)
 
 /* The first layer on sparse features (ctx->sparse_in, compute ABI 1.3): each head's
  * dropout(X) W_h over X's nonzeros only, with the dense path's masks. */
+/* Whether this pass drops out the layers' inputs (training, with a dropout rate). */
+static bool gat_dropping(const bv_model *m, const bv_task_ctx *ctx)
+{
+    return ctx->training && m->dropout > 0;
+}
+
 static bool gat_sparse(const bv_task_ctx *ctx, int l)
 {
     return l == 0 && ctx->sparse_in && ctx->k->spmm_dropout && ctx->k->spmm_dropout_backward_x;
@@ -239,7 +245,7 @@ static bool gat_sparse_fused(const bv_task_ctx *ctx, int l)
  * head keeps its dropout pass and gemm: there is nothing to share. */
 static bool gat_dense_fused(const bv_model *m, const bv_task_ctx *ctx, int l)
 {
-    return !gat_sparse(ctx, l) && m->heads[l] > 1 && ctx->training && m->dropout > 0 &&
+    return !gat_sparse(ctx, l) && m->heads[l] > 1 && gat_dropping(m, ctx) &&
            ctx->k->dense_dropout_heads && ctx->k->dense_dropout_heads_backward_x;
 }
 
@@ -264,7 +270,7 @@ static void av_project_head(const bv_model *m, int l, size_t stage, const bv_tas
         return;
     }
     const float *xh = a; /* without dropout, x_h is a itself */
-    if (ctx->training && m->dropout > 0) {
+    if (gat_dropping(m, ctx)) {
         ctx->k->dropout_forward(ctx->compute, n, m->dropout, ctx->seed, stream_of(ctx, stage),
                                 input_offset(ctx, w, h), a, x);
         xh = x;
@@ -287,7 +293,7 @@ static void av_project(const bv_model *m, int l, size_t stage, const bv_task_ctx
         return;
     }
     const float *W = ctx->params[l * P_PER_LAYER + P_W];
-    if (!gat_sparse(ctx, l) && !(ctx->training && m->dropout > 0)) { /* no dropout: Z = a W */
+    if (!gat_sparse(ctx, l) && !gat_dropping(m, ctx)) { /* no dropout: Z = a W */
         ctx->k->gemm(ctx->compute, false, false, ctx->rows, z, w, 1.0f, a, w, W, z, 0.0f, zb,
                      z);
         return;
@@ -345,7 +351,7 @@ static bv_status av_forward(bv_model *m, int l, size_t stage, const bv_task_ctx 
     /* Z is dropped for aggregation only, once the attention terms have read it: in zb,
      * where the rows and their mask indices ((row_begin + r) z + j) are contiguous, so one
      * call covers them all */
-    if (ctx->training && m->dropout > 0)
+    if (gat_dropping(m, ctx))
         ctx->k->dropout_forward(ctx->compute, ctx->rows * z, m->dropout, ctx->seed,
                                 features_stream(ctx, stage), (uint64_t)(ctx->row_begin * z),
                                 zb, zb);
@@ -449,7 +455,7 @@ static bv_status av_backward(bv_model *m, int l, size_t stage, const bv_task_ctx
     /* dZ = dropout'(dZ for aggregation): the rows are contiguous in dz, and so are their
      * mask indices ((row_begin + r) z + j), so one call covers them all */
     bv_copy_rows(ctx->k, ctx->compute, ctx->rows, z, dout, ow, dz, z, false);
-    if (ctx->training && m->dropout > 0)
+    if (gat_dropping(m, ctx))
         ctx->k->dropout_backward(ctx->compute, ctx->rows * z, m->dropout, ctx->seed,
                                  features_stream(ctx, stage), (uint64_t)(ctx->row_begin * z),
                                  dz, dz);
@@ -484,7 +490,7 @@ static bv_status av_backward(bv_model *m, int l, size_t stage, const bv_task_ctx
                                             dp[P_W] + h * hd, z);
             continue;
         }
-        const float *xh = ctx->training && m->dropout > 0 ? x : act; /* av_project_head's */
+        const float *xh = gat_dropping(m, ctx) ? x : act; /* av_project_head's */
         if (!dense)
             ctx->k->gemm(ctx->compute, true, false, w, hd, ctx->rows, 1.0f, xh, w, dz + h * hd,
                          z, 1.0f, dp[P_W] + h * hd, z);
@@ -492,7 +498,7 @@ static bv_status av_backward(bv_model *m, int l, size_t stage, const bv_task_ctx
             continue;
         ctx->k->gemm(ctx->compute, false, true, ctx->rows, w, hd, 1.0f, dz + h * hd, z,
                      p[P_W] + h * hd, z, 0.0f, dx, w);
-        if (ctx->training && m->dropout > 0)
+        if (gat_dropping(m, ctx))
             ctx->k->dropout_backward(ctx->compute, n, m->dropout, ctx->seed,
                                      stream_of(ctx, stage), input_offset(ctx, w, h), dx, dx);
         ctx->k->axpy(ctx->compute, n, 1.0f, dx, din);
