@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The simulated market (issue 16; docs/simulation.md). Four tables:
+# The simulated market (issue 16; docs/simulation.md). Five tables:
 #   1. Bamboo's Table 3a: configs/sim/bamboo-bert-large.yaml at the paper's five
 #      preemption probabilities, --runs simulations each, beside the paper's rows (and
 #      each figure's difference), and the on-demand baseline (the paper's value 1.1).
@@ -12,12 +12,17 @@
 #      value.lua with lazy FRC's pause ten times as long (how much the gain rests on it).
 #   4. A Dorylus graph run (configs/sim/dorylus-gcn-1m.yaml): value.lua's function count
 #      against Dorylus's fixed min(#intervals, 100), on demand and on spot servers.
+#   5. Instance types: value.lua (lazy FRC allowed, as in 3) choosing between p3.2xlarge
+#      and g4dn.xlarge (one T4: a pipeline's step --t4-step seconds at 8 stages, and 4x the
+#      V100's as a check) on Table 3a's market, against Bamboo's fixed p3.2xlarge; both
+#      types preempted at P, and g4dn.xlarge at min(5 P, 0.95) (a market where the cheap
+#      type is worse than it looks: value.lua has to find that out while it runs).
 #   bench/simulate.sh [--build-dir build] [--runs 1000] [--restart 30] [--slow-restart 300]
-#                     [--zones 1]
+#                     [--zones 1] [--t4-step 6.84]
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-build=build runs=1000 restart=30 slow=300 zones=1
+build=build runs=1000 restart=30 slow=300 zones=1 t4=6.84
 while [ $# -gt 0 ]; do
     case "$1" in
     --build-dir) build=$2 ;;
@@ -25,6 +30,7 @@ while [ $# -gt 0 ]; do
     --restart) restart=$2 ;;
     --slow-restart) slow=$2 ;;
     --zones) zones=$2 ;;
+    --t4-step) t4=$2 ;;
     -h | --help) sed -n '2,/^set /{/^#/p}' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "simulate.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
     esac
@@ -172,4 +178,31 @@ a, b = fig(d), fig(v)
 print(f"| {label} | {a[0]:.3f} | {a[1]:.4f} | {a[2]:.4f} | {lam[0] if lam else '-'} | "
       f"{b[0]:.3f} | {b[1]:.4f} | {b[2]:.4f} | {100 * (b[2] / a[2] - 1):+.1f} % |")
 EOF
+done
+
+# 5. instance types: value.lua between p3.2xlarge and g4dn.xlarge
+echo
+echo "Instance types: value.lua (lazy FRC allowed) between p3.2xlarge and g4dn.xlarge (a step of $t4 s at 8 stages; 4x the V100's: 9.776 s) against Bamboo's fixed p3.2xlarge, mean over $runs runs"
+echo "| P | g4dn.xlarge preempted at | Bamboo: value | value.lua: value | throughput | \$/h | time (h) | runs that moved | gain | gain, T4 at 4x |"
+echo "|---|---|---|---|---|---|---|---|---|---|"
+for p in 0.01 0.05 0.10 0.25 0.50; do
+    for hostile in 0 1; do
+        g=$p
+        [ "$hostile" = 1 ] && g=$(python3 -c "print(min(5 * $p, 0.95))")
+        for step in "$t4" 9.776; do
+            "$bivouac" simulate "$exp" --runs "$runs" --out "$tmp/t$step" --no-plot --quiet \
+                -s cloud.preemption=$p -s "cloud.preemption_by_type=g4dn.xlarge=$g" \
+                -s "simulate.instances={g4dn.xlarge: $step}" "${value[@]}" >/dev/null 2>&1
+        done
+        python3 - "$p" "$g" "$(row "$tmp/p$p")" "$tmp/t$t4" "$tmp/t9.776" <<'EOF'
+import json, sys
+p, g, b, t, t4x = sys.argv[1:]
+b = [float(x) for x in b.split()]
+r, r4 = (json.load(open(d + "/summary.json")) for d in (t, t4x))
+moved = sum(x["instance_switches"] > 0 for x in r["per_run"]) / len(r["per_run"])
+print(f"| {p} | {float(g):.2f} | {b[7]:.3f} | {r['value']:.3f} | {r['throughput']:.1f} | "
+      f"{r['cost_per_hour']:.2f} | {r['hours']:.1f} | {100 * moved:.0f} % | "
+      f"{100 * (r['value'] / b[7] - 1):+.1f} % | {100 * (r4['value'] / b[7] - 1):+.1f} % |")
+EOF
+    done
 done

@@ -18,8 +18,11 @@
  *     standbys take the stages shadows run, at the end of the pause; grow: the nodes up
  *     laid out afresh) and `degraded` (reconfigure: laid out afresh; restart) are a
  *     reconfiguration, a pause of reconfigure_seconds.
- * Every node is paid for from its joining to its loss or the run's end, by the
- * experiment's cost ledger. */
+ *   - Where the model has several instance types, the policy's on_layout picks one before
+ *     the first request and may move the run to another at any layout: every node is
+ *     given back and D x P of the new type asked for, the state kept.
+ * Every node is paid for from its joining to its loss, its giving back or the run's end,
+ * by the experiment's cost ledger. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
