@@ -13,15 +13,14 @@
 -- lazy_min_stages (P_demand) or more. Where the run may use several instance types
 -- (simulate.instances), it starts on the one whose fastest layout of the nodes asked for
 -- trains the most samples a second per dollar an hour, and moves to another when that one
--- promises more than `switch_gain` above what the current one has given (measured since
--- the run moved to it, once that is `measure_hours` old: preemptions, pauses and
+-- promises more than `switch_gain` above what the current one has given (measured from
+-- the run's first step on it, once that is `measure_hours` old: preemptions, pauses and
 -- restarts lower it); a type once left is judged by what it gave. A move gives every node
--- back and waits for new ones. It reconfigures when a join or a
--- loss makes another layout faster by more than `gain` (a reconfiguration pauses the
--- pipelines), and
--- otherwise decides as Bamboo's policy does (scripts/lua/reconfigure.lua): fail over what
--- the replicas cover, give a stage on a shadow a node that joined, reconfigure a
--- pipeline close to a fatal failure.
+-- back and waits for new ones. It reconfigures when a join or a loss makes another layout
+-- faster by more than `gain` (a reconfiguration pauses the pipelines), and otherwise
+-- decides as Bamboo's policy does (scripts/lua/reconfigure.lua): fail over what the
+-- replicas cover, give a stage on a shadow a node that joined, reconfigure a pipeline
+-- close to a fatal failure.
 --
 -- Events (bivouac simulate; a real run raises preempted, joined and degraded without the
 -- layout figures, and this policy then decides as reconfigure.lua does):
@@ -147,7 +146,6 @@ end
 -- on, the value it gave), where it beats the current one by more than switch_gain (by
 -- anything before the run has a node).
 local function best_instance(m)
-  if (m.instance_types or 1) < 2 then return m.instance end
   if m.nodes > 0 and m.instance_hours >= measure_hours then
     measured[m.instance] = m.instance_value
   end

@@ -214,7 +214,8 @@ static int write_json(const char *path, const bv_experiment *x, const bv_sim_mod
     fprintf(f, ", \"runs\": %zu, \"seed\": %llu, \"finished\": %zu", n, seed, done);
     fprintf(f, ", \"pipeline_stages\": %d, \"pipelines\": %d", m->stages, m->pipelines);
     bv_json_field(f, "samples", m->samples);
-    bv_json_field(f, "step_seconds", bv_sim_step_seconds(m, 0, m->stages, m->pipelines, false, false));
+    bv_json_field(f, "step_seconds",
+                  bv_sim_step_seconds(m, 0, m->stages, m->pipelines, false, false));
     bv_json_field(f, "failover_pause_seconds", m->failover_seconds);
     bv_json_field(f, "degraded_slowdown", m->degraded_slowdown);
     bv_json_field(f, "reconfigure_seconds", m->reconfigure_seconds);

@@ -7,7 +7,8 @@
  * Two ways the market decides:
  *   - drawn (no `trace`): Bamboo's simulator's inputs (NSDI '23, section 6.2). A spot node
  *     is preempted at a constant rate: `preemption` is the probability that it is gone
- *     within an hour. A request is granted at the rate of the hour of the day it waits in:
+ *     within an hour (`preemption_by_type`: another for the nodes of an instance type,
+ *     the type a request names). A request is granted at the rate of the hour of the day it waits in:
  *     `creation` is the probability that it is granted within that hour, one for every
  *     hour, 24 of them, or `random` (each hour's drawn from the seed, as the paper did).
  *     A preemption takes up to `bulk` nodes of one zone at once (the size uniform in
