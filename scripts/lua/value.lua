@@ -49,6 +49,7 @@ local gain = params.gain or 0.05
 local switch_gain = params.switch_gain or 0.25
 local measure_hours = params.measure_hours or 1
 local measured = {} -- the value each instance type gave while the run was on it
+local promised = {} -- the value each one's fastest layout of the nodes asked for gives
 local reconfigure_at = params.reconfigure_at or 0.05
 
 -- One pipeline's step at profile_stages on the run's instance type now.
@@ -82,7 +83,12 @@ end
 -- The fastest layout of n nodes: its depth, width, mode (lazy: 1) and samples per second.
 -- Eager FRC keeps a replica of the next stage's layers on each node: it needs
 -- min_stages; lazy FRC keeps none, and needs lazy_min_stages.
+local fastest = {} -- best's answers by nodes and step: its other inputs do not change
 local function best(m, n, base)
+  base = base or base_step(m)
+  local key = n .. "/" .. base
+  local f = fastest[key]
+  if f then return f[1], f[2], f[3], f[4] end
   local bp, bd, bl, bt = m.stages_asked, 0, 0, 0
   local modes = {{0, params.min_stages or m.stages_asked}}
   if m.lflb_rc_factor > 0 and params.lazy_min_stages then
@@ -96,6 +102,7 @@ local function best(m, n, base)
       if t > bt then bp, bd, bl, bt = p, d, lazy, t end
     end
   end
+  fastest[key] = {bp, bd, bl, bt}
   return bp, bd, bl, bt
 end
 
@@ -152,8 +159,11 @@ local function best_instance(m)
   local n = m.nodes_asked
   local function value(k)
     if measured[k] then return measured[k] end
-    local _, _, _, t = best(m, n, m["instance_" .. k .. "_step"])
-    return t / (n * m["instance_" .. k .. "_usd_per_hour"])
+    if not promised[k] then -- the same inputs at every event of a run
+      local _, _, _, t = best(m, n, m["instance_" .. k .. "_step"])
+      promised[k] = t / (n * m["instance_" .. k .. "_usd_per_hour"])
+    end
+    return promised[k]
   end
   local bk, bv = m.instance, value(m.instance) * (1 + (m.nodes > 0 and switch_gain or 0))
   for k = 1, m.instance_types do
