@@ -150,6 +150,16 @@ static bv_status policy_failed(sim *s, bv_status st, bv_error *err)
     return BV_OK;
 }
 
+/* The head of a decision's line in metrics.jsonl: the step, the event and the choice; the
+ * caller adds its fields, then "seconds" and the line's end. */
+static void decision_line(sim *s, const char *event, const char *pick)
+{
+    fprintf(s->metrics, "{\"step\": %.0f, \"event\": ", s->steps);
+    bv_json_string(s->metrics, event);
+    fputs(", \"decision\": ", s->metrics);
+    bv_json_string(s->metrics, pick);
+}
+
 /* A policy decision, written to metrics.jsonl as a real run's are (one of an event raised
  * every step, `often`, only when it is not the first choice). */
 static bv_status decide(sim *s, const char *event, const bv_metric *mt, size_t n,
@@ -164,10 +174,7 @@ static bv_status decide(sim *s, const char *event, const bv_metric *mt, size_t n
             return st;
     }
     if (s->metrics && (!often || *pick != choices[0])) {
-        fprintf(s->metrics, "{\"step\": %.0f, \"event\": ", s->steps);
-        bv_json_string(s->metrics, event);
-        fputs(", \"decision\": ", s->metrics);
-        bv_json_string(s->metrics, *pick);
+        decision_line(s, event, *pick);
         if (a.reason[0]) {
             fputs(", \"reason\": ", s->metrics);
             bv_json_string(s->metrics, a.reason);
@@ -261,8 +268,8 @@ static bv_status switch_type(sim *s, int k, bv_error *err)
             return st;
     }
     if (s->metrics) {
-        fprintf(s->metrics, "{\"step\": %.0f, \"event\": \"layout\", \"decision\": "
-                "\"instance\", \"instance\": ", s->steps);
+        decision_line(s, "layout", "instance");
+        fputs(", \"instance\": ", s->metrics);
         bv_json_string(s->metrics, s->m->types[k].name);
         bv_json_field(s->metrics, "seconds", s->now);
         fputs("}\n", s->metrics);
@@ -291,6 +298,7 @@ static bv_status switch_type(sim *s, int k, bv_error *err)
 static bv_status layout(sim *s, bool before, bv_error *err)
 {
     int up = nodes_up(s), p = s->m->stages, d = -1, type = s->type;
+    bool lazy = s->lazy;
     if (s->policy && bv_policy_has_handler(s->policy, "layout")) {
         bv_metric mt[LAYOUT_METRICS];
         size_t nmt = layout_metrics(s, up, mt);
@@ -316,7 +324,7 @@ static bv_status layout(sim *s, bool before, bv_error *err)
             else if (k == 1)
                 d = (int)v;
             else if (k == 2)
-                s->lazy = v > 0;
+                lazy = v > 0;
             else
                 type = (int)v - 1;
         }
@@ -328,7 +336,7 @@ static bv_status layout(sim *s, bool before, bv_error *err)
         if (!s->policy) { /* dropped: the default layout */
             p = s->m->stages;
             d = -1;
-            s->lazy = false;
+            lazy = false;
             type = s->type;
         }
     }
@@ -338,6 +346,7 @@ static bv_status layout(sim *s, bool before, bv_error *err)
     }
     if (type != s->type)
         return switch_type(s, type, err);
+    s->lazy = lazy;
     for (size_t i = 0; i < s->count; i++)
         if (s->nodes[i].state == ACTIVE)
             s->nodes[i].state = STANDBY;
