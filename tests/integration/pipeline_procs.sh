@@ -3,13 +3,16 @@
 #  - P = 2 stages (and D = 2 pipelines of 2) as processes, over ipc or (P = 2) over tcp on
 #    loopback, end with the weights of the same pipeline as threads, bit for bit, and
 #    leave nothing behind;
-#  - killing a stage process (SIGKILL) ends the run within 5 s with exit 1 and the lost
+#  - killing a stage process (SIGKILL), with pipeline.restarts: 0, ends the run within 5 s
+#    with exit 1 and the lost
 #    stage named, after the resilience strategies heard of it (the checkpoint plugin's
 #    peer_failed names the newest checkpoint); nothing is left (processes, socket directories); --resume from the
 #    checkpoints ends with the uninterrupted run's weights, and so does a resume that
 #    re-partitions the run into 4 stages (-s pipeline.stages=4);
 #  - a spot trace replayed by the local cloud kills the stage standing for the node it
-#    removes, logged with the time; --resume further into the trace ends as uninterrupted;
+#    removes, logged with the time; --resume further into the trace ends as uninterrupted,
+#    and so does the run that restarts in the process (the default) from its checkpoint, its
+#    stages launched again while the trace goes on;
 #  - SIGKILL of the coordinator: the stages end and clean up; Ctrl-C: exit 1, "interrupted".
 # Every run is in its own process group, killed at the end whatever happens.
 # Environment (set by ctest): BIVOUAC, BIVOUAC_SOURCE_DIR, BIVOUAC_DATA_DIR.
@@ -74,7 +77,8 @@ check "400 steps as processes exits 0" "$rc" 0
 whole_crc=$(field "$tmp/whole" params_crc32c)
 for node in 0 1; do
     out="$tmp/kill$node"
-    (run "$out" run "$exp" --out "$out" --quiet "${long[@]}"; echo "$rc" >"$out.rc") &
+    (run "$out" run "$exp" --out "$out" --quiet "${long[@]}" -s pipeline.restarts=0
+     echo "$rc" >"$out.rc") &
     waiter=$!
     until [ -s "$out.pgid" ]; do sleep 0.01; done
     g=$(cat "$out.pgid")
@@ -91,7 +95,7 @@ for node in 0 1; do
     took_ms=$((($(date +%s%N) - t0) / 1000000))
     check "kill stage $node: exit status" "$(cat "$out.rc")" 1
     check "kill stage $node: names the lost stage" \
-        "$(grep -c "^bivouac: error: lost stage $node (node $node on localhost): it was killed by signal 9 (Killed)$" "$out.err")" 1
+        "$(grep -c "^bivouac: error: lost stage $node (node $node on localhost): it was killed by signal 9 (Killed) (no restart in the process: pipeline.restarts is 0; bivouac run --resume goes on)$" "$out.err")" 1
     check "kill stage $node: the checkpoint plugin heard of it (peer_failed)" \
         "$(grep -c "^bivouac: info: checkpoint: lost the stage node $node at [0-9.]* s; the newest checkpoint of this run is $out/checkpoints/ckpt-[0-9]*\.bvck$" "$out.err")" 1
     check "kill stage $node: ends within 5 s" \
@@ -119,7 +123,7 @@ check "--resume takes only pipeline overrides" "$rc: $(cat "$tmp/bad-resume.err"
 # 4, which the trace removes at 3060 s: long after the run's end)
 trace=(-s train.steps=1000 "${model[@]}" -s pipeline.stages=3
        -s "cloud={plugin: local, trace: $BIVOUAC_DATA_DIR/../traces/aws-p3-events.csv, trace_start: 2000, speedup: 40}")
-run "$tmp/traced" run "$exp" --out "$tmp/traced" --quiet "${trace[@]}"
+run "$tmp/traced" run "$exp" --out "$tmp/traced" --quiet "${trace[@]}" -s pipeline.restarts=0
 check "the trace's removal: exit status" "$rc" 1
 check "the trace's removal, logged with its time" \
     "$(grep -cE '^bivouac: info: local cloud: the trace removes node3 at 2040 s \([0-9.]+ s into the run\): stage 2 \(node 2\) killed$' "$tmp/traced.err")" 1
@@ -137,6 +141,20 @@ run "$tmp/untraced" run "$exp" --out "$tmp/untraced" --quiet -s train.steps=1000
     -s pipeline.stages=3
 check "resumed further into the trace: the uninterrupted weights" \
     "$(field "$tmp/traced" params_crc32c)" "$(field "$tmp/untraced" params_crc32c)"
+# the same removal, the run restarted in the process from its checkpoint: the stages are
+# launched again on the same cloud, and its trace goes on
+out="$tmp/traced-restart"
+run "$out" run "$exp" --out "$out" --quiet "${trace[@]}"
+check "restarted in the process: exit 0, one restart" "$rc: $(field "$out" restarts)" \
+    '0: "restarts": 1'
+check "restarted in the process: logged" \
+    "$(grep -cE '^bivouac: info: restart 1: the run goes on from the checkpoint of step [0-9]+ \((steps [0-9]+ to [0-9]+ run again|none lost)\)$' "$out.err")" 1
+check "restarted in the process: the uninterrupted weights" \
+    "$(field "$out" params_crc32c)" "$(field "$tmp/untraced" params_crc32c)"
+check "restarted in the process: in metrics.jsonl" \
+    "$(grep -c '"event": "restarted", "restarts": 1, "lost": ' "$out/metrics.jsonl")" 1
+check "restarted in the process: nothing left" "$(leftovers "$pgid")" \
+    "processes 0, socket dirs 0"
 
 run "$tmp/no-stages" check "$exp" "${procs[@]}"
 check "a cloud without stages is refused where it is written" "$rc: $(head -1 "$tmp/no-stages.err")" \

@@ -139,6 +139,11 @@ typedef struct bv_engine_ops {
                         bv_engine **out, bv_error *err);
     void (*destroy)(bv_engine *e); /* joins every thread the engine started */
     bv_status (*init)(bv_engine *e, bv_error *err); /* fresh weights and optimizer state */
+    /* Optional: the run's node processes ended and started again, initialised afresh
+     * (the loop then sets the state of the last checkpoint): a restart in the process
+     * after a loss nothing covers, or where the policy chose `restart`. An error (and
+     * nothing torn down) where the engine restarts no more. NULL: the run ends instead. */
+    bv_status (*restart)(bv_engine *e, bv_error *err);
 
     /* The learning rate of unit (0-based) when no policy has set one: the schedule. */
     double (*lr)(const bv_engine *e, int64_t unit);

@@ -95,6 +95,10 @@ static const bv_option pipeline_schema[] = {
                        "coordinator for a stage process's answer after the others', before "
                        "the step fails; a stage process silent as long again is taken to "
                        "hang and terminated"),
+    BV_OPT_INT_RANGE("restarts", "10", 0, 1e6,
+                     "stages as processes: times a run restarts from its last checkpoint "
+                     "in the process (a loss nothing covers, or the policy's restart: the "
+                     "stages launched again), before it ends for bivouac run --resume"),
     BV_OPT_CHOICE("links", "ipc", "ipc|tcp",
                   "stages as processes (cloud:): unix sockets in a private directory, or TCP "
                   "with the run's CURVE keys"),

@@ -283,7 +283,8 @@ void bv_node_group_kill(const bv_cloud_ops *ops, bv_cloud *cloud, int64_t *nodes
     nodes[member] = -1;
 }
 
-void bv_node_group_end(const bv_cloud_ops *ops, bv_cloud *cloud, int64_t *nodes, int count)
+void bv_node_group_end_nodes(const bv_cloud_ops *ops, bv_cloud *cloud, int64_t *nodes,
+                             int count)
 {
     for (int i = 0; i < count; i++) {
         bv_error ignored;
@@ -293,6 +294,11 @@ void bv_node_group_end(const bv_cloud_ops *ops, bv_cloud *cloud, int64_t *nodes,
         }
         nodes[i] = -1;
     }
+}
+
+void bv_node_group_end(const bv_cloud_ops *ops, bv_cloud *cloud, int64_t *nodes, int count)
+{
+    bv_node_group_end_nodes(ops, cloud, nodes, count);
     ops->destroy(cloud);
 }
 

@@ -82,6 +82,10 @@ void bv_node_group_term_cleanup_arm(void);
  * event follows), ends its charge and marks it gone (-1): a node that hangs, while the
  * run goes on. */
 void bv_node_group_kill(const bv_cloud_ops *ops, bv_cloud *cloud, int64_t *nodes, int member);
+/* Terminates the nodes still running (each marked gone, -1), and the cloud stays: a run
+ * that starts its nodes again on it (a pipeline's restart from a checkpoint). */
+void bv_node_group_end_nodes(const bv_cloud_ops *ops, bv_cloud *cloud, int64_t *nodes,
+                             int count);
 /* Terminates the nodes still running and destroys the cloud (which joins its readers, so
  * every line of the nodes' output is out). */
 void bv_node_group_end(const bv_cloud_ops *ops, bv_cloud *cloud, int64_t *nodes, int count);

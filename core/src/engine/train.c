@@ -37,6 +37,8 @@ typedef struct train_run {
     bool policy_active;
     bool policy_stops_on_error;
     bool policy_failed; /* it failed (in this run or, replayed, before a resume) with stop */
+    bool restart_due;   /* a reconfiguration event's decision was `restart` */
+    int restarts;       /* restarts in the process from the last checkpoint */
     record_list units, evals;
     bv_record final_eval;
     bool has_final_eval;
@@ -295,33 +297,42 @@ static void replay_policy(train_run *r, bool *stop, char *reason, size_t reason_
     bv_policy_set_replay(r->policy, false);
 }
 
-static bv_status restore(train_run *r, bool *stop, char *reason, size_t reason_len,
-                         bv_error *err)
+/* Whether a resilience strategy of the run keeps state to resume from. */
+static bool keeps_state(const train_run *r)
+{
+    for (size_t i = 0; i < r->x->nresilience; i++)
+        if (r->x->resilience_ops[i].restore)
+            return true;
+    return false;
+}
+
+/* The run from its last checkpoint: a resume (a new process), or in_process after a
+ * restart of the engine's nodes, where the history, costs and policy since are dropped
+ * (the ledger and the wall clock go on: the lost work was paid for). */
+static bv_status restore(train_run *r, bool in_process, bool *stop, char *reason,
+                         size_t reason_len, bv_error *err)
 {
     bv_state s = {0};
     bv_status st = BV_ERR_IO;
-    bool any = false;
     for (size_t i = 0; i < r->x->nresilience; i++) {
         const bv_resilience_ops *ops = &r->x->resilience_ops[i];
-        if (!ops->restore)
-            continue;
-        any = true;
-        if ((st = ops->restore(r->res[i], &s, err)) == BV_OK)
+        if (ops->restore && (st = ops->restore(r->res[i], &s, err)) == BV_OK)
             break;
     }
-    if (!any)
+    if (!keeps_state(r))
         return bv_error_set(err, BV_ERR_INVALID, "--resume needs a resilience strategy that "
                             "keeps state, e.g. resilience: [{plugin: checkpoint}]");
     if (st != BV_OK)
         return st;
     int64_t units = 0;
     uint64_t seed = 0;
+    double wall_before = 0;
     const bv_blob *hist = bv_state_find(&s, "run/history");
     const bv_blob *evals = bv_state_find(&s, "run/evals");
     if (!bv_state_read(&s, "run/units", &units, sizeof units) ||
         !bv_state_read(&s, "run/lr", &r->lr_set, sizeof r->lr_set) ||
         !bv_state_read(&s, "run/seed", &seed, sizeof seed) ||
-        !bv_state_read(&s, "run/wall", &r->wall_before, sizeof r->wall_before) ||
+        !bv_state_read(&s, "run/wall", &wall_before, sizeof wall_before) ||
         !bv_state_read(&s, "run/train_seconds", &r->train_seconds, sizeof r->train_seconds) ||
         !hist || units < 0 || hist->size != (size_t)units * sizeof(bv_record) || !evals ||
         evals->size % sizeof(bv_record) != 0) {
@@ -337,8 +348,11 @@ static bv_status restore(train_run *r, bool *stop, char *reason, size_t reason_l
     /* what the earlier sessions cost: absent from a checkpoint made before the ledger */
     double cost = 0;
     const bv_blob *costs = bv_state_find(&s, "run/costs");
-    if (bv_state_read(&s, "run/cost", &cost, sizeof cost))
+    if (!in_process && bv_state_read(&s, "run/cost", &cost, sizeof cost))
         bv_ledger_add_before(r->ledger, cost);
+    if (!in_process)
+        r->wall_before = wall_before;
+    r->units.count = r->evals.count = r->ncost = 0;
     size_t known = costs ? costs->size / sizeof(double) : 0;
     for (size_t i = 0; st == BV_OK && i < (size_t)units; i++) { /* NaN: not known */
         double c = NAN;
@@ -356,7 +370,8 @@ static bv_status restore(train_run *r, bool *stop, char *reason, size_t reason_l
     if (st != BV_OK)
         return st;
     replay_policy(r, stop, reason, reason_len);
-    bv_log(BV_LOG_INFO, "resumed after %s %lld", r->ops->unit, (long long)units);
+    if (!in_process)
+        bv_log(BV_LOG_INFO, "resumed after %s %lld", r->ops->unit, (long long)units);
     return BV_OK;
 }
 
@@ -446,6 +461,8 @@ static bv_status reconfigure(void *loop, const char *event, const bv_metric *m, 
             bv_series_report(a.reports[i].name, a.reports[i].unit, a.reports[i].value);
     }
     snprintf(decision, len, "%s", pick);
+    if (strcmp(pick, "restart") == 0)
+        r->restart_due = true;
     if (often && pick == choices[0])
         return BV_OK;
     bv_log(BV_LOG_INFO, "policy: %s: %s%s%s%s", event, pick, a.reason[0] ? " (" : "",
@@ -598,6 +615,116 @@ static void cost_result(train_run *r, bv_run_result *res)
                           BV_RESULT_MEAN);
 }
 
+/* Unit `unit` (0-based) of total: trained, recorded, shown, put to the policy and the
+ * budget, then evaluated where one is due, and its state offered to the strategies. */
+static bv_status train_unit(train_run *r, int64_t unit, int64_t total, double budget,
+                            bool *stop, char *reason, size_t reason_len, bv_error *err)
+{
+    const bv_engine_ops *ops = r->ops;
+    const bv_record_kind *kind = ops->unit_record;
+    double lr = isnan(r->lr_set) ? ops->lr(r->engine, unit) : r->lr_set;
+    bv_record rec = {{0}};
+    double ts = bv_now_seconds();
+    bv_status st = ops->train(r->engine, unit, lr, &rec, err);
+    if (st != BV_OK)
+        return st;
+    double te = bv_now_seconds();
+    r->train_seconds += te - ts;
+    *seconds_of(kind, &rec) = r->wall_before + (te - r->t0);
+    if ((st = record_push(&r->units, &rec, err)) != BV_OK)
+        return st;
+    r->session_units++;
+    double cost = bv_ledger_usd(r->ledger, te);
+    if ((st = cost_push(r, cost, err)) != BV_OK)
+        return st;
+    int nodes_ever, running = bv_ledger_running(r->ledger, te, &nodes_ever);
+    if (nodes_ever) /* a run on a cloud: its size over time, as Bamboo's Figure 11 */
+        bv_series_report("instances", NULL, running);
+    write_record(r->metrics, kind, &rec, cost);
+    if (r->o->progress)
+        show_progress(r, total);
+    policy_tick(r, kind, &rec, stop, reason, reason_len);
+    policy_record(r, kind, &rec, false, stop, reason, reason_len);
+    if (budget > 0 && cost >= budget && !*stop) {
+        *stop = true;
+        snprintf(reason, reason_len, "reached the budget of $%g (cost $%.4f)", budget, cost);
+    }
+    write_series(r->metrics, kind, &rec);
+    if (ops->eval_record && ops->eval_due(r->engine, unit + 1)) {
+        st = evaluate(r, unit + 1, false, stop, reason, reason_len, err);
+        if (st == BV_OK)
+            st = offer_state(r, err);
+    } else if (!ops->eval_record) {
+        st = offer_state(r, err);
+    }
+    if (r->o->kill_after && unit + 1 == r->o->kill_after)
+        raise(SIGKILL); /* fault injection for the kill-and-resume tests */
+    return st;
+}
+
+/* After a failure for which a reconfiguration event's decision was `restart` (err): the
+ * engine's nodes ended and started again, and the run from its last checkpoint (from the
+ * start where none was made yet), in this process, with a fresh policy that replays the
+ * history to there, as a resume would. Where the engine or the run cannot (no strategy
+ * keeps state, no restart left), err says so and the run ends. */
+static bv_status restart_run(train_run *r, bool *stop, char *reason, size_t reason_len,
+                             bv_error *err)
+{
+    r->restart_due = false;
+    bv_error loss = *err, why = {0};
+    if (!keeps_state(r))
+        return bv_error_set(err, loss.status, "%.600s (no restart: no resilience strategy "
+                            "keeps state, e.g. resilience: [{plugin: checkpoint}])", loss.msg);
+    int64_t lost = (int64_t)r->units.count;
+    bv_status st = r->ops->restart(r->engine, &why);
+    if (st != BV_OK && why.status == BV_ERR_STOPPED) /* it restarts no more */
+        return bv_error_set(err, loss.status, "%.600s (no restart in the process: %.200s; "
+                            "bivouac run --resume goes on)", loss.msg, why.msg);
+    bv_log(BV_LOG_WARN, "%s", loss.msg);
+    if (st != BV_OK)
+        return bv_error_set(err, st, "restart: %s", why.msg);
+    r->restarts++;
+    bv_error_clear(err);
+    if (r->policy_active) { /* a fresh one, as a resume's, replayed by restore() */
+        bv_policy_free(r->policy);
+        r->policy = NULL;
+        if ((st = bv_experiment_load_policy(r->x, &r->policy, err)) != BV_OK)
+            return st;
+    }
+    st = restore(r, true, stop, reason, reason_len, &why);
+    if (st == BV_ERR_IO) { /* no checkpoint yet: from the start, initialised afresh */
+        r->units.count = r->evals.count = r->ncost = 0;
+        r->lr_set = NAN;
+        r->train_seconds = 0;
+        st = BV_OK;
+    } else if (st != BV_OK) {
+        return bv_error_set(err, st, "restart: %s", why.msg);
+    }
+    int64_t from = (int64_t)r->units.count;
+    char where[96], again[96] = "none lost";
+    if (from)
+        snprintf(where, sizeof where, "the checkpoint of %s %lld", r->ops->unit,
+                 (long long)from);
+    else
+        snprintf(where, sizeof where, "the start, as no checkpoint was made yet");
+    if (lost > from)
+        snprintf(again, sizeof again, "%ss %lld to %lld run again", r->ops->unit,
+                 (long long)from + 1, (long long)lost);
+    bv_log(BV_LOG_INFO, "restart %d: the run goes on from %s (%s)", r->restarts, where, again);
+    if (r->metrics) {
+        const bv_record_kind *kind = r->ops->unit_record;
+        fputc('{', r->metrics);
+        bv_json_string(r->metrics, kind->fields[0]);
+        fprintf(r->metrics, ": %lld, \"event\": \"restarted\"", (long long)from);
+        bv_json_field(r->metrics, "restarts", r->restarts);
+        bv_json_field(r->metrics, "lost", (double)(lost - from));
+        bv_json_field(r->metrics, "seconds", r->wall_before + (bv_now_seconds() - r->t0));
+        fputs("}\n", r->metrics);
+        fflush(r->metrics);
+    }
+    return BV_OK;
+}
+
 bv_status bv_train(const bv_experiment *x, void *data, const bv_train_options *o,
                    bv_run_result *res, bv_error *err)
 {
@@ -605,7 +732,6 @@ bv_status bv_train(const bv_experiment *x, void *data, const bv_train_options *o
     train_run r = {.x = x, .ops = x->engine_ops, .o = o, .policy = o->policy, .lr_set = NAN};
     r.t0 = bv_now_seconds();
     const bv_engine_ops *ops = r.ops;
-    const bv_record_kind *kind = ops->unit_record;
     int64_t total = bv_opts_int(&x->train, ops->train_units_option);
     char *reason = res->stop_reason;
     size_t reason_len = sizeof res->stop_reason;
@@ -629,55 +755,28 @@ bv_status bv_train(const bv_experiment *x, void *data, const bv_train_options *o
     double budget = bv_opts_float(&x->budget, "usd");
     bv_status st = setup(&r, data, err);
     if (st == BV_OK)
-        st = o->resume ? restore(&r, &stop, reason, reason_len, err) : ops->init(r.engine, err);
+        st = o->resume ? restore(&r, false, &stop, reason, reason_len, err)
+                        : ops->init(r.engine, err);
     if (st == BV_OK)
         st = open_metrics(&r, err);
     r.session_start = bv_now_seconds();
-    for (int64_t unit = (int64_t)r.units.count; st == BV_OK && !stop && unit < total; unit++) {
-        double lr = isnan(r.lr_set) ? ops->lr(r.engine, unit) : r.lr_set;
-        bv_record rec = {{0}};
-        double ts = bv_now_seconds();
-        if ((st = ops->train(r.engine, unit, lr, &rec, err)) != BV_OK)
-            break;
-        double te = bv_now_seconds();
-        r.train_seconds += te - ts;
-        *seconds_of(kind, &rec) = r.wall_before + (te - r.t0);
-        if ((st = record_push(&r.units, &rec, err)) != BV_OK)
-            break;
-        r.session_units++;
-        double cost = bv_ledger_usd(r.ledger, te);
-        if ((st = cost_push(&r, cost, err)) != BV_OK)
-            break;
-        int nodes_ever, running = bv_ledger_running(r.ledger, te, &nodes_ever);
-        if (nodes_ever) /* a run on a cloud: its size over time, as Bamboo's Figure 11 */
-            bv_series_report("instances", NULL, running);
-        write_record(r.metrics, kind, &rec, cost);
-        if (o->progress)
-            show_progress(&r, total);
-        policy_tick(&r, kind, &rec, &stop, reason, reason_len);
-        policy_record(&r, kind, &rec, false, &stop, reason, reason_len);
-        if (budget > 0 && cost >= budget && !stop) {
-            stop = true;
-            snprintf(reason, reason_len, "reached the budget of $%g (cost $%.4f)", budget, cost);
-        }
-        write_series(r.metrics, kind, &rec);
-        if (ops->eval_record && ops->eval_due(r.engine, unit + 1)) {
-            st = evaluate(&r, unit + 1, false, &stop, reason, reason_len, err);
+    /* a run restarted in the process goes on from its last checkpoint (one that failed
+     * as it started ends: nothing was trained yet, and whatever failed would again) */
+    for (bool started = st == BV_OK;;) {
+        for (int64_t unit = (int64_t)r.units.count; st == BV_OK && !stop && unit < total; unit++)
+            st = train_unit(&r, unit, total, budget, &stop, reason, reason_len, err);
+        if (o->progress && r.session_units)
+            fputc('\n', stderr);
+        /* engines that evaluate periodically end with a larger final estimate */
+        if (st == BV_OK && ops->eval_record) {
+            st = evaluate(&r, (int64_t)r.units.count, true, &stop, reason, reason_len, err);
             if (st == BV_OK)
                 st = offer_state(&r, err);
-        } else if (!ops->eval_record) {
-            st = offer_state(&r, err);
         }
-        if (o->kill_after && unit + 1 == o->kill_after)
-            raise(SIGKILL); /* fault injection for the kill-and-resume tests */
-    }
-    if (o->progress && r.session_units)
-        fputc('\n', stderr);
-    /* engines that evaluate periodically end with a larger final estimate */
-    if (st == BV_OK && ops->eval_record) {
-        st = evaluate(&r, (int64_t)r.units.count, true, &stop, reason, reason_len, err);
-        if (st == BV_OK)
-            st = offer_state(&r, err);
+        if (st == BV_OK || !started || !r.restart_due || !ops->restart)
+            break;
+        if ((st = restart_run(&r, &stop, reason, reason_len, err)) != BV_OK)
+            break;
     }
     res->failed = r.policy_failed;
     if (st == BV_OK && r.units.count > 0) {

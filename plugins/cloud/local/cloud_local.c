@@ -161,6 +161,17 @@ static trace_node *take_node(bv_cloud *c, const char *zone)
     return NULL;
 }
 
+/* Node n is stopped by the run (terminate, kill): the trace's node it stood for, if the
+ * trace still has it, is there to launch on again (a pipeline restarted from a
+ * checkpoint launches its stages anew). */
+static void release(bv_cloud *c, node *n)
+{
+    for (size_t i = 0; n->trace_name[0] && i < c->nalive; i++)
+        if (strcmp(c->alive[i].name, n->trace_name) == 0)
+            c->alive[i].taken = false;
+    n->trace_name[0] = '\0';
+}
+
 /* Reads a trace: "ms,add|remove,name" lines, times not decreasing (a removal of a node
  * the trace did not add matches no process and is ignored). Then the nodes alive at
  * trace_start (those at it included), in the order they were added. */
@@ -605,6 +616,7 @@ static bv_status local_terminate(bv_cloud *c, int64_t id, bv_error *err)
     if (!n)
         return bv_error_set(err, BV_ERR_INVALID, "local cloud: no node %lld", (long long)id);
     stop_node(c, n);
+    release(c, n);
     return BV_OK;
 }
 
@@ -619,6 +631,7 @@ static bv_status local_kill(bv_cloud *c, int64_t id, bv_error *err)
         kill(n->pid, SIGKILL);
         reap(n, 1e9, &status);
     }
+    release(c, n);
     return BV_OK;
 }
 

@@ -45,6 +45,7 @@ struct bv_seq_pipe {
     bv_stage_link *link;
     /* stages as processes */
     bv_cloud *cloud;
+    bool own_cloud; /* created here (cfg.cloud was NULL): destroyed when it stops */
     int64_t *node; /* per process (launched for stage node n): the cloud's id, -1 gone */
     int *host;     /* per stage node: the process that runs it (its own, or a shadow's) */
     int lost;      /* the process whose end failed the last command, -1 none */
@@ -356,7 +357,10 @@ void bv_seq_pipe_stop(bv_seq_pipe *p)
         if (!p->failed && !bv_node_group_interrupted())
             bv_node_group_await_exits(p->cfg.cloud_ops, p->cloud, p->node, p->nodes,
                                       p->cfg.peer_timeout_ms / 1e3, node_name, p);
-        bv_node_group_end(p->cfg.cloud_ops, p->cloud, p->node, p->nodes);
+        if (p->own_cloud)
+            bv_node_group_end(p->cfg.cloud_ops, p->cloud, p->node, p->nodes);
+        else
+            bv_node_group_end_nodes(p->cfg.cloud_ops, p->cloud, p->node, p->nodes);
     }
     bv_membership_leave(&p->member); /* after the stages: they stop when its key goes */
     free(p->token);
@@ -463,6 +467,8 @@ static bv_status write_book(const bv_seq_pipe *p, const char *path, int moved,
     fprintf(f, "%s\n", BOOK_MAGIC);
     for (int n = 0; n <= p->nodes; n++)
         fprintf(f, "%s\n", n == moved ? inbox : p->addr[n]);
+    if (p->cfg.restarts)
+        fprintf(f, "restarts %d\n", p->cfg.restarts);
     if (p->cfg.curve_secret[0]) /* the directory and the file are the run's alone */
         fprintf(f, "curve %s\n", p->cfg.curve_secret);
     for (int s = 0; s < p->cfg.stages; s++)
@@ -496,10 +502,14 @@ bv_status bv_seq_pipe_read_book(const char *path, bv_seq_pipe_cfg *cfg, char (*a
     }
     size_t end = 0, layers = cfg->span_end[cfg->stages - 1];
     cfg->curve_secret[0] = '\0';
+    cfg->restarts = 0;
     for (int s = 0; ok && s < cfg->stages; s++) {
         size_t a, b;
         char extra;
         ok = fgets(line, sizeof line, f) != NULL;
+        if (ok && s == 0 && strncmp(line, "restarts ", 9) == 0) /* a restarted pipeline */
+            ok = sscanf(line, "restarts %d %c", &cfg->restarts, &extra) == 1 &&
+                 cfg->restarts > 0 && fgets(line, sizeof line, f) != NULL;
         if (ok && s == 0 && strncmp(line, "curve ", 6) == 0) { /* links over tcp */
             ok = strlen(line) == 6 + 40 + 1 && line[46] == '\n';
             snprintf(cfg->curve_secret, sizeof cfg->curve_secret, "%.40s", line + 6);
@@ -653,7 +663,9 @@ static bv_status launch_node(bv_seq_pipe *p, int n, const char *book, bv_error *
 static bv_status launch(bv_seq_pipe *p, const char *book, bv_error *err)
 {
     const bv_seq_pipe_cfg *c = &p->cfg;
-    if (!(p->cloud = c->cloud_ops->create(c->cloud_opts, &c->run_info, err)))
+    p->own_cloud = !c->cloud;
+    if (!(p->cloud = c->cloud ? c->cloud : c->cloud_ops->create(c->cloud_opts, &c->run_info,
+                                                                  err)))
         return err->status ? err->status : BV_ERR_PLUGIN;
     bv_node_group_signals_on();
     p->signals = true;
@@ -953,11 +965,12 @@ static bv_status adopt_node(bv_seq_pipe *p, int v, bv_error *err)
 /* Bamboo's failover of every stage process lost (loss: how the first was seen). The
  * cloud's events of the next moment are read first: a bulk preemption ends several at
  * once. Each lost stage node is put to the policy (`preempted`: failover, or restart from
- * the last checkpoint); one that cannot be covered (uncovered()) ends the run with why,
- * as do threads and a run without replicas. */
+ * the last checkpoint); one that cannot be covered (uncovered(), or any in a run without
+ * replicas, where `restart` is the one choice) ends the command with why, for the loop to
+ * restart the run; threads end it as it failed. */
 static bv_status failover(bv_seq_pipe *p, const bv_error *loss, bv_error *err)
 {
-    if (!p->two_phase || !p->host) {
+    if (!p->host) {
         *err = *loss;
         return err->status;
     }
@@ -972,8 +985,10 @@ static bv_status failover(bv_seq_pipe *p, const bv_error *loss, bv_error *err)
     p->lost = -1;
     char why[256] = "";
     for (int v = 0; !why[0] && v < p->nodes; v++)
-        if (node_lost(p, v))
+        if (node_lost(p, v) && p->two_phase)
             uncovered(p, v, why, sizeof why);
+        else if (node_lost(p, v))
+            snprintf(why, sizeof why, "no stage keeps a replica");
     static const char *const can[] = {"failover", "restart", NULL};
     static const char *const cannot[] = {"restart", NULL};
     if (!why[0])
@@ -992,11 +1007,13 @@ static bv_status failover(bv_seq_pipe *p, const bv_error *loss, bv_error *err)
                     decision, sizeof decision, err);
         if (rc != BV_OK)
             return rc;
+        if (!p->two_phase) /* the loss says it all */
+            return bv_error_set(err, loss->status, "%s", loss->msg);
         if (why[0])
             return bv_error_set(err, loss->status, "%s; %s", loss->msg, why);
         if (strcmp(decision, "restart") == 0)
             return bv_error_set(err, loss->status, "%s; the policy restarts the run from its "
-                                "last checkpoint (bivouac run --resume)", loss->msg);
+                                "last checkpoint", loss->msg);
         rc = adopt_node(p, v, err);
     }
     return rc;
@@ -1078,8 +1095,11 @@ static bool recovered(bv_seq_pipe *p, double *lost_at, bv_error *err)
     double failed_at = bv_now_seconds();
     if (p->lost < 0 && p->cloud && !hunt(p, err))
         return false;
-    if (!p->two_phase)
+    if (!p->two_phase) { /* no replicas: the policy hears of it, to restart the run */
+        bv_error loss = *err;
+        failover(p, &loss, err);
         return false;
+    }
     if (*lost_at == 0)
         *lost_at = failed_at;
     bv_error loss = *err;
@@ -1213,7 +1233,7 @@ static bv_status boundary(bv_seq_pipe *p, bv_error *err)
                 sizeof decision, err);
     if (rc == BV_OK && strcmp(decision, "restart") == 0)
         rc = bv_error_set(err, BV_ERR_STOPPED, "the policy restarts the run from its last "
-                          "checkpoint (bivouac run --resume): %d stage%s ran in another "
+                          "checkpoint: %d stage%s ran in another "
                           "stage's process for %lld step%s", deg, deg > 1 ? "s" : "",
                           (long long)p->degraded_steps, p->degraded_steps > 1 ? "s" : "");
     return rc;

@@ -54,6 +54,12 @@ typedef struct bv_seq_pipe_cfg {
      * the run's copy of the experiment they load; NULL: stages as threads. */
     const bv_cloud_ops *cloud_ops;
     const bv_opts *cloud_opts;
+    /* the cloud to launch them on, the caller's (it outlives the pipeline: a restart
+     * from a checkpoint launches the stages again on the same one); NULL: the pipeline
+     * creates its own and destroys it when it stops */
+    bv_cloud *cloud;
+    int restarts; /* this pipeline's restarts from a checkpoint before (the book says it:
+                     a stage process of a restarted one injects no BIVOUAC_STAGE_FAULT) */
     bv_run_info run_info;
     char experiment_file[4096];
     bool tcp;              /* links: tcp (processes): CURVE with the run's key */

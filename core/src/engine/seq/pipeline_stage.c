@@ -1079,7 +1079,7 @@ bv_status bv_seq_serve_stage(const bv_experiment *x, void *corpus, int index, ui
                           "cluster.membership: etcd", member);
     else if (rc == BV_OK && member)
         rc = bv_membership_node(&joined, cfg.etcd, cfg.lease_s, member, what, err);
-    if (rc == BV_OK)
+    if (rc == BV_OK && !cfg.restarts) /* a fault fires in the run's first start only */
         rc = read_faults(getenv("BIVOUAC_STAGE_FAULT"), err);
     if (rc == BV_OK) {
         bv_seq_stage_arg a = {.cfg = &cfg, .addrs = addrs, .transport = tr,

@@ -245,6 +245,10 @@ struct bv_engine {
     bv_layer_engine *layers; /* one process, one batch (no `pipeline:`) */
     bv_seq_pipe *pipe;       /* or stages, pipelines and microbatches */
     bv_seq_pipe_cfg pipe_cfg;
+    bv_cloud *cloud;         /* stages as processes: their cloud, for every restart */
+    int restarts;            /* the pipeline's restarts from a checkpoint */
+    int failovers, replaced; /* those of the pipelines before the last restart */
+    double failover_s;
     char config_dir[4096];   /* the experiment's directory (the cloud's run info) */
     double bubble_sum;       /* over the steps: the stages' idle share */
     int64_t bubble_steps;
@@ -259,6 +263,8 @@ static void destroy(bv_engine *e)
         return;
     bv_layer_engine_free(e->layers);
     bv_seq_pipe_stop(e->pipe);
+    if (e->cloud) /* after the stages: it joins their readers, every line is out */
+        e->x->cloud_ops.destroy(e->cloud);
     bv_seq_pipe_cfg_free(&e->pipe_cfg);
     if (e->c)
         e->x->compute_ops.destroy(e->c);
@@ -296,8 +302,36 @@ static bv_status start_pipe(bv_engine *e, const bv_engine_run *run, bv_error *er
         if (c->tcp && (st = bv_node_group_run_key(x->transport.plugin, "pipeline.links: tcp",
                                                   c->curve_secret, err)) != BV_OK)
             return st;
+        if (!(e->cloud = c->cloud = x->cloud_ops.create(&x->cloud.opts, &c->run_info, err)))
+            return err->status ? err->status : BV_ERR_PLUGIN;
     }
     return bv_seq_pipe_start(c, &e->pipe, err);
+}
+
+/* The stage processes ended and launched again on the same cloud (a trace goes on where
+ * it is), each initialised afresh: the loop then sets the state of the last checkpoint.
+ * At most pipeline.restarts times in a run. */
+static bv_status restart(bv_engine *e, bv_error *err)
+{
+    int most = (int)bv_opts_int(&e->x->pipeline, "restarts");
+    if (!e->cloud)
+        return bv_error_set(err, BV_ERR_INVALID, "only stages as processes restart");
+    if (e->restarts >= most)
+        return most ? bv_error_set(err, BV_ERR_STOPPED, "the run's %d restarts "
+                                   "(pipeline.restarts) are used up", most)
+                    : bv_error_set(err, BV_ERR_STOPPED, "pipeline.restarts is 0");
+    if (e->pipe) {
+        int f, r;
+        double sec;
+        bv_seq_pipe_failovers(e->pipe, &f, &r, &sec);
+        e->failovers += f;
+        e->replaced += r;
+        e->failover_s += sec;
+        bv_seq_pipe_stop(e->pipe);
+        e->pipe = NULL;
+    }
+    e->pipe_cfg.restarts = ++e->restarts;
+    return bv_seq_pipe_start(&e->pipe_cfg, &e->pipe, err);
 }
 
 static bv_status create(const bv_experiment *x, void *data, const bv_engine_run *run,
@@ -551,10 +585,12 @@ static void result(bv_engine *e, const bv_history *h, bv_run_result *res)
             int failovers, replaced;
             double seconds;
             bv_seq_pipe_failovers(e->pipe, &failovers, &replaced, &seconds);
-            bv_result_add(res, "failovers", failovers, true, 0);
-            bv_result_add(res, "replaced", replaced, true, 0);
-            bv_result_add(res, "failover_seconds", seconds, false, 0);
+            bv_result_add(res, "failovers", e->failovers + failovers, true, 0);
+            bv_result_add(res, "replaced", e->replaced + replaced, true, 0);
+            bv_result_add(res, "failover_seconds", e->failover_s + seconds, false, 0);
         }
+        if (e->cloud)
+            bv_result_add(res, "restarts", e->restarts, true, 0);
     }
     bv_result_add(res, "val_loss", val, false, BV_RESULT_MEAN | BV_RESULT_HEADLINE);
     bv_result_add(res, "train_loss", train_loss, false, BV_RESULT_MEAN);
@@ -597,6 +633,7 @@ const bv_engine_ops bv_sequence_engine_ops = {
     .create = create,
     .destroy = destroy,
     .init = init,
+    .restart = restart,
     .lr = lr,
     .train = train,
     .eval_due = eval_due,
