@@ -3,9 +3,10 @@
 # (configs/transformer-pipeline.yaml) as D x P stage processes on the local cloud, driven
 # by a segment of a spot trace (a process killed at each removal of the node it stands for,
 # time compressed by --speedup), with checkpoints alone (the strawman: every preemption
-# ends the run, which restarts from its last checkpoint further into the trace) and with
-# the redundancy strategy, eflb or lflb (Bamboo: a preemption is failed over and the run
-# goes on; only one that RC cannot cover, two consecutive stages, ends it and restarts it;
+# restarts the run in the process from its last checkpoint, its stages launched again while
+# the trace goes on) and with the redundancy strategy, eflb or lflb (Bamboo: a preemption is
+# failed over and the run goes on; only one that RC cannot cover, two consecutive stages,
+# restarts it;
 # capacity the trace adds gives a stage that runs in its shadow's process one of its own
 # again), until the steps are done. Prints, per strategy, the preemptions, the failovers, the restarts, the
 # wall time and the useful fraction of it: the steps' worth of time (the steps x the
@@ -83,45 +84,29 @@ print(statistics.median(b - a for a, b in zip(s, s[1:])))
 EOF
 )
 
-# the traced run of a strategy, restarted from its checkpoint after every preemption that
-# ends it
+# the traced run of a strategy; it restarts in the process from its checkpoint after every
+# preemption that nothing covers (pipeline.restarts), its trace going on
 traced() {
-    local strategy=$1 out="$tmp/traced-$1" t0 rc now restarts=0 wall
+    local strategy=$1 out="$tmp/traced-$1" t0 rc wall
     t0=$(date +%s.%N)
-    : >"$tmp/$strategy.log"
     set +e
     "$bivouac" run "$exp" --out "$out" --quiet --no-plot "${cfg[@]}" -s "$(resilience "$strategy")" \
+        -s pipeline.restarts=100000 \
         -s "cloud={plugin: local, trace: $trace, trace_start: $start, speedup: $speedup, zones: $zones}" \
-        2>"$tmp/err"
+        2>"$tmp/$strategy.log"
     rc=$?
-    cat "$tmp/err" >>"$tmp/$strategy.log"
-    while [ $rc = 1 ] && grep -q "local cloud: the trace removes" "$tmp/err"; do
-        now=$(python3 -c "print($start + ($(date +%s.%N) - $t0) * $speedup)")
-        restarts=$((restarts + 1))
-        if [ -d "$out/checkpoints" ] && ls "$out/checkpoints"/ckpt-* >/dev/null 2>&1; then
-            "$bivouac" run --resume "$out" --quiet --no-plot -s "cloud.trace_start=$now" \
-                2>"$tmp/err"
-        else # lost before the first checkpoint: from the start again
-            rm -rf "$out"
-            "$bivouac" run "$exp" --out "$out" --quiet --no-plot "${cfg[@]}" \
-                -s "$(resilience "$strategy")" \
-                -s "cloud={plugin: local, trace: $trace, trace_start: $now, speedup: $speedup, zones: $zones}" \
-                2>"$tmp/err"
-        fi
-        rc=$?
-        cat "$tmp/err" >>"$tmp/$strategy.log"
-    done
     set -e
     wall=$(python3 -c "print($(date +%s.%N) - $t0)")
-    [ $rc = 0 ] || { echo "preemption.sh: the traced run failed (exit $rc):" >&2; cat "$tmp/err" >&2; exit 1; }
+    [ $rc = 0 ] || { echo "preemption.sh: the traced run failed (exit $rc):" >&2; cat "$tmp/$strategy.log" >&2; exit 1; }
     echo "$strategy:"
-    grep -hE "local cloud: the trace (removes|adds)|info: (failover|replaced):|error:" "$tmp/$strategy.log" |
+    grep -hE "local cloud: the trace (removes|adds)|info: (failover|replaced|restart [0-9]+):|error:" "$tmp/$strategy.log" |
         sed 's/^bivouac: [a-z]*: /  /'
     [ -z "$keep" ] || { mkdir -p "$keep" && "$bivouac" compare "$out" --x time \
         --series instances,samples_per_second,cost_usd --out "$keep/figure11-$strategy.png" >/dev/null; }
     echo "$strategy $(grep -c "local cloud: the trace removes" "$tmp/$strategy.log" || true)" \
         "$(grep -c "info: failover:" "$tmp/$strategy.log" || true)" \
-        "$(grep -c "info: replaced:" "$tmp/$strategy.log" || true) $restarts $wall" >>"$tmp/rows"
+        "$(grep -c "info: replaced:" "$tmp/$strategy.log" || true)" \
+        "$(grep -o '"restarts": [0-9]*' "$out/result.json" | grep -o '[0-9]*$') $wall" >>"$tmp/rows"
 }
 for s in $strategies; do traced "$s"; done
 

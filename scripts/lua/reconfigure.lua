@@ -24,9 +24,9 @@
 -- Bamboo's Appendix A reconfigures. A real run does not offer them (yet): the handlers
 -- below choose them only where m.reconfigurable is 1.
 --
--- "restart" ends the run so that it restarts from its last checkpoint (bivouac run
--- --resume DIR, which bench/preemption.sh does); decisions and their times go to
--- metrics.jsonl ({"step": 20, "event": "preempted", "decision": "failover", ...}).
+-- "restart" restarts the run in its process from its last checkpoint (the stages
+-- launched again; past pipeline.restarts the run ends for bivouac run --resume DIR);
+-- decisions and their times go to metrics.jsonl ({"step": 20, "event": "preempted", "decision": "failover", ...}).
 --
 -- Bamboo fails over every preemption RC covers and reconfigures at once when consecutive
 -- stages are lost (restart, here: nothing keeps their layers). Nodes that join restore
