@@ -4,10 +4,11 @@
 # (checkpoints alone, and redundancy), then simulated by `bivouac simulate` on the sim
 # cloud with the same trace, segment and speedup, from what was measured apart from the
 # traced runs: an uninterrupted run per strategy (its time per step, evaluations
-# included), a run of one step (the time a restart or a start takes: its wall time less a
-# step), and a calibration run with redundancy whose stage 1 of pipeline 1 is killed
-# mid-run (BIVOUAC_STAGE_FAULT), with no trace: its failover pause, and its steps on the
-# shadow against those before (the slowdown on a shadow).
+# included), a run of one step (the time a start takes: its wall time less a step), a
+# calibration run with redundancy whose stage 1 of pipeline 1 is killed mid-run
+# (BIVOUAC_STAGE_FAULT), with no trace: its failover pause, and its steps on the shadow
+# against those before (the slowdown on a shadow), and the same kill with checkpoints
+# alone: the run restarts in the process, and its restart_seconds is a restart's pause.
 # Prints, per strategy, the real and simulated wall time, useful fraction (the steps x
 # the uninterrupted checkpoint-only run's median step, over the wall time, as
 # bench/preemption.sh reports it), failovers and restarts.
@@ -57,7 +58,11 @@ echo "== for real (bench/preemption.sh)"
 BIVOUAC_STAGE_FAULT="$((stages + 1)):$((steps / 4)):backward" "$bivouac" run "$exp" \
     --out "$tmp/calibration" --quiet --no-plot "${cfg[@]}" -s "resilience=${res[redundancy]}" \
     -s 'cloud={plugin: local}' 2>/dev/null
-# a start (or restart): a run of one step, less the step
+# a restart: the same kill with checkpoints alone
+BIVOUAC_STAGE_FAULT="$((stages + 1)):$((steps / 4)):backward" "$bivouac" run "$exp" \
+    --out "$tmp/calibration-restart" --quiet --no-plot "${cfg[@]}" \
+    -s "resilience=${res[checkpoint]}" -s 'cloud={plugin: local}' 2>/dev/null
+# a start: a run of one step, less the step
 t0=$(date +%s.%N)
 "$bivouac" run "$exp" --out "$tmp/one" --quiet --no-plot "${cfg[@]}" -s train.steps=1 \
     -s "resilience=${res[checkpoint]}" -s 'cloud={plugin: local}' 2>/dev/null
@@ -77,13 +82,16 @@ elif key == "step-redundancy":
     print(per_step(tmp + "/whole-redundancy"))
 elif key == "median-checkpoint":
     print(med(tmp + "/real/whole"))
-elif key == "restart":
+elif key == "start":
     print(max(0.0, (t1 - t0) - per_step(tmp + "/real/whole")))
+elif key == "restart":
+    r = json.load(open(tmp + "/calibration-restart/result.json"))
+    print(r["restart_seconds"] / r["restarts"])
 EOF
 }
-restart=$(measure restart)
+restart=$(measure restart) start_s=$(measure start)
 echo "measured: a step $(measure step-checkpoint) s (with redundancy $(measure step-redundancy) s)," \
-     "a start or restart ${restart} s; the calibration's failover and slowdown on a shadow:" \
+     "a start ${start_s} s, a restart ${restart} s; the calibration's failover and slowdown on a shadow:" \
      "$(python3 -c "import json; r = json.load(open('$tmp/calibration/result.json')); print(r['failover_seconds'] / r['failovers'], 's')")"
 
 echo "== simulated"
@@ -91,7 +99,7 @@ for strategy in checkpoint redundancy; do
     "$bivouac" simulate "$exp" --runs 1 --out "$tmp/sim-$strategy" --no-plot --quiet "${cfg[@]}" \
         -s "resilience=${res[$strategy]}" -s cost.spot=true \
         -s "cloud={plugin: sim, trace: $trace, trace_start: $start, speedup: $speedup, boot_seconds: 0}" \
-        -s "simulate={profile: $tmp/calibration, step_seconds: $(measure step-$strategy), restart_seconds: $restart, reconfigure_seconds: $restart}" \
+        -s "simulate={profile: $tmp/calibration, step_seconds: $(measure step-$strategy), restart_seconds: $restart, reconfigure_seconds: $start_s}" \
         >/dev/null
 done
 python3 - "$tmp" "$steps" "$(measure median-checkpoint)" <<'EOF'

@@ -284,6 +284,22 @@ print(abs(s["step_seconds"] - statistics.median(t)) < 1e-9, s["profile"] == sys.
 EOF
 )" "True True"
 
+# a real run that restarted from its checkpoint in the process: a restart's pause from it
+BIVOUAC_STAGE_FAULT=1:5:forward "$BIVOUAC" run "$src/tests/data/transformer/tiny.yaml" \
+    --out "$tmp/restarted" --quiet --no-plot -s pipeline.stages=2 -s train.steps=12 \
+    -s 'cloud={plugin: local}' >/dev/null 2>&1
+"$BIVOUAC" simulate "$tmp/exp.yaml" --runs 1 --out "$tmp/pr" --no-plot \
+    -s "simulate={profile: $tmp/restarted}" >/dev/null 2>&1
+check "the profile's restart: its restart_seconds over its restarts" \
+    "$(python3 - "$tmp/restarted" "$tmp/pr" <<'EOF'
+import json, sys
+r = json.load(open(sys.argv[1] + "/result.json"))
+s = json.load(open(sys.argv[2] + "/summary.json"))
+print(r["restarts"], r["restart_seconds"] > 0,
+      abs(s["restart_seconds"] - r["restart_seconds"] / r["restarts"]) < 1e-9)
+EOF
+)" "1 True True"
+
 # bivouac profile: a short real run (stages as local processes) whose directory simulate reads
 "$BIVOUAC" profile "$tmp/exp.yaml" --steps 12 --out "$tmp/prof" >"$tmp/prof.out" 2>"$tmp/prof.err"
 check "profile: what it measured, and how to use it" \

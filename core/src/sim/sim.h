@@ -69,6 +69,7 @@ typedef struct bv_sim_model {
  * nan: none), its layout and one pipeline's samples per step. */
 typedef struct bv_sim_profile {
     double step, degraded, failover, samples_per_step;
+    double restart; /* a restart's pause (result.json's restart_seconds / restarts); NaN */
     int stages, pipelines;
 } bv_sim_profile;
 bv_status bv_sim_profile_read(const char *dir, bv_sim_profile *out, bv_error *err);

@@ -59,6 +59,8 @@ static bool read_profile(const char *dir, bv_sim_profile *p, bv_error *err)
     double failovers = bv_json_num(&r, "failovers"), stages = bv_json_num(&r, "pipeline_stages"),
            pipelines = bv_json_num(&r, "pipelines"), batch = bv_json_num(&r, "batch");
     p->failover = failovers > 0 ? bv_json_num(&r, "failover_seconds") / failovers : NAN;
+    double restarts = bv_json_num(&r, "restarts");
+    p->restart = restarts > 0 ? bv_json_num(&r, "restart_seconds") / restarts : NAN;
     bv_json_free(&r);
     if (!(stages >= 1) || !(pipelines >= 1) || !(batch >= 1)) {
         bv_error_set(err, BV_ERR_INVALID, "%s: not a pipeline run's result (no "
@@ -405,6 +407,8 @@ bv_status bv_sim_model_load(const bv_experiment *x, bv_sim_model *m, bv_diag *di
                 per_step = p.samples_per_step;
             if (!user_set(s, "failover_seconds") && isfinite(p.failover))
                 m->failover_seconds = p.failover;
+            if (!user_set(s, "restart_seconds") && isfinite(p.restart))
+                m->restart_seconds = p.restart;
             if (!user_set(s, "degraded_slowdown") && isfinite(p.degraded))
                 m->degraded_slowdown = fmax(1.0, p.degraded / p.step);
         }

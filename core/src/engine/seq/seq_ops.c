@@ -249,6 +249,7 @@ struct bv_engine {
     int restarts;            /* the pipeline's restarts from a checkpoint */
     int failovers, replaced; /* those of the pipelines before the last restart */
     double failover_s;
+    double restart_s; /* the restarts' pauses: the stages ended, launched and initialised */
     char config_dir[4096];   /* the experiment's directory (the cloud's run info) */
     double bubble_sum;       /* over the steps: the stages' idle share */
     int64_t bubble_steps;
@@ -320,6 +321,7 @@ static bv_status restart(bv_engine *e, bv_error *err)
         return most ? bv_error_set(err, BV_ERR_STOPPED, "the run's %d restarts "
                                    "(pipeline.restarts) are used up", most)
                     : bv_error_set(err, BV_ERR_STOPPED, "pipeline.restarts is 0");
+    double t0 = bv_now_seconds();
     if (e->pipe) {
         int f, r;
         double sec;
@@ -331,7 +333,9 @@ static bv_status restart(bv_engine *e, bv_error *err)
         e->pipe = NULL;
     }
     e->pipe_cfg.restarts = ++e->restarts;
-    return bv_seq_pipe_start(&e->pipe_cfg, &e->pipe, err);
+    bv_status st = bv_seq_pipe_start(&e->pipe_cfg, &e->pipe, err);
+    e->restart_s += bv_now_seconds() - t0;
+    return st;
 }
 
 static bv_status create(const bv_experiment *x, void *data, const bv_engine_run *run,
@@ -589,8 +593,10 @@ static void result(bv_engine *e, const bv_history *h, bv_run_result *res)
             bv_result_add(res, "replaced", e->replaced + replaced, true, 0);
             bv_result_add(res, "failover_seconds", e->failover_s + seconds, false, 0);
         }
-        if (e->cloud)
+        if (e->cloud) {
             bv_result_add(res, "restarts", e->restarts, true, 0);
+            bv_result_add(res, "restart_seconds", e->restart_s, false, 0);
+        }
     }
     bv_result_add(res, "val_loss", val, false, BV_RESULT_MEAN | BV_RESULT_HEADLINE);
     bv_result_add(res, "train_loss", train_loss, false, BV_RESULT_MEAN);
