@@ -775,7 +775,10 @@ bv_status bv_train(const bv_experiment *x, void *data, const bv_train_options *o
         }
         if (st == BV_OK || !started || !r.restart_due || !ops->restart)
             break;
-        if ((st = restart_run(&r, &stop, reason, reason_len, err)) != BV_OK)
+        do /* again where stages were lost as they started again */
+            st = restart_run(&r, &stop, reason, reason_len, err);
+        while (st != BV_OK && r.restart_due);
+        if (st != BV_OK)
             break;
     }
     res->failed = r.policy_failed;
