@@ -201,6 +201,9 @@ check "simulate.instances with a replayed trace: refused" \
 check "preemption_by_type: a bad list, at the cloud's place" \
     "$(err simulate "$tmp/exp.yaml" -s 'cloud={plugin: sim, preemption_by_type: g4dn.xlarge=2}') $(cat "$tmp/err")" \
     "2 <command line>:1:7: error: sim cloud: preemption_by_type 'g4dn.xlarge=2': not TYPE=P pairs (P a probability below 1, at most 16 types) separated by commas"
+check "draws: hourly with bulk preemptions: refused, at the cloud's place" \
+    "$(err simulate "$tmp/exp.yaml" -s 'cloud={plugin: sim, draws: hourly, bulk: 3}') $(cat "$tmp/err")" \
+    "2 <command line>:1:7: error: sim cloud: draws: hourly preempts one node at a time, as Bamboo's simulator does (bulk 3)"
 
 # 4. The same runs again give the same numbers; the drawn market (seeded) too, and
 #    another seed another market.
@@ -257,6 +260,22 @@ law=(--runs 1 --no-plot -s pipeline.pipelines=64 -s train.batch=64 -s 'resilienc
     -s 'cloud={plugin: sim, preemption: 0.3, boot_seconds: 0}' >/dev/null 2>&1
 "$BIVOUAC" simulate "$tmp/exp.yaml" "${law[@]}" --out "$tmp/m2" \
     -s 'cloud={plugin: sim, creation: 0.5, boot_seconds: 0}' >/dev/null 2>&1
+# The hourly draws (draws: hourly): granted at 0.5 an hour, half the 128 requests at the
+# start and each hour's draws half of those waiting, at uniform seconds: the nodes up in
+# hour h average 128 - 48 / 2^h, over 10 hours 128 - 9.6 (1 - 2^-10) = 118.41; preempted
+# at 0.3 for 2 hours, every request granted at the start and none after hour 0 (creation 1
+# in hour 0 only), the preemptions are about 0.3 per node and hour (sd about 0.035).
+"$BIVOUAC" simulate "$tmp/exp.yaml" "${law[@]}" --out "$tmp/m3" \
+    -s 'cloud={plugin: sim, creation: 0.5, boot_seconds: 0, draws: hourly}' >/dev/null 2>&1
+"$BIVOUAC" simulate "$tmp/exp.yaml" "${law[@]}" --out "$tmp/m4" -s simulate.hours=2 \
+    -s "cloud={plugin: sim, preemption: 0.3, boot_seconds: 0, draws: hourly, creation: '1$(printf ',0%.0s' $(seq 23))'}" >/dev/null 2>&1
+check "the hourly draws: nodes within 2 % of 118.41; preemptions per node an hour about 0.3" \
+    "$(python3 - "$tmp/m3" "$tmp/m4" <<'EOF'
+import json, sys
+a, b = (json.load(open(d + "/summary.json")) for d in sys.argv[1:])
+print(abs(a["nodes"] / 118.41 - 1) < 0.02, a["preemptions"], 0.2 < b["preemptions"] / 128 / 2 < 0.45)
+EOF
+)" "True 0 True"
 check "the market's laws: preemptions within 3 sd of 456.5, nodes within 5 % of 109.55" \
     "$(python3 - "$tmp/m1" "$tmp/m2" <<'EOF'
 import json, sys

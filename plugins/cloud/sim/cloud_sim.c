@@ -12,7 +12,15 @@
  *     `creation` is the probability that it is granted within that hour, one for every
  *     hour, 24 of them, or `random` (each hour's drawn from the seed, as the paper did).
  *     A preemption takes up to `bulk` nodes of one zone at once (the size uniform in
- *     [1, bulk]; the rate of each node stays `preemption`).
+ *     [1, bulk]; the rate of each node stays `preemption`). With `draws: hourly` the
+ *     same probabilities are drawn as Bamboo's published simulator draws them, once an
+ *     hour (project_pactum/simulation/simulator.py, generate_spot_instance_events): at
+ *     each hour's start every live spot node is preempted with its probability at a
+ *     uniform second of the hour; as many grant draws as requests waiting and nodes
+ *     preempted are made, each with the hour's `creation` probability at a uniform second,
+ *     and each grants the oldest request waiting then (none: nothing); a node granted
+ *     within the hour draws its preemption for the rest of it; at the start each request
+ *     is granted at once with the first hour's probability.
  *   - replayed (`trace`, the files of ../shared/traces/: `ms,add|remove,nodeN`, or a
  *     zone's live instances over time, `seconds,count`), as the `local` cloud replays
  *     one: the trace's nodes there at `trace_start` and the ones it adds are capacity,
@@ -46,7 +54,8 @@ typedef struct node {
     char trace_name[NAME_MAX_LEN]; /* the trace's node it stands for ("": none) */
 } node;
 
-typedef enum due_kind { GRANT, JOIN, PREEMPT, TRACE } due_kind;
+/* HOUR_DRAWS and OFFER: the hourly draws (`draws: hourly`), and a grant they drew */
+typedef enum due_kind { GRANT, JOIN, PREEMPT, TRACE, HOUR_DRAWS, OFFER } due_kind;
 
 /* Something due at a time: a heap entry. seq breaks ties in the order they were made, so
  * a run does not depend on the heap's layout. */
@@ -82,6 +91,7 @@ struct bv_cloud {
     int ntype_rates;
     double creation[24];    /* probability of a grant within the hour, by hour of the day */
     int start_hour, bulk, zones, next_zone;
+    bool hourly; /* `draws: hourly`: spot requests wait in `waiting` for the draws */
     double boot;
     double lambda_memory_mb;
     /* the replayed one: the trace, the capacity there to take (names, zones), the
@@ -106,6 +116,11 @@ static const bv_option sim_options[] = {
                "probability that a waiting request is granted within an hour: one number, "
                "24 comma-separated ones (hours 0 to 23 of the day), or 'random' (each "
                "hour's drawn from the seed, Bamboo section 6.2)"),
+    BV_OPT_CHOICE("draws", "continuous", "continuous|hourly",
+                  "how the drawn market draws its preemptions and grants: at constant "
+                  "rates, or once an hour as Bamboo's published simulator does (each live "
+                  "node preempted within the hour with its probability, at a uniform "
+                  "second; a grant draw for every request waiting and node preempted)"),
     BV_OPT_INT_RANGE("start_hour", "0", -1, 23,
                      "hour of the day the simulation starts at (-1: drawn from the seed)"),
     BV_OPT_INT_RANGE("bulk", "1", 1, 1024,
@@ -213,6 +228,12 @@ static bool emit(bv_cloud *c, uint32_t kind, int64_t id)
     return true;
 }
 
+/* The hour of the day at simulated time t. */
+static int hour_of_day(const bv_cloud *c, double t)
+{
+    return (int)((long long)floor(t / HOUR) + c->start_hour) % 24;
+}
+
 /* When a request waiting from `from` is granted: the rate of each hour of the day is
  * -ln(1 - creation) per hour, so the grant comes within the hour with that probability.
  * INFINITY: not within a week. */
@@ -221,8 +242,7 @@ static double grant_time(bv_cloud *c, double from)
     double need = exp1(c), t = from;
     while (t < from + NEVER_AFTER) {
         double hour_end = (floor(t / HOUR) + 1) * HOUR;
-        int h = (int)((long long)floor(t / HOUR) + c->start_hour) % 24;
-        double p = c->creation[h];
+        double p = c->creation[hour_of_day(c, t)];
         if (p >= 1)
             return t;
         double rate = p > 0 ? -log1p(-p) / HOUR : 0, have = rate * (hour_end - t);
@@ -241,7 +261,7 @@ static bool grant(bv_cloud *c, int64_t id)
 {
     node *n = &c->nodes[id];
     n->state = BOOTING;
-    if (n->spot && !c->trace && n->rate > 0 &&
+    if (n->spot && !c->trace && !c->hourly && n->rate > 0 &&
         !schedule(c, c->now + exp1(c) * HOUR * (c->bulk + 1) / 2.0 / n->rate, PREEMPT, id))
         return false;
     return schedule(c, c->now + c->boot, JOIN, id);
@@ -269,6 +289,60 @@ static bool preempt(bv_cloud *c, int64_t id)
         }
     }
     return true;
+}
+
+/* Node `id` drawn for preemption within the hour that starts at `hour` (its probability,
+ * at a uniform whole second of the hour; a draw before `after` is none): true when it was,
+ * *fail set where memory ran out. */
+static bool draw_preemption(bv_cloud *c, int64_t id, double hour, double after, bool *fail)
+{
+    if (uniform(c) >= -expm1(-c->nodes[id].rate))
+        return false;
+    double t = hour + floor(uniform(c) * HOUR);
+    if (t < after)
+        return false;
+    *fail |= !schedule(c, t, PREEMPT, id);
+    return true;
+}
+
+/* The hourly draws at the start of the hour `t` (`draws: hourly`). */
+static bool hour_draws(bv_cloud *c, double t)
+{
+    double p = c->creation[hour_of_day(c, t)];
+    bool fail = false;
+    for (size_t k = 0; t == 0 && k < c->nwaiting;) { /* at the start: granted at once */
+        int64_t id = c->waiting[k];
+        if (uniform(c) < p) {
+            memmove(c->waiting + k, c->waiting + k + 1, (c->nwaiting - k - 1) * sizeof *c->waiting);
+            c->nwaiting--;
+            fail |= !grant(c, id);
+        } else {
+            k++;
+        }
+    }
+    size_t preempted = 0;
+    for (size_t i = 0; i < c->count; i++) {
+        const node *n = &c->nodes[i];
+        if (n->spot && (n->state == BOOTING || n->state == UP))
+            preempted += draw_preemption(c, (int64_t)i, t, t, &fail);
+    }
+    for (size_t k = c->nwaiting + preempted; k > 0; k--)
+        if (uniform(c) < p)
+            fail |= !schedule(c, t + floor(uniform(c) * HOUR), OFFER, -1);
+    return !fail && schedule(c, t + HOUR, HOUR_DRAWS, -1);
+}
+
+/* A grant the hourly draws made: the oldest request waiting takes it, and draws its
+ * preemption for the rest of the hour. */
+static bool offer(bv_cloud *c)
+{
+    if (!c->nwaiting)
+        return true;
+    int64_t id = c->waiting[0];
+    memmove(c->waiting, c->waiting + 1, --c->nwaiting * sizeof *c->waiting);
+    bool fail = !grant(c, id);
+    draw_preemption(c, id, floor(c->now / HOUR) * HOUR, c->now + 1e-9, &fail);
+    return !fail;
 }
 
 /* The trace's event `i`: capacity comes (the oldest waiting request takes it) or goes
@@ -514,6 +588,15 @@ static bv_cloud *sim_create(const bv_opts *opts, const bv_run_info *info, bv_err
     if (st == BV_OK && trace && trace[0])
         st = read_trace(c, trace, bv_opts_float(opts, "trace_start"),
                         bv_opts_float(opts, "speedup"), err);
+    c->hourly = strcmp(bv_opts_str(opts, "draws"), "hourly") == 0;
+    if (st == BV_OK && c->hourly && c->trace)
+        st = bv_error_set(err, BV_ERR_INVALID, "sim cloud: draws: hourly is the drawn "
+                          "market's; a trace replays its own");
+    else if (st == BV_OK && c->hourly && c->bulk > 1)
+        st = bv_error_set(err, BV_ERR_INVALID, "sim cloud: draws: hourly preempts one node "
+                          "at a time, as Bamboo's simulator does (bulk %d)", c->bulk);
+    else if (st == BV_OK && c->hourly && !schedule(c, 0, HOUR_DRAWS, -1))
+        st = bv_error_set(err, BV_ERR_NOMEM, "out of memory");
     for (size_t i = 0; st == BV_OK && i < c->ntrace; i++)
         if (!schedule(c, c->trace[i].t, TRACE, (int64_t)i))
             st = bv_error_set(err, BV_ERR_NOMEM, "out of memory");
@@ -575,6 +658,8 @@ static int64_t sim_launch(bv_cloud *c, const bv_node_request *req, char *address
         } else {
             c->waiting[c->nwaiting++] = id;
         }
+    } else if (c->hourly) { /* for the hourly draws */
+        c->waiting[c->nwaiting++] = id;
     } else {
         double t = grant_time(c, c->now);
         ok = isinf(t) || schedule(c, t, GRANT, id);
@@ -628,7 +713,7 @@ static bv_status sim_advance(bv_cloud *c, double t, bv_error *err)
     while (ok && c->nheap && c->heap[0].t <= t) {
         due d = pop(c);
         c->now = d.t;
-        node *n = d.kind == TRACE ? NULL : &c->nodes[d.node];
+        node *n = d.node >= 0 && d.kind != TRACE ? &c->nodes[d.node] : NULL;
         switch (d.kind) {
         case GRANT:
             ok = n->state != PENDING || grant(c, d.node);
@@ -644,6 +729,12 @@ static bv_status sim_advance(bv_cloud *c, double t, bv_error *err)
             break;
         case TRACE:
             ok = replay(c, (size_t)d.node);
+            break;
+        case HOUR_DRAWS:
+            ok = hour_draws(c, d.t);
+            break;
+        case OFFER:
+            ok = offer(c);
             break;
         }
     }
