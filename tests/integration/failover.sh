@@ -161,6 +161,10 @@ echo '500,remove,node1' >>"$tmp/bulk.csv"
 echo '500,remove,node5' >>"$tmp/bulk.csv"
 echo '500,remove,node1' >>"$tmp/bulk2.csv"
 echo '500,remove,node2' >>"$tmp/bulk2.csv"
+# the same removal once the run has started (a start that fails ends the run: a restart
+# needs a run that trained), well before its 600 steps end
+printf '0,add,node%d\n' 1 2 3 4 5 6 >"$tmp/bulk3.csv"
+printf '2000,remove,node1\n2000,remove,node2\n' >>"$tmp/bulk3.csv"
 out="$tmp/bulk"
 run "$out" run "$exp" --out "$out" "${eflb[@]}" -s train.steps=600 \
     -s "cloud={plugin: local, trace: $tmp/bulk.csv}"
@@ -171,7 +175,7 @@ check "a bulk preemption: the uninterrupted weights" "$(field "$out" params_crc3
 check "a bulk preemption: nothing left" "$(leftovers "$pgid")" "processes 0, socket dirs 0"
 out="$tmp/bulk2"
 run "$out" run "$exp" --out "$out" "${eflb[@]}" -s train.steps=600 \
-    -s "cloud={plugin: local, trace: $tmp/bulk2.csv}"
+    -s "cloud={plugin: local, trace: $tmp/bulk3.csv}"
 check "a bulk preemption of consecutive stages: exit 0, a restart" \
     "$rc, $(field "$out" restarts)" '0, "restarts": 1'
 check "a bulk preemption of consecutive stages: says why" \
