@@ -271,5 +271,7 @@ BIVOUAC_STAGE_FAULT=1:10:sideways run "$tmp/bad" run "$exp" --out "$tmp/bad" "${
 check "a fault that is not one: exit 1" "$rc" 1
 check "a fault that is not one: says so" \
     "$(grep -c '^\[stage 1 of pipeline 0\] bivouac: error: BIVOUAC_STAGE_FAULT=1:10:sideways is not NODE:STEP:forward|backward|allreduce|prepared\[:hang\]\[,...\]$' "$tmp/bad.err")" 1
+check "a fault that is not one: every stage ends as the run starts, which no restart follows" \
+    "$(grep -c '^bivouac: error: .*(as the run started: no restart before its first step)$' "$tmp/bad.err")" 1
 check "a fault that is not one: nothing left" "$(leftovers "$pgid")" "processes 0, socket dirs 0"
 finish

@@ -773,6 +773,11 @@ bv_status bv_train(const bv_experiment *x, void *data, const bv_train_options *o
             if (st == BV_OK)
                 st = offer_state(&r, err);
         }
+        if (st != BV_OK && !started && r.restart_due && ops->restart) {
+            bv_error loss = *err;
+            bv_error_set(err, loss.status, "%.700s (as the run started: no restart before "
+                         "its first %s)", loss.msg, ops->unit);
+        }
         if (st == BV_OK || !started || !r.restart_due || !ops->restart)
             break;
         do /* again where stages were lost as they started again */
