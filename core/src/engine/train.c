@@ -434,6 +434,23 @@ static void peer_failed(void *loop, const bv_peer_event *peer)
     }
 }
 
+/* An event's line in metrics.jsonl, at unit `at`: {"step": 20, "event": "preempted"; the
+ * caller adds its fields, then event_line_end() the time and the line's end. */
+static void event_line(train_run *r, int64_t at, const char *event)
+{
+    fputc('{', r->metrics);
+    bv_json_string(r->metrics, r->ops->unit_record->fields[0]);
+    fprintf(r->metrics, ": %lld, \"event\": ", (long long)at);
+    bv_json_string(r->metrics, event);
+}
+
+static void event_line_end(train_run *r)
+{
+    bv_json_field(r->metrics, "seconds", r->wall_before + (bv_now_seconds() - r->t0));
+    fputs("}\n", r->metrics);
+    fflush(r->metrics);
+}
+
 /* A reconfiguration event of the engine (engine.h): the policy's on_<event> picks one of
  * the choices (the first without a handler, or with one that returns no decision); the
  * decision is logged and written to metrics.jsonl with the event's figures and its time:
@@ -468,11 +485,7 @@ static bv_status reconfigure(void *loop, const char *event, const bv_metric *m, 
     bv_log(BV_LOG_INFO, "policy: %s: %s%s%s%s", event, pick, a.reason[0] ? " (" : "",
            a.reason, a.reason[0] ? ")" : "");
     if (r->metrics) {
-        const bv_record_kind *kind = r->ops->unit_record;
-        fputc('{', r->metrics);
-        bv_json_string(r->metrics, kind->fields[0]);
-        fprintf(r->metrics, ": %lld, \"event\": ", (long long)r->units.count);
-        bv_json_string(r->metrics, event);
+        event_line(r, (int64_t)r->units.count, event);
         fputs(", \"decision\": ", r->metrics);
         bv_json_string(r->metrics, pick);
         if (a.reason[0]) {
@@ -481,9 +494,7 @@ static bv_status reconfigure(void *loop, const char *event, const bv_metric *m, 
         }
         for (size_t i = 0; i < n; i++)
             bv_json_field(r->metrics, m[i].name, m[i].value);
-        bv_json_field(r->metrics, "seconds", r->wall_before + (bv_now_seconds() - r->t0));
-        fputs("}\n", r->metrics);
-        fflush(r->metrics);
+        event_line_end(r);
     }
     return BV_OK;
 }
@@ -712,15 +723,10 @@ static bv_status restart_run(train_run *r, bool *stop, char *reason, size_t reas
                  (long long)from + 1, (long long)lost);
     bv_log(BV_LOG_INFO, "restart %d: the run goes on from %s (%s)", r->restarts, where, again);
     if (r->metrics) {
-        const bv_record_kind *kind = r->ops->unit_record;
-        fputc('{', r->metrics);
-        bv_json_string(r->metrics, kind->fields[0]);
-        fprintf(r->metrics, ": %lld, \"event\": \"restarted\"", (long long)from);
+        event_line(r, from, "restarted");
         bv_json_field(r->metrics, "restarts", r->restarts);
         bv_json_field(r->metrics, "lost", (double)(lost - from));
-        bv_json_field(r->metrics, "seconds", r->wall_before + (bv_now_seconds() - r->t0));
-        fputs("}\n", r->metrics);
-        fflush(r->metrics);
+        event_line_end(r);
     }
     return BV_OK;
 }
