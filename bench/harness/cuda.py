@@ -3,6 +3,7 @@
   python3 bench/harness/cuda.py --bin DIR --tools DIR --data-dir DIR --out DIR
                                 [--reps 2] [--only limits,spmm,gcn,gat,transformer,accuracy]
                                 [--base-bin DIR]   (--only profile: an op profile, A/B)
+                                [--acc-configs A.yaml,B.yaml] [--acc-jobs J]
 
 --bin holds the bivouac binary (with plugins/ beside it); --tools the bench tools built by
 bench/Makefile (spmm, graph_export). The references run with the python3 that has torch and
@@ -14,6 +15,7 @@ bandwidth, transformer >= 1.2x PyTorch's tokens/s. Prints a table last; JSON in 
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -78,14 +80,21 @@ def limits():
 
 
 def spmm(a, lim):
+    """The plugin's SpMM at the GCN's widths (8 and 16) and the bench's 64, with its default
+    kernels and with ordered_sums (the cpu plugin's edge order), alternated."""
     rows = []
-    for f in (16, 64):
-        p, _ = run([os.path.join(a.tools, "spmm"), "--plugin-dir", os.path.join(a.bin, "plugins"),
-                    "--plugin", "cuda", "--features", str(f), "--reps", "10"])
-        if p.returncode == 0:
-            doc = stats.last_json_line(p.stdout)
-            doc["of_copy"] = doc["spmm_median_gbps"] / lim["copy_gbps"] if lim else None
-            rows.append(doc)
+    for f in (8, 16, 64):
+        for rep in range(a.reps):
+            for sums in ("split", "ordered"):
+                p, _ = run([os.path.join(a.tools, "spmm"), "--plugin-dir",
+                            os.path.join(a.bin, "plugins"), "--plugin", "cuda", "--features",
+                            str(f), "--reps", "10",
+                            "--set", "ordered_sums=" + ("true" if sums == "ordered" else "false")])
+                if p.returncode == 0:
+                    doc = stats.last_json_line(p.stdout)
+                    doc["sums"], doc["rep"] = sums, rep
+                    doc["of_copy"] = doc["spmm_median_gbps"] / lim["copy_gbps"] if lim else None
+                    rows.append(doc)
     return rows
 
 
@@ -149,69 +158,138 @@ def versus(a, name):
     return row
 
 
+PROFILE_LINE = re.compile(r"compute cuda profile: (\S+)\s+(\d+) calls\s+([\d.]+) s"
+                          r"\s+[\d.]+ us/call \(GPU\s+([\d.]+) us\)")
+
+
+def profile_ops(lines):
+    """{op: [calls, seconds, gpu_seconds]} summed over a run's instances, from the plugin's
+    "compute cuda profile: OP N calls T s U us/call (GPU G us) ..." lines."""
+    ops = {}
+    for x in lines:
+        m = PROFILE_LINE.search(x)
+        if m:
+            calls, secs, gpu_us = int(m.group(2)), float(m.group(3)), float(m.group(4))
+            o = ops.setdefault(m.group(1), [0, 0.0, 0.0])
+            o[0] += calls
+            o[1] += secs
+            o[2] += gpu_us * calls / 1e6
+    return ops
+
+
 def profile(a):
     """Each model's epochs (steps) on the GPU with the plugin's op profile
-    (BIVOUAC_CUDA_PROFILE): where the time goes, op by op, and between ops. With
-    --base-bin, the same runs with that build too, alternated (an A/B of a change)."""
+    (BIVOUAC_CUDA_PROFILE): where the time goes, op by op, and between ops. Each graph model
+    runs twice, for E and 2E epochs: the difference of the two profiles over E is an epoch
+    in steady state (the plugin's totals include epoch 1's set-up, first touches and
+    cuBLAS's first calls). With --base-bin, the same runs with that build too, alternated
+    (an A/B of a change); each model also runs with compute.ordered_sums (the cpu plugin's
+    summation order in SpMM and the gathers)."""
     rows = []
     bins = [("new", a.bin)] + ([("base", a.base_bin)] if a.base_bin else [])
-    short = {"gcn-powerlaw-1m": 5, "gat-powerlaw-1m": 3, "transformer-shakespeare": 60}
-    variants = {"gcn-powerlaw-1m": [[], ["-s", "engine.intervals=16"]],
-                "gat-powerlaw-1m": [[], ["-s", "engine.intervals=16"]]}
+    short = {"gcn-powerlaw-1m": 4, "gat-powerlaw-1m": 2, "transformer-shakespeare": 60}
+    ordered = ["-s", "compute.ordered_sums=true"]
+    variants = {"gcn-powerlaw-1m": [[], ordered], "gat-powerlaw-1m": [[], ordered]}
     for name, epochs in short.items():
         b = next(x for x in suite.BENCHMARKS if x.name == name)
-        exp = b.experiment(1)
-        exp["compute"] = {"plugin": "cuda"}
-        if b.plugin == "transformer":
-            exp["train"].update({"steps": epochs, "eval_interval": epochs})
-        else:
-            exp["train"]["epochs"] = epochs
-        config = os.path.join(a.out, "profile-%s.yaml" % name)
-        with open(config, "w") as f:
-            json.dump(exp, f, indent=2)
+        lengths = [epochs] if b.plugin == "transformer" else [epochs, 2 * epochs]
         for rep in range(a.reps):
             for (label, bindir), extra in ((x, v) for v in variants.get(name, [[]])
                                            for x in bins):
                 label += " ".join([""] + extra[1::2])
-                d = os.path.join(a.out, "profile", "%s-%s-%d" % (name, label.replace(" ", "_"),
-                                                                rep))
-                env = dict(os.environ, BIVOUAC_CUDA_PROFILE="1",  # each build its plugins
-                           BIVOUAC_PLUGIN_PATH=os.path.join(bindir, "plugins"))
-                p, wall = run([os.path.join(bindir, "bivouac"), "run", config, "--out", d,
-                               "--quiet", "--force", "--no-plot"] + extra, env=env,
-                              lib_first=os.path.join(os.path.dirname(bindir), "lib"))
-                times = stats.bivouac_times(d, b.plugin, suite.BIVOUAC_SKIP[b.plugin]) \
-                    if p.returncode == 0 else []
-                lines = [x for x in p.stderr.splitlines() if "compute cuda" in x]
-                rows.append({"name": name, "build": label, "rep": rep, "rc": p.returncode,
-                             "median_s": stats.median(times) if times else None,
-                             "times": times, "wall_s": wall, "log": lines})
-                print("%-24s %-26s rc=%d median %s s  %s" % (
-                    name, label, p.returncode, rows[-1]["median_s"],
-                    " ".join("%.4f" % t for t in times)), flush=True)
-                if rep == 0:
-                    for x in lines[:24]:
-                        print("    " + x, flush=True)
+                ops_by_length = []
+                for n in lengths:
+                    exp = b.experiment(1)
+                    exp["compute"] = {"plugin": "cuda"}
+                    if b.plugin == "transformer":
+                        exp["train"].update({"steps": n, "eval_interval": n})
+                    else:
+                        exp["train"]["epochs"] = n
+                    config = os.path.join(a.out, "profile-%s-%d.yaml" % (name, n))
+                    with open(config, "w") as f:
+                        json.dump(exp, f, indent=2)
+                    d = os.path.join(a.out, "profile", "%s-%s-%d-%d" % (
+                        name, label.replace(" ", "_"), n, rep))
+                    env = dict(os.environ, BIVOUAC_CUDA_PROFILE="1",  # each build its plugins
+                               BIVOUAC_PLUGIN_PATH=os.path.join(bindir, "plugins"))
+                    p, wall = run([os.path.join(bindir, "bivouac"), "run", config, "--out", d,
+                                   "--quiet", "--force", "--no-plot"] + extra, env=env,
+                                  lib_first=os.path.join(os.path.dirname(bindir), "lib"))
+                    times = stats.bivouac_times(d, b.plugin, suite.BIVOUAC_SKIP[b.plugin]) \
+                        if p.returncode == 0 else []
+                    lines = [x for x in p.stderr.splitlines() if "compute cuda" in x]
+                    ops_by_length.append(profile_ops(lines))
+                    rows.append({"name": name, "build": label, "rep": rep, "epochs": n,
+                                 "rc": p.returncode,
+                                 "median_s": stats.median(times) if times else None,
+                                 "times": times, "wall_s": wall, "log": lines})
+                    print("%-24s %-26s %3d rc=%d median %s s  %s" % (
+                        name, label, n, p.returncode, rows[-1]["median_s"],
+                        " ".join("%.4f" % t for t in times)), flush=True)
+                    if rep == 0 and b.plugin == "transformer":
+                        for x in lines[:24]:
+                            print("    " + x, flush=True)
+                if len(ops_by_length) == 2:  # an epoch in steady state, op by op
+                    short_run, long_run = ops_by_length
+                    epoch = {op: [(v[i] - short_run.get(op, [0, 0.0, 0.0])[i]) / epochs
+                                  for i in range(3)] for op, v in long_run.items()}
+                    rows[-1]["steady_epoch_ops"] = epoch
+                    print("    an epoch in steady state (%d epochs less %d, over %d):" % (
+                        2 * epochs, epochs, epochs), flush=True)
+                    for op, (calls, secs, gpu) in sorted(epoch.items(),
+                                                         key=lambda kv: -kv[1][1]):
+                        if calls > 0:
+                            print("    %-30s %6.1f calls %8.2f ms (GPU %8.2f ms) %8.1f us/call"
+                                  % (op, calls, 1e3 * secs, 1e3 * gpu, 1e6 * secs / calls),
+                                  flush=True)
     return rows
 
 
+def config_seed(path):
+    """train.seed of a config in flow style (configs/*.yaml: `seed: 42`)."""
+    with open(path) as f:
+        m = re.search(r"\bseed:\s*(\d+)", f.read())
+    return int(m.group(1)) if m else None
+
+
 def accuracy(a):
+    """Test accuracy over 10 seeds (those of --repeat 10: the config's seed and the next 9),
+    each back end's; with --acc-jobs J the seeds run as J processes at once (J runs of
+    --repeat 10/J from their first seed), which gives the same runs as one --repeat 10."""
+    import concurrent.futures
     rows = []
-    for config, repeat in (("gcn-cora.yaml", 10), ("gcn-citeseer.yaml", 10),
-                           ("gat-cora.yaml", 10), ("gat-citeseer.yaml", 10)):
+    for config in a.acc_configs.split(","):
+        repeat = 10
+        path = os.path.join(REPO, "configs", config)
         row = {"config": config, "seeds": repeat}
+        seed0 = config_seed(path)
+        jobs = a.acc_jobs if seed0 is not None and repeat % a.acc_jobs == 0 else 1
         for plugin in a.acc_plugins.split(","):
-            d = os.path.join(a.out, "acc", "%s-%s" % (config, plugin))
-            p, wall = run([os.path.join(a.bin, "bivouac"), "run",
-                           os.path.join(REPO, "configs", config), "--out", d, "--quiet",
-                           "--force",
-                           "--repeat", str(repeat), "-s", "compute.plugin=" + plugin])
-            if p.returncode == 0:
+            def one(j):
+                d = os.path.join(a.out, "acc", "%s-%s-%d" % (config, plugin, j))
+                argv = [os.path.join(a.bin, "bivouac"), "run", path, "--out", d, "--quiet",
+                        "--force", "--no-plot", "--repeat", str(repeat // jobs),
+                        "-s", "compute.plugin=" + plugin]
+                if jobs > 1:
+                    argv += ["--seed", str(seed0 + j * (repeat // jobs))]
+                p, _ = run(argv)
+                if p.returncode != 0:
+                    return None
                 with open(os.path.join(d, "result.json")) as f:
-                    row[plugin] = json.load(f).get("test_accuracy")
-            row[plugin + "_wall_s"] = wall
-            print("accuracy %s on %s: %s (%.0f s)" % (config, plugin, row.get(plugin), wall),
-                  flush=True)
+                    doc = json.load(f)
+                return [r["test_accuracy"] for r in doc["runs"]] if "runs" in doc \
+                    else [doc["test_accuracy"]]
+            t0 = time.time()
+            with concurrent.futures.ThreadPoolExecutor(jobs) as ex:
+                parts = list(ex.map(one, range(jobs)))
+            if all(x is not None for x in parts):
+                accs = [x for part in parts for x in part]
+                row[plugin] = sum(accs) / len(accs)
+                row[plugin + "_seeds"] = accs
+            row[plugin + "_wall_s"] = time.time() - t0
+            print("accuracy %s on %s: %s (%d seeds in %d processes, %.0f s)" % (
+                config, plugin, row.get(plugin), repeat, jobs, row[plugin + "_wall_s"]),
+                flush=True)
         rows.append(row)
     return rows
 
@@ -228,6 +306,10 @@ def main():
     ap.add_argument("--acc-plugins", default="cpu,cuda",
                     help="the back ends accuracy runs (cpu's may come from another machine: "
                     "its kernels give the same bits for any thread count)")
+    ap.add_argument("--acc-configs",
+                    default="gcn-cora.yaml,gcn-citeseer.yaml,gat-cora.yaml,gat-citeseer.yaml")
+    ap.add_argument("--acc-jobs", type=int, default=1,
+                    help="processes each accuracy row's 10 seeds share (1, 2, 5 or 10)")
     ap.add_argument("--only", default="limits,spmm,gcn,gat,transformer,accuracy")
     a = ap.parse_args()
     a.out, a.data_dir = os.path.abspath(a.out), os.path.abspath(a.data_dir)
@@ -259,9 +341,9 @@ def main():
         print("GPU %s: copy %.0f GB/s, sgemm %.1f TFLOP/s fp32, %.1f TF32" % (
             lim["gpu"], lim["copy_gbps"], lim["sgemm_tflops"], lim["sgemm_tf32_tflops"]))
     for r in res.get("spmm", []):
-        print("spmm f=%d: %.2f ms, %.0f GB/s effective = %.0f %% of copy" % (
-            r["features"], 1e3 * r["spmm_median_s"], r["spmm_median_gbps"],
-            100 * (r["of_copy"] or 0)))
+        print("spmm f=%d %-7s rep %d: %.2f ms, %.0f GB/s effective = %.0f %% of copy" % (
+            r["features"], r["sums"], r["rep"], 1e3 * r["spmm_median_s"],
+            r["spmm_median_gbps"], 100 * (r["of_copy"] or 0)))
     for key in ("gcn", "gat", "transformer"):
         r = res.get(key)
         if r:

@@ -4,7 +4,10 @@
  * CSR arrays, one row of X per nonzero, Y) over the time it takes. Compared with triad,
  * this says how close the kernel comes to streaming at memory speed.
  *   spmm --plugin-dir DIR [--plugin cpu|cuda] [--nodes 1e6] [--edges 1e7] [--features 64]
- *        [--threads 2] [--reps 5] [--seed 1]         ->  one JSON line on stdout
+ *        [--threads 2] [--reps 5] [--seed 1] [--set OPTION=VALUE]
+ *                                                    ->  one JSON line on stdout
+ * (--set: one of the plugin's options, e.g. --set ordered_sums=true for cuda's ordered
+ * SpMM; the JSON says it as "set") 
  * With a plugin that has its own memory (cuda's mem_alloc), X, Y and the CSR arrays are put
  * there first, as the core would: the product is timed on the device, not over the bus. */
 #include <dlfcn.h>
@@ -40,8 +43,10 @@ static const bv_plugin *load_compute(const char *dir, const char *name)
     return p; /* the handle stays open for the life of the process, as in the core */
 }
 
-/* Options as the core would hand them: the schema's defaults, then threads. */
-static bv_compute *create_compute(const bv_plugin *p, int threads, bv_opts *opts)
+/* Options as the core would hand them: the schema's defaults, then threads, then `set`
+ * (NAME=VALUE, or NULL). */
+static bv_compute *create_compute(const bv_plugin *p, int threads, const char *set,
+                                  bv_opts *opts)
 {
     bv_error err = {0};
     if (bv_opts_defaults(opts, "compute", p->options, &err) != BV_OK) {
@@ -51,6 +56,19 @@ static bv_compute *create_compute(const bv_plugin *p, int threads, bv_opts *opts
     for (size_t i = 0; i < opts->count; i++)
         if (strcmp(opts->values[i].decl->name, "threads") == 0)
             opts->values[i].v.i = threads;
+    if (set) {
+        char name[128];
+        const char *eq = strchr(set, '=');
+        if (!eq || eq == set || (size_t)(eq - set) >= sizeof name) {
+            fprintf(stderr, "spmm: --set wants OPTION=VALUE, got '%s'\n", set);
+            return NULL;
+        }
+        snprintf(name, sizeof name, "%.*s", (int)(eq - set), set);
+        if (bv_opts_set(opts, name, eq + 1, &err) != BV_OK) {
+            fprintf(stderr, "spmm: --set %s: %s\n", set, err.msg);
+            return NULL;
+        }
+    }
     const bv_compute_ops *ops = p->ops;
     bv_compute *c = ops->create(opts, &err);
     if (!c)
@@ -79,16 +97,18 @@ int main(int argc, char **argv)
     int threads = (int)bench_arg_int(argc, argv, "threads", 2);
     int reps = (int)bench_arg_int(argc, argv, "reps", 5);
     uint64_t seed = (uint64_t)bench_arg_int(argc, argv, "seed", 1);
+    const char *set = bench_arg_str(argc, argv, "set", NULL);
     if (!dir || nodes < 2 || edges < 1 || f < 1 || threads < 1 || reps < 1) {
         fprintf(stderr, "usage: spmm --plugin-dir DIR [--plugin NAME] [--nodes N] [--edges E] "
-                        "[--features F] [--threads T] [--reps R] [--seed S]\n");
+                        "[--features F] [--threads T] [--reps R] [--seed S] "
+                        "[--set OPTION=VALUE]\n");
         return 2;
     }
     const bv_plugin *p = load_compute(dir, plugin);
     if (!p)
         return 1;
     bv_opts opts = {0};
-    bv_compute *c = create_compute(p, threads, &opts);
+    bv_compute *c = create_compute(p, threads, set, &opts);
     if (!c)
         return 1;
     const bv_compute_ops *ops = p->ops;
@@ -141,11 +161,11 @@ int main(int argc, char **argv)
     printf("{\"spmm_gbps\": %.3f, \"spmm_median_gbps\": %.3f, \"spmm_compulsory_gbps\": %.3f, "
            "\"spmm_best_s\": %.6f, \"spmm_median_s\": %.6f, \"nodes\": %lld, \"nnz\": %lld, "
            "\"features\": %lld, \"threads\": %d, \"reps\": %d, \"bytes\": %.0f, "
-           "\"plugin\": \"%s\", "
+           "\"plugin\": \"%s\", \"set\": \"%s\", "
            "\"compulsory_bytes\": %.0f, \"gflops\": %.3f}\n",
            logical / times[0] / 1e9, logical / med / 1e9, compulsory / times[0] / 1e9, times[0],
            med, (long long)nodes, (long long)a->nnz, (long long)f, threads, reps, logical, plugin,
-           compulsory, 2.0 * nnz * (double)f / times[0] / 1e9);
+           set ? set : "", compulsory, 2.0 * nnz * (double)f / times[0] / 1e9);
     bv_free_aligned(xh);
     bv_free_aligned(yh); /* the plugin's copies end with the process */
     free(times);

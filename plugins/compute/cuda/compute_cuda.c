@@ -33,6 +33,10 @@ static const bv_option cuda_options[] = {
     BV_OPT_BOOLEAN("tf32", "false",
                    "let cuBLAS multiply float32 matrices with TF32 tensor cores (faster, about "
                    "1e-3 relative error instead of 1e-6)"),
+    BV_OPT_BOOLEAN("ordered_sums", "false",
+                   "sum every SpMM and attention-gather element in edge order, as the cpu "
+                   "plugin does (its bits for those ops; slower on rows of 128 floats or "
+                   "fewer, which otherwise spread a row's edges over lanes)"),
     BV_OPT_END,
 };
 
@@ -156,6 +160,7 @@ static _Atomic uint64_t staged_to_device, staged_to_host;
 
 struct bv_compute {
     int device;
+    bool ordered_sums; /* the option: SpMM and the gathers in edge order */
     cudaStream_t stream;
     cublasHandle_t blas;
     /* scratch for staged buffers: chunks of device memory, taken in order within one op
@@ -168,14 +173,16 @@ struct bv_compute {
     double *result_host; /* pinned, 3 doubles */
     uint64_t to_device, to_host, copies;
     /* BIVOUAC_CUDA_PROFILE set: each op's calls, seconds (from its start to the end of its
-     * wait) and staged bytes, and the time between ops, logged when the instance ends */
+     * wait), GPU seconds (its stream's events around its copies to the device and kernels)
+     * and staged bytes, and the time between ops, logged when the instance ends */
     bool profile;
+    cudaEvent_t prof_ev[2];
     double prof_created, prof_last_end, prof_between;
     int prof_n;
     struct {
         const char *op;
         uint64_t calls, staged;
-        double seconds;
+        double seconds, gpu_seconds;
     } prof[64];
 };
 
@@ -229,6 +236,8 @@ static cu_call call_begin(bv_compute *c, const char *op)
     }
     if (c->device != 0)
         check(&k, cudaSetDevice(c->device), "cudaSetDevice");
+    if (c->profile)
+        check(&k, cudaEventRecord(c->prof_ev[0], c->stream), "profile event");
     c->cur = 0;
     c->used = 0;
     return k;
@@ -319,6 +328,10 @@ static void profile_op(const cu_call *k)
             return;
         c->prof[c->prof_n++].op = k->op;
     }
+    float gpu_ms = 0;
+    if (cudaEventElapsedTime(&gpu_ms, c->prof_ev[0], c->prof_ev[1]) == cudaSuccess)
+        c->prof[i].gpu_seconds += gpu_ms / 1e3;
+    (void)cudaGetLastError();
     c->prof[i].calls++;
     c->prof[i].seconds += t - k->t0;
     c->prof[i].staged += c->to_device + c->to_host - k->staged0;
@@ -339,9 +352,11 @@ static void profile_log(bv_compute *c)
                 best = i;
         if (best < 0)
             break;
-        bv_log(BV_LOG_INFO, "compute cuda profile: %-30s %8llu calls %9.3f s %8.1f us/call "
-               "%9.1f MB staged", c->prof[best].op, (unsigned long long)c->prof[best].calls,
-               c->prof[best].seconds, 1e6 * c->prof[best].seconds / (double)c->prof[best].calls,
+        bv_log(BV_LOG_INFO, "compute cuda profile: %-30s %8llu calls %9.4f s %8.1f us/call "
+               "(GPU %8.1f us) %9.1f MB staged", c->prof[best].op,
+               (unsigned long long)c->prof[best].calls, c->prof[best].seconds,
+               1e6 * c->prof[best].seconds / (double)c->prof[best].calls,
+               1e6 * c->prof[best].gpu_seconds / (double)c->prof[best].calls,
                (double)c->prof[best].staged / 1e6);
         c->prof[best].calls = 0;
     }
@@ -352,6 +367,8 @@ static void call_end(cu_call *k)
 {
     bv_compute *c = k->c;
     check(k, cudaGetLastError(), "kernel launch");
+    if (c->profile)
+        check(k, cudaEventRecord(c->prof_ev[1], c->stream), "profile event");
     for (int i = 0; i < k->npend; i++) {
         check(k, cudaMemcpyAsync(k->pend[i].host, k->pend[i].dev, k->pend[i].bytes,
                                  cudaMemcpyDeviceToHost, c->stream),
@@ -401,6 +418,7 @@ static bv_compute *cuda_create(const bv_opts *opts, bv_error *err)
         return NULL;
     }
     c->device = device;
+    c->ordered_sums = bv_opts_bool(opts, "ordered_sums");
     if ((c->profile = getenv("BIVOUAC_CUDA_PROFILE") != NULL))
         c->prof_created = now_seconds();
     const char *failed = NULL;
@@ -415,6 +433,10 @@ static bv_compute *cuda_create(const bv_opts *opts, bv_error *err)
         failed = "cudaMallocHost";
     else if (cublasCreate(&c->blas) != CUBLAS_STATUS_SUCCESS)
         failed = "cublasCreate";
+    if (!failed && c->profile &&
+        (cudaEventCreate(&c->prof_ev[0]) != cudaSuccess ||
+         cudaEventCreate(&c->prof_ev[1]) != cudaSuccess))
+        failed = "cudaEventCreate";
     if (!failed) {
         cublasSetStream(c->blas, c->stream);
         cublasSetMathMode(c->blas, bv_opts_bool(opts, "tf32") ? CUBLAS_TF32_TENSOR_OP_MATH
@@ -423,6 +445,11 @@ static bv_compute *cuda_create(const bv_opts *opts, bv_error *err)
     }
     bv_error_set(err, BV_ERR_PLUGIN, "compute cuda: %s failed on device %d: %s", failed,
                  device, cudaGetErrorString(cudaGetLastError()));
+    for (int i = 0; i < 2; i++)
+        if (c->prof_ev[i])
+            cudaEventDestroy(c->prof_ev[i]);
+    if (c->blas)
+        cublasDestroy(c->blas);
     if (c->reduce)
         cudaFree(c->reduce);
     if (c->result_host)
@@ -438,8 +465,11 @@ static void cuda_destroy(bv_compute *c)
     if (!c)
         return;
     cudaStreamSynchronize(c->stream);
-    if (c->profile)
+    if (c->profile) {
         profile_log(c);
+        cudaEventDestroy(c->prof_ev[0]);
+        cudaEventDestroy(c->prof_ev[1]);
+    }
     if (c->copies)
         bv_log(BV_LOG_INFO, "compute cuda: %llu host buffers staged: %.1f MB to the device, "
                "%.1f MB back", (unsigned long long)c->copies, (double)c->to_device / 1e6,
@@ -794,7 +824,7 @@ static void cuda_spmm(bv_compute *c, const bv_csr *a, int64_t row_begin, int64_t
     cu_csr da = csr_in(&k, a);
     const float *dx = in(&k, x, FLOATS(a->ncols * f));
     cu_spmm(c->stream, &da, row_begin, row_end, dx, f,
-            out(&k, y, FLOATS((row_end - row_begin) * f), false));
+            out(&k, y, FLOATS((row_end - row_begin) * f), false), c->ordered_sums);
     call_end(&k);
 }
 
@@ -947,7 +977,8 @@ static void cuda_gather_heads(bv_compute *c, const bv_csr *a, int64_t row_begin,
     const float *dw = in(&k, w, edge_bytes(a, row_begin, row_end, heads, w));
     const float *dx = in(&k, x, span(a->ncols, heads * head_dim, x_stride));
     cu_gather_heads(c->stream, &da, row_begin, row_end, heads, head_dim, dw, dx, x_stride,
-                    out(&k, y, FLOATS((row_end - row_begin) * heads * head_dim), false));
+                    out(&k, y, FLOATS((row_end - row_begin) * heads * head_dim), false),
+                    c->ordered_sums);
     call_end(&k);
 }
 
@@ -964,7 +995,7 @@ static void cuda_gather_heads_backward_x(bv_compute *c, const bv_csr *at, const 
     const float *ddy = in(&k, dy, FLOATS(at->ncols * heads * head_dim));
     cu_gather_heads_backward_x(c->stream, &dat, dperm, heads, head_dim, dw, ddy,
                                out(&k, dx, span(at->nrows, heads * head_dim, x_stride), true),
-                               x_stride);
+                               x_stride, c->ordered_sums);
     call_end(&k);
 }
 

@@ -113,8 +113,10 @@ void cu_softmax_xent(cudaStream_t s, int64_t n, int64_t k, const float *logits,
 void cu_copy(cudaStream_t s, int64_t n, const float *x, float *y);
 
 /* ---- kernels_sparse.cu: SpMM and the sparse first layer ---- */
+/* ordered: sum each output element in edge order, as the cpu plugin (its bits); else
+ * narrow rows take the faster split rows (kernels_sparse.cu). The same for the gathers. */
 void cu_spmm(cudaStream_t s, const cu_csr *a, int64_t row_begin, int64_t row_end,
-             const float *x, int64_t f, float *y);
+             const float *x, int64_t f, float *y, bool ordered);
 /* spmm_dropout: the rows of a (all of them), element (i, col) kept by d at index
  * offset + i * row_stride + col. */
 void cu_spmm_dropout(cudaStream_t s, const cu_csr *a, cu_dropout d, uint64_t offset,
@@ -146,10 +148,10 @@ void cu_edge_softmax_backward(cudaStream_t s, const cu_csr *a, int64_t row_begin
                               const float *dalpha, float *dz);
 void cu_gather_heads(cudaStream_t s, const cu_csr *a, int64_t row_begin, int64_t row_end,
                      int heads, int64_t head_dim, const float *w, const float *x,
-                     int64_t x_stride, float *y);
+                     int64_t x_stride, float *y, bool ordered);
 void cu_gather_heads_backward_x(cudaStream_t s, const cu_csr *at, const int64_t *perm,
                                 int heads, int64_t head_dim, const float *w, const float *dy,
-                                float *dx, int64_t x_stride);
+                                float *dx, int64_t x_stride, bool ordered);
 void cu_gather_heads_backward_w(cudaStream_t s, const cu_csr *a, int64_t row_begin,
                                 int64_t row_end, int heads, int64_t head_dim,
                                 const float *dy, const float *x, int64_t x_stride, float *dw);

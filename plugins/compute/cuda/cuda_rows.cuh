@@ -1,6 +1,7 @@
 /* Device helpers shared by the row kernels of kernels_sparse.cu and kernels_edge.cu: the
- * launch grid, a lane group's shuffle mask, and one unit (a float, or a float4 where the
- * row allows) loaded or stored. C++ only: included by those .cu files. */
+ * launch grid, a lane group's shuffle mask, one unit (a float, or a float4 where the row
+ * allows) loaded or stored, and the split-row gather both use for narrow rows. C++ only:
+ * included by those .cu files. */
 #ifndef BV_CUDA_ROWS_CUH
 #define BV_CUDA_ROWS_CUH
 
@@ -43,6 +44,115 @@ template <int V> __device__ void store_unit(float *p, const float *r)
         *reinterpret_cast<float4 *>(p) = make_float4(r[0], r[1], r[2], r[3]);
     else
         *p = r[0];
+}
+
+/* ---- split rows: one row's edges spread over the lanes of its group ----------------------
+ *
+ * A group of G lanes owns one output row at a time. Each edge's row of `in` (width floats,
+ * in float4 units) is read by L lanes (the units, rounded up to a power of two), so the
+ * group takes S = G / L edges at once: sub-group s takes edges k0 + s, k0 + s + S, ..., the
+ * loads of U of them issued before their multiply-adds, and the sub-groups' sums are then
+ * added by an xor butterfly (each add is commutative, so every lane of a column gets the
+ * same bits). Narrow rows keep all lanes busy this way, where the ordered kernels give each
+ * column to one lane that walks the edges in order. The sums' order is not the CPU's edge
+ * order: the bits differ from the cpu plugin's (by rounding: the tests' TOL_SUM), but not
+ * from run to run. Needs width % 4 == 0 (units inside one weight's columns: the caller's
+ * rule), width <= 32 * 4, and 16-byte aligned rows of in and out (split_fits). */
+
+constexpr int kSplitBlock = 256;
+constexpr int kSplitAhead = 4; /* U: edges whose loads a lane issues before its adds */
+
+inline bool split_fits(int64_t width, const void *in, int64_t ld_in, const void *out,
+                       int64_t ld_out)
+{
+    return width > 0 && width % 4 == 0 && width <= 128 && ld_in % 4 == 0 && ld_out % 4 == 0 &&
+           (uintptr_t)in % 16 == 0 && (uintptr_t)out % 16 == 0;
+}
+
+/* out[r * ld_out + c] (+)= sum over row (row_begin + r)'s edges k of
+ *   e.weight(k, e.key(c)) * in[colidx[k] * ld_in + c],    c < width
+ * E gives the CSR (rowptr, colidx), key(c) (an E::lane_key: what a lane's weights depend on
+ * besides the edge, computed once) and weight(k, key). */
+template <int G, int L, typename E>
+__global__ void __launch_bounds__(kSplitBlock)
+    split_rows(const E e, int64_t row_begin, int64_t rows, int64_t width, const float *in,
+               int64_t ld_in, float *out, int64_t ld_out, bool accumulate)
+{
+    constexpr int S = G / L, U = kSplitAhead, per_block = kSplitBlock / G;
+    const int lane = threadIdx.x % G, sub = lane / L;
+    const int64_t c = (int64_t)(lane % L) * 4;
+    const bool on = c < width;
+    typename E::lane_key key{};
+    if (on)
+        key = e.key(c);
+    const unsigned mask = group_mask<G>();
+    for (int64_t r = (int64_t)blockIdx.x * per_block + threadIdx.x / G; r < rows;
+         r += (int64_t)gridDim.x * per_block) {
+        const int64_t i = row_begin + r, k1 = e.rowptr[i + 1];
+        float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        for (int64_t kb = e.rowptr[i] + sub; on && kb < k1; kb += (int64_t)S * U) {
+            float w[U];
+            float4 x[U];
+#pragma unroll
+            for (int q = 0; q < U; q++) {
+                const int64_t k = kb + (int64_t)q * S;
+                w[q] = 0.0f;
+                x[q] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                if (k < k1) {
+                    w[q] = e.weight(k, key);
+                    x[q] = *reinterpret_cast<const float4 *>(in + (int64_t)e.colidx[k] * ld_in +
+                                                             c);
+                }
+            }
+#pragma unroll
+            for (int q = 0; q < U; q++) {
+                a.x = fmaf(w[q], x[q].x, a.x);
+                a.y = fmaf(w[q], x[q].y, a.y);
+                a.z = fmaf(w[q], x[q].z, a.z);
+                a.w = fmaf(w[q], x[q].w, a.w);
+            }
+        }
+#pragma unroll
+        for (int m = L; m < G; m *= 2) {
+            a.x += __shfl_xor_sync(mask, a.x, m, G);
+            a.y += __shfl_xor_sync(mask, a.y, m, G);
+            a.z += __shfl_xor_sync(mask, a.z, m, G);
+            a.w += __shfl_xor_sync(mask, a.w, m, G);
+        }
+        if (on && sub == 0) {
+            float4 *y = reinterpret_cast<float4 *>(out + r * ld_out + c);
+            if (accumulate) {
+                const float4 o = *y;
+                a = make_float4(o.x + a.x, o.y + a.y, o.z + a.z, o.w + a.w);
+            }
+            *y = a;
+        }
+    }
+}
+
+/* Launches split_rows with L = the width's float4 units rounded up to a power of two and
+ * G = 8 L (S = 8 edges at once) up to a warp. The caller checked split_fits. */
+template <typename E>
+void split_launch(cudaStream_t st, const E &e, int64_t row_begin, int64_t rows, int64_t width,
+                  const float *in, int64_t ld_in, float *out, int64_t ld_out, bool accumulate)
+{
+#define BV_SPLIT(G, L)                                                                         \
+    split_rows<G, L, E><<<grid_for(rows, kSplitBlock / (G)), kSplitBlock, 0, st>>>(           \
+        e, row_begin, rows, width, in, ld_in, out, ld_out, accumulate)
+    const int64_t units = width / 4;
+    if (units <= 1)
+        BV_SPLIT(8, 1);
+    else if (units <= 2)
+        BV_SPLIT(16, 2);
+    else if (units <= 4)
+        BV_SPLIT(32, 4);
+    else if (units <= 8)
+        BV_SPLIT(32, 8);
+    else if (units <= 16)
+        BV_SPLIT(32, 16);
+    else
+        BV_SPLIT(32, 32);
+#undef BV_SPLIT
 }
 
 } // namespace cu_rows

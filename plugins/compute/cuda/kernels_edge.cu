@@ -456,6 +456,45 @@ __global__ void __launch_bounds__(kBlock)
     });
 }
 
+/* split_rows's edges for gather_heads: the weight of the lane's head, w[we(k) * heads +
+ * c / head_dim]. */
+struct head_edges {
+    const int64_t *rowptr;
+    const int32_t *colidx;
+    const int64_t *perm;
+    int64_t row_begin;
+    const float *w;
+    int heads;
+    int64_t head_dim;
+
+    struct lane_key {
+        int head;
+        int64_t base; /* w's first edge, without perm */
+    };
+    __device__ lane_key key(int64_t c) const
+    {
+        return lane_key{(int)(c / head_dim), perm ? 0 : rowptr[row_begin]};
+    }
+    __device__ float weight(int64_t k, const lane_key &l) const
+    {
+        return w[(perm ? perm[k] : k - l.base) * heads + l.head];
+    }
+};
+
+/* The split rows where they fit (a float4 unit inside one head) and the instance does not
+ * keep the ordered sums; else the ordered gather. */
+void gather_any(cudaStream_t st, const gather &g, bool ordered)
+{
+    const int64_t width = g.heads * g.head_dim;
+    if (!ordered && g.head_dim % 4 == 0 && split_fits(width, g.in, g.ld_in, g.out, g.ld_out)) {
+        head_edges e = {g.rowptr, g.colidx, g.perm, g.row_begin, g.w, g.heads, g.head_dim};
+        split_launch(st, e, g.row_begin, g.rows, width, g.in, g.ld_in, g.out, g.ld_out,
+                     g.accumulate);
+    } else {
+        run_gather(st, g);
+    }
+}
+
 } // namespace
 
 extern "C" void cu_edge_scores(cudaStream_t st, const cu_csr *a, int64_t row_begin,
@@ -505,25 +544,25 @@ extern "C" void cu_edge_softmax_backward(cudaStream_t st, const cu_csr *a, int64
 /* Runs for rows without edges too: their outputs are zeros. */
 extern "C" void cu_gather_heads(cudaStream_t st, const cu_csr *a, int64_t row_begin,
                                 int64_t row_end, int heads, int64_t head_dim, const float *w,
-                                const float *x, int64_t x_stride, float *y)
+                                const float *x, int64_t x_stride, float *y, bool ordered)
 {
     if (row_end <= row_begin || heads <= 0 || head_dim <= 0)
         return;
     gather g = {a->rowptr, a->colidx, nullptr, row_begin, row_end - row_begin, heads, head_dim,
                 w, x, x_stride, y, heads * head_dim, false};
-    run_gather(st, g);
+    gather_any(st, g, ordered);
 }
 
 extern "C" void cu_gather_heads_backward_x(cudaStream_t st, const cu_csr *at,
                                            const int64_t *perm, int heads, int64_t head_dim,
                                            const float *w, const float *dy, float *dx,
-                                           int64_t x_stride)
+                                           int64_t x_stride, bool ordered)
 {
     if (at->nrows <= 0 || at->nnz <= 0 || heads <= 0 || head_dim <= 0)
         return;
     gather g = {at->rowptr, at->colidx, perm, 0, at->nrows, heads, head_dim,
                 w, dy, heads * head_dim, dx, x_stride, true};
-    run_gather(st, g);
+    gather_any(st, g, ordered);
 }
 
 /* head_dim 0 writes zeros, as the CPU's empty dot products do. */

@@ -962,8 +962,11 @@ static void case_spmm(int g, int64_t rb, int64_t re, int64_t f)
 /* Widths for the sparse kernels, which pick a group of 4, 8, 16 or 32 lanes by the row's
  * width, 2 or 4 columns a lane past 32 and 64, float4 units past 128 when the widths and
  * strides are multiples of 4 (160, 600), and sweep rows wider than a tile (128 columns, 512
- * in float4 units) a tile at a time (161, 600). */
-static const int64_t sparse_widths[] = {3, 7, 13, 29, 100, 160, 161, 600};
+ * in float4 units) a tile at a time (161, 600). A plain spmm of a width that is a multiple
+ * of 4 up to 128 takes the split rows (cuda_rows.cuh): 1, 2, 4, ... 32 lanes an edge, the
+ * last with lanes past the row (12: 3 units on 4 lanes; 100: 25 on 32). */
+static const int64_t sparse_widths[] = {3, 4, 7, 8, 12, 13, 16, 29, 32, 64, 100, 128, 160,
+                                        161, 600};
 
 /* ---- elementwise ----------------------------------------------------------------------- */
 
@@ -1499,9 +1502,12 @@ static void case_gather_backward_x(int heads, int64_t head_dim)
 
 /* Heads x head_dim shapes for the gathers: the kernels pick a group of 4, 8, 16 or 32 lanes
  * by the row's width, 2 or 4 columns a lane past 32 and 64, and float4 units past 128 when
- * head_dim and the strides are multiples of 4 (4 x 40); 2 x 50 is past 128 without. */
+ * head_dim and the strides are multiples of 4 (4 x 40); 2 x 50 is past 128 without. Up
+ * to 128 columns with head_dim a multiple of 4 they take the split rows (1 x 8, 8 x 8 as
+ * GAT's hidden layer, 2 x 4, 4 x 32, 3 x 4 with a lane past the row). */
 static const int gather_shapes[][2] = {{HEADS, HEAD_DIM}, {1, 3}, {1, 7}, {2, 7}, {2, 25},
-                                       {2, 50}, {4, 40}};
+                                       {2, 50}, {4, 40}, {1, 8}, {8, 8}, {2, 4}, {4, 32},
+                                       {3, 4}};
 
 static void cases_edge(void)
 {
