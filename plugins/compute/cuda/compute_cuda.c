@@ -34,9 +34,9 @@ static const bv_option cuda_options[] = {
                    "let cuBLAS multiply float32 matrices with TF32 tensor cores (faster, about "
                    "1e-3 relative error instead of 1e-6)"),
     BV_OPT_BOOLEAN("ordered_sums", "false",
-                   "sum every SpMM and attention-gather element in edge order, as the cpu "
-                   "plugin does (its bits for those ops; slower on rows of 128 floats or "
-                   "fewer, which otherwise spread a row's edges over lanes)"),
+                   "sum SpMM, the attention gathers and the attention weights' gradients "
+                   "in the cpu plugin's order (its bits for those ops; slower on rows of 128 "
+                   "floats or fewer, which otherwise spread a row's edges over lanes)"),
     BV_OPT_END,
 };
 
@@ -1012,7 +1012,8 @@ static void cuda_gather_heads_backward_w(bv_compute *c, const bv_csr *a, int64_t
     const float *dx = in(&k, x, span(a->ncols, heads * head_dim, x_stride));
     cu_gather_heads_backward_w(c->stream, &da, row_begin, row_end, heads, head_dim, ddy, dx,
                                x_stride,
-                               out(&k, dw, edge_bytes(a, row_begin, row_end, heads, dw), false));
+                               out(&k, dw, edge_bytes(a, row_begin, row_end, heads, dw), false),
+                               c->ordered_sums);
     call_end(&k);
 }
 

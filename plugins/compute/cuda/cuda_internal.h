@@ -154,7 +154,8 @@ void cu_gather_heads_backward_x(cudaStream_t s, const cu_csr *at, const int64_t 
                                 float *dx, int64_t x_stride, bool ordered);
 void cu_gather_heads_backward_w(cudaStream_t s, const cu_csr *a, int64_t row_begin,
                                 int64_t row_end, int heads, int64_t head_dim,
-                                const float *dy, const float *x, int64_t x_stride, float *dw);
+                                const float *dy, const float *x, int64_t x_stride, float *dw,
+                                bool ordered);
 
 /* ---- kernels_transformer.cu (gemm_batched is cuBLAS, in compute_cuda.c) ---- */
 void cu_layernorm_forward(cudaStream_t s, int64_t rows, int64_t cols, float eps,

@@ -16,6 +16,11 @@
  *   order (backward_x runs over the transpose, so it needs no atomics).
  * - gather_heads_backward_w: one warp per row, eight lanes per (edge, head) dot product,
  *   added in the CPU's head_dot order, kSteps pairs at a time.
+ * - Unless the instance keeps the ordered sums (its option ordered_sums), rows of at most
+ *   128 floats with head_dim a multiple of 4 take cuda_rows.cuh's split rows instead, in
+ *   gather_heads and its backward_x, and split_dots (the same lane layout, dy's row held in
+ *   registers, a head's products added by an xor butterfly) in backward_w: their sums are
+ *   not in the CPU's order, but they are the same from run to run.
  * The CPU build is ISO C, which contracts nothing into an FMA: the sums use separately
  * rounded multiplies and adds (__fmul_rn, __fadd_rn) to give its bits. */
 #include "cuda_internal.h"
@@ -495,6 +500,86 @@ void gather_any(cudaStream_t st, const gather &g, bool ordered)
     }
 }
 
+/* gather_heads_backward_w by split rows (cuda_rows.cuh's lane layout): a group of G lanes
+ * owns a row i, lane (s, u) holds float4 unit u of dy's row (loaded once), and sub-group s
+ * takes edges k0 + s, k0 + s + S, ...: each lane multiplies its unit by x's row col(k),
+ * and the H = head_dim / 4 lanes of a head add their four products by an xor butterfly
+ * (H a power of two, so a head's lanes are an aligned block of the sub-group's). Every
+ * lane of the group runs the same rounds of S * U edges, so that the shuffles see them
+ * all; lanes past the row's end or width add zeros and write nothing. */
+template <int G, int L>
+__global__ void __launch_bounds__(kSplitBlock)
+    split_dots(const row_range rg, int64_t head_dim, int lanes_per_head, const float *dy,
+               const float *x, int64_t x_stride, float *dw)
+{
+    constexpr int S = G / L, U = kSplitAhead, per_block = kSplitBlock / G;
+    const int lane = threadIdx.x % G, sub = lane / L;
+    const int64_t width = rg.heads * head_dim, c = (int64_t)(lane % L) * 4;
+    const bool on = c < width, writes = on && c % head_dim == 0;
+    const int head = on ? (int)(c / head_dim) : 0;
+    const unsigned mask = group_mask<G>();
+    const int64_t base = rg.rowptr[rg.row_begin];
+    for (int64_t r = (int64_t)blockIdx.x * per_block + threadIdx.x / G; r < rg.rows;
+         r += (int64_t)gridDim.x * per_block) {
+        const int64_t i = rg.row_begin + r, k0 = rg.rowptr[i], k1 = rg.rowptr[i + 1];
+        float4 d = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (on)
+            d = *reinterpret_cast<const float4 *>(dy + r * width + c);
+        for (int64_t kb = k0; kb < k1; kb += (int64_t)S * U) {
+            float4 v[U];
+#pragma unroll
+            for (int q = 0; q < U; q++) {
+                const int64_t k = kb + (int64_t)q * S + sub;
+                v[q] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                if (on && k < k1)
+                    v[q] = *reinterpret_cast<const float4 *>(
+                        x + (int64_t)rg.colidx[k] * x_stride + c);
+            }
+#pragma unroll
+            for (int q = 0; q < U; q++) {
+                float dot = d.x * v[q].x + d.y * v[q].y + d.z * v[q].z + d.w * v[q].w;
+                for (int m = 1; m < lanes_per_head; m *= 2)
+                    dot += __shfl_xor_sync(mask, dot, m, G);
+                const int64_t k = kb + (int64_t)q * S + sub;
+                if (writes && k < k1)
+                    dw[(k - base) * rg.heads + head] = dot;
+            }
+        }
+    }
+}
+
+/* The split dots where they fit (head_dim a multiple of 4 whose units per head are a power
+ * of two, rows of at most 128 floats, aligned) and the instance does not keep the ordered
+ * sums; else the ordered kernel. */
+void backward_w_any(cudaStream_t st, const row_range &rg, int64_t head_dim, const float *dy,
+                    const float *x, int64_t x_stride, float *dw, bool ordered)
+{
+    const int64_t width = rg.heads * head_dim, per_head = head_dim / 4;
+    if (!ordered && head_dim % 4 == 0 && (per_head & (per_head - 1)) == 0 &&
+        split_fits(width, x, x_stride, dy, width)) {
+        const int64_t units = width / 4;
+#define BV_DOTS(G, L)                                                                          \
+    split_dots<G, L><<<grid_for(rg.rows, kSplitBlock / (G)), kSplitBlock, 0, st>>>(           \
+        rg, head_dim, (int)per_head, dy, x, x_stride, dw)
+        if (units <= 1)
+            BV_DOTS(8, 1);
+        else if (units <= 2)
+            BV_DOTS(16, 2);
+        else if (units <= 4)
+            BV_DOTS(32, 4);
+        else if (units <= 8)
+            BV_DOTS(32, 8);
+        else if (units <= 16)
+            BV_DOTS(32, 16);
+        else
+            BV_DOTS(32, 32);
+#undef BV_DOTS
+        return;
+    }
+    gather_heads_backward_w_rows<<<grid_for(rg.rows, kWarpsPerBlock), kBlock, 0, st>>>(
+        rg, head_dim, dy, x, x_stride, dw);
+}
+
 } // namespace
 
 extern "C" void cu_edge_scores(cudaStream_t st, const cu_csr *a, int64_t row_begin,
@@ -569,11 +654,10 @@ extern "C" void cu_gather_heads_backward_x(cudaStream_t st, const cu_csr *at,
 extern "C" void cu_gather_heads_backward_w(cudaStream_t st, const cu_csr *a, int64_t row_begin,
                                            int64_t row_end, int heads, int64_t head_dim,
                                            const float *dy, const float *x, int64_t x_stride,
-                                           float *dw)
+                                           float *dw, bool ordered)
 {
     if (row_end <= row_begin || heads <= 0 || a->nnz <= 0)
         return;
-    gather_heads_backward_w_rows<<<grid_for(row_end - row_begin, kWarpsPerBlock), kBlock, 0,
-                                   st>>>(range_of(a, row_begin, row_end, heads), head_dim, dy,
-                                         x, x_stride, dw);
+    backward_w_any(st, range_of(a, row_begin, row_end, heads), head_dim, dy, x, x_stride, dw,
+                   ordered);
 }
