@@ -542,12 +542,13 @@ static void cuda_gemm(bv_compute *c, bool trans_a, bool trans_b, int64_t m, int6
 {
     if (m <= 0 || n <= 0)
         return;
-    cu_call kc = call_begin(c, "gemm");
+    bool split = m * n <= SPLIT_K_MAX_OUT && k >= SPLIT_K_MIN_K;
+    cu_call kc = call_begin(c, split ? "gemm_split_k" : "gemm"); /* apart in the profile */
     const float *da = in(&kc, a, trans_a ? span(k, m, lda) : span(m, k, lda));
     const float *db = in(&kc, b, trans_b ? span(n, k, ldb) : span(k, n, ldb));
     /* C is read when beta says so, and staged with its gaps when ldc leaves some */
     float *dc = out(&kc, cm, span(m, n, ldc), beta != 0.0f || ldc != n);
-    if (m * n <= SPLIT_K_MAX_OUT && k >= SPLIT_K_MIN_K) {
+    if (split) {
         gemm_split_k(&kc, trans_a, trans_b, m, n, k, alpha, da, lda, db, ldb, beta, dc, ldc);
         call_end(&kc);
         return;
