@@ -49,8 +49,12 @@ struct bv_seq_pipe {
     int64_t *node; /* per process (launched for stage node n): the cloud's id, -1 gone */
     int *host;     /* per stage node: the process that runs it (its own, or a shadow's) */
     int lost;      /* the process whose end failed the last command, -1 none */
-    int watch_only;   /* >= 0: the one node asked; another's end is kept for later */
+    const int *watch; /* the nodes asked alone (ask, gather); another's end is kept */
+    int nwatch;       /*   for later; 0: every end fails the wait */
     bv_error deferred; /* how that other end was seen */
+    int64_t gathers;   /* gathers of stage states: each has a step of its own (-gathers),
+                          so that a late answer of one that failed is never taken for a
+                          later one's */
     int reroute;      /* a stage given a process of its own whose address not every node
                          has been told yet, -1 none */
     bool two_phase; /* bv_seq_pipe_two_phase: steps prepared, then committed */
@@ -86,8 +90,6 @@ static void stage_name(const bv_seq_pipe *p, int node, char *buf, size_t len)
 
 static bv_status watch(bv_seq_pipe *p, bv_error *err);
 static bool recovered(bv_seq_pipe *p, double *lost_at, bv_error *err);
-static bv_status take_state(bv_seq_pipe *p, int node, const bv_pipe_msg_in *m, void *ctx,
-                            bv_error *err);
 static bv_status reroute(bv_seq_pipe *p, bv_error *err);
 
 /* Sends a message to a stage node. With stage processes each try gives up after
@@ -154,7 +156,9 @@ static bv_status lose(bv_seq_pipe *p, int n, int64_t id, const char *how, bv_err
     p->lost = n;
     stage_name(p, n, who, sizeof who);
     tell_strategies(p, n, id);
-    bool later = p->two_phase && p->watch_only >= 0 && p->host[p->watch_only] != n;
+    bool later = p->two_phase && p->nwatch > 0;
+    for (int i = 0; i < p->nwatch; i++)
+        later = later && p->host[p->watch[i]] != n;
     bv_status st = bv_error_set(later ? &p->deferred : err, BV_ERR_IO,
                                 "lost %s (node %lld on localhost): it %s", who,
                                 (long long)id, how);
@@ -274,8 +278,8 @@ static bv_status collect(bv_seq_pipe *p, int answers, uint32_t cmd, int64_t step
             if (bound > 0 && (answered > 0 || answers == 1) &&
                 bv_now_seconds() - last > bound) {
                 char who[64] = "";
-                if (answers == 1)
-                    stage_name(p, p->watch_only, who, sizeof who);
+                if (answers == 1 && p->nwatch == 1)
+                    stage_name(p, p->watch[0], who, sizeof who);
                 else
                     snprintf(who, sizeof who, "%d of %d stage nodes", answers - answered,
                              answers);
@@ -706,7 +710,6 @@ bv_status bv_seq_pipe_start(const bv_seq_pipe_cfg *cfg, bv_seq_pipe **out, bv_er
     for (int n = 0; p->host && n < p->nodes; n++)
         p->host[n] = n;
     p->lost = -1;
-    p->watch_only = -1;
     p->reroute = -1;
     p->two_phase = bv_seq_pipe_two_phase(cfg);
     if (rc == BV_OK && cfg->cloud_ops)
@@ -796,11 +799,81 @@ static bv_status ask(bv_seq_pipe *p, int node, uint32_t cmd, int64_t step, const
                                        bv_error *),
                      void *ctx, bv_error *err)
 {
-    p->watch_only = node;
+    p->watch = &node;
+    p->nwatch = 1;
     bv_status rc = send_cmd(p, node, cmd, step, data, bytes, err);
     if (rc == BV_OK)
         rc = collect(p, 1, cmd, step, done_type, each, ctx, err);
-    p->watch_only = -1;
+    p->nwatch = 0;
+    return rc;
+}
+
+/* One gather's states, one per stage of the pipeline, put together in stage order. */
+typedef struct gathered {
+    int first; /* the pipeline's first node */
+    bv_state *part;
+} gathered;
+
+static bv_status take_part(bv_seq_pipe *p, int node, const bv_pipe_msg_in *m, void *ctx,
+                           bv_error *err)
+{
+    gathered *g = ctx;
+    int k = node - g->first;
+    if (k < 0 || k >= p->cfg.stages || g->part[k].count)
+        return bv_error_set(err, BV_ERR_CORRUPT, "a state from node %d, not asked", node);
+    return bv_stage_state_unpack(m->data, m->bytes, &g->part[k], err);
+}
+
+/* Appends the blobs of parts[0..n) to *out in that order, moved (the parts are left
+ * empty). */
+static bv_status append_parts(bv_state *out, bv_state *parts, int n, bv_error *err)
+{
+    size_t total = out->count;
+    for (int k = 0; k < n; k++)
+        total += parts[k].count;
+    bv_blob *b = realloc(out->blobs, (total ? total : 1) * sizeof *b);
+    if (!b)
+        return bv_error_set(err, BV_ERR_NOMEM, "out of memory for the state");
+    out->blobs = b;
+    for (int k = 0; k < n; k++) {
+        if (parts[k].count)
+            memcpy(b + out->count, parts[k].blobs, parts[k].count * sizeof *b);
+        out->count += parts[k].count;
+        free(parts[k].blobs);
+        parts[k].blobs = NULL;
+        parts[k].count = 0;
+    }
+    return BV_OK;
+}
+
+/* The layers (and moments) of pipeline d's stages but stage `skip` (-1: none), appended
+ * to *out in stage order. Every stage is asked at once, so that they pack their states
+ * side by side; as in ask(), where stages fail over the end of a process that runs none
+ * of them is kept for later. Each gather has a step of its own, so that a late answer of
+ * one that failed is never taken for a later one's. */
+static bv_status gather(bv_seq_pipe *p, int d, int skip, bv_state *out, bv_error *err)
+{
+    int P = p->cfg.stages, n = 0;
+    gathered g = {d * P, calloc((size_t)P, sizeof *g.part)};
+    int *nodes = calloc((size_t)P, sizeof *nodes);
+    bv_status rc = g.part && nodes ? BV_OK : bv_error_set(err, BV_ERR_NOMEM, "out of memory");
+    for (int k = 0; rc == BV_OK && k < P; k++)
+        if (k != skip)
+            nodes[n++] = d * P + k;
+    int64_t step = -++p->gathers; /* below every training step's wire step */
+    p->watch = nodes;
+    p->nwatch = n;
+    for (int i = 0; rc == BV_OK && i < n; i++)
+        rc = send_cmd(p, nodes[i], BV_PIPE_GET_STATE, step, NULL, 0, err);
+    if (rc == BV_OK)
+        rc = collect(p, n, BV_PIPE_GET_STATE, step, BV_PIPE_STATE, take_part, &g, err);
+    p->nwatch = 0;
+    if (rc == BV_OK)
+        rc = append_parts(out, g.part, P, err);
+    for (int k = 0; g.part && k < P; k++)
+        bv_state_free(&g.part[k]);
+    free(g.part);
+    free(nodes);
     return rc;
 }
 
@@ -873,13 +946,8 @@ static void uncovered(const bv_seq_pipe *p, int v, char *why, size_t len)
 static bv_status pipeline_state(bv_seq_pipe *p, int d, int skip, uint8_t **buf,
                                 size_t *bytes, bv_error *err)
 {
-    int P = p->cfg.stages;
     bv_state s = {0};
-    bv_status rc = BV_OK;
-    for (int k = 0; rc == BV_OK && k < P; k++)
-        if (k != skip)
-            rc = ask(p, d * P + k, BV_PIPE_GET_STATE, 0, NULL, 0, BV_PIPE_STATE, take_state,
-                     &s, err);
+    bv_status rc = gather(p, d, skip, &s, err);
     if (rc == BV_OK)
         rc = bv_stage_state_pack(&s, buf, bytes, err);
     bv_state_free(&s);
@@ -1379,27 +1447,14 @@ bv_status bv_seq_pipe_eval(bv_seq_pipe *p, int64_t done, int split, int64_t iter
 
 /* ---- state, checksum ---- */
 
-static bv_status take_state(bv_seq_pipe *p, int node, const bv_pipe_msg_in *m, void *ctx,
-                            bv_error *err)
-{
-    (void)p;
-    (void)node;
-    return bv_stage_state_unpack(m->data, m->bytes, ctx, err);
-}
-
 bv_status bv_seq_pipe_get_state(bv_seq_pipe *p, bv_state *s, bv_error *err)
 {
     /* the first pipeline's stages: the replicas hold the same bits */
     double lost_at = 0;
-    for (int n = 0; n < p->cfg.stages; n++) {
-        bv_status rc = ask(p, n, BV_PIPE_GET_STATE, 0, NULL, 0, BV_PIPE_STATE, take_state, s,
-                           err);
-        if (rc != BV_OK && recovered(p, &lost_at, err))
-            rc = ask(p, n, BV_PIPE_GET_STATE, 0, NULL, 0, BV_PIPE_STATE, take_state, s, err);
-        if (rc != BV_OK)
-            return rc;
-    }
-    return BV_OK;
+    bv_status rc = gather(p, 0, -1, s, err);
+    if (rc != BV_OK && recovered(p, &lost_at, err))
+        rc = gather(p, 0, -1, s, err);
+    return rc;
 }
 
 bv_status bv_seq_pipe_set_state(bv_seq_pipe *p, const bv_state *s, bv_error *err)

@@ -250,6 +250,7 @@ struct bv_engine {
     int failovers, replaced; /* those of the pipelines before the last restart */
     double failover_s;
     double restart_s; /* the restarts' pauses: the stages ended, launched and initialised */
+    double gather_s; /* the stages' states gathered for checkpoints (get_state) */
     char config_dir[4096];   /* the experiment's directory (the cloud's run info) */
     double bubble_sum;       /* over the steps: the stages' idle share */
     int64_t bubble_steps;
@@ -475,7 +476,9 @@ static bv_status evaluate(bv_engine *e, int64_t done, bool final, bv_record *rec
 static bv_status get_state(bv_engine *e, bv_state *s, bv_error *err)
 {
     if (e->pipe) {
+        double t0 = bv_now_seconds();
         bv_status st = bv_seq_pipe_get_state(e->pipe, s, err);
+        e->gather_s += bv_now_seconds() - t0;
         if (st != BV_OK)
             return st;
     }
@@ -597,6 +600,7 @@ static void result(bv_engine *e, const bv_history *h, bv_run_result *res)
             bv_result_add(res, "restarts", e->restarts, true, 0);
             bv_result_add(res, "restart_seconds", e->restart_s, false, 0);
         }
+        bv_result_add(res, "state_gather_seconds", e->gather_s, false, 0);
     }
     bv_result_add(res, "val_loss", val, false, BV_RESULT_MEAN | BV_RESULT_HEADLINE);
     bv_result_add(res, "train_loss", train_loss, false, BV_RESULT_MEAN);
