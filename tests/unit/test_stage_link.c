@@ -1,8 +1,9 @@
 /* The pipeline nodes' links (core/src/engine/pipeline/stage_link.h) over the example
  * in-process transport (examples/plugins/transport_queue.c, compiled in): messages
  * matched by (type, sender, tag, step) with early ones stashed, exact sizes, an abort that
- * ends a wait, a timeout that says what it waited for, the ring all-reduce on three nodes
- * (the same bits on each), and packed states read back or refused. */
+ * ends a wait, a timeout that says what it waited for, a payload filled in place, the ring
+ * all-reduce on three nodes (the same bits on each), and packed states read back or
+ * refused. */
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -94,6 +95,43 @@ static void test_matching(void **state)
     bv_opts_free(&opts);
 }
 
+/* A payload written in pieces by bv_stage_link_send_fill: the filler gets the message's
+ * own buffer, and the receiver the bytes, with the step and tag. */
+static void fill_squares(void *dst, size_t bytes, const void *ctx)
+{
+    const int *n = ctx;
+    float *f = dst;
+    assert_int_equal(bytes, (size_t)*n * sizeof *f);
+    for (int i = 0; i < *n; i++)
+        f[i] = (float)(i * i);
+}
+
+static void test_send_fill(void **state)
+{
+    (void)state;
+    bv_opts opts = {0};
+    bv_transport *t = make_transport(&opts);
+    bv_stage_link *a = open_node(t, 0), *b = open_node(t, 1);
+    bv_error err = {0};
+    int n = 5;
+    assert_int_equal(bv_stage_link_send_fill(a, 1, BV_PIPE_REPLICA, 0, 9, n * sizeof(float),
+                                             fill_squares, &n, &err),
+                     BV_OK);
+    bv_pipe_msg_in m;
+    assert_int_equal(bv_stage_link_recv(b, BV_PIPE_REPLICA, 0, 0, 9, 1000, "the replica's "
+                                        "gradients", &m, &err),
+                     BV_OK);
+    const float want[5] = {0, 1, 4, 9, 16};
+    assert_int_equal(m.bytes, sizeof want);
+    assert_memory_equal(m.data, want, sizeof want);
+    assert_int_equal(m.step, 9);
+    bv_stage_link_release(b, &m);
+    bv_stage_link_close(a);
+    bv_stage_link_close(b);
+    queue_ops.destroy(t);
+    bv_opts_free(&opts);
+}
+
 typedef struct ring_arg {
     bv_transport *t;
     int rank;
@@ -176,6 +214,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matching),
+        cmocka_unit_test(test_send_fill),
         cmocka_unit_test(test_allreduce),
         cmocka_unit_test(test_state_packing),
     };

@@ -201,13 +201,19 @@ static bv_status abort_came(bv_stage_link *l, int to, bv_error *err)
 }
 
 /* The payload of a message: the step, then the data. */
-static uint8_t *payload_make(int64_t step, const void *data, size_t bytes)
+static void fill_copy(void *dst, size_t bytes, const void *data)
+{
+    memcpy(dst, data, bytes);
+}
+
+static uint8_t *payload_make(int64_t step, size_t bytes,
+                             void (*fill)(void *, size_t, const void *), const void *ctx)
 {
     uint8_t *payload = malloc(STEP_BYTES + bytes);
     if (payload) {
         put_le64(payload, (uint64_t)step);
         if (bytes)
-            memcpy(payload + STEP_BYTES, data, bytes);
+            fill(payload + STEP_BYTES, bytes, ctx);
     }
     return payload;
 }
@@ -226,13 +232,21 @@ static bv_status send_once(bv_stage_link *l, int to, const bv_wire_header *wh,
 bv_status bv_stage_link_send(bv_stage_link *l, int to, uint16_t type, uint32_t tag,
                              int64_t step, const void *data, size_t bytes, bv_error *err)
 {
+    return bv_stage_link_send_fill(l, to, type, tag, step, bytes, fill_copy, data, err);
+}
+
+bv_status bv_stage_link_send_fill(bv_stage_link *l, int to, uint16_t type, uint32_t tag,
+                                  int64_t step, size_t bytes,
+                                  void (*fill)(void *dst, size_t bytes, const void *ctx),
+                                  const void *ctx, bv_error *err)
+{
     if (to < 0 || to >= l->nodes)
         return bv_error_set(err, BV_ERR_INTERNAL, "no node %d of %d", to, l->nodes);
     const char *addr = l->moved && l->moved[to] ? l->moved[to] : l->addrs[to];
     if (!l->out[to] && !(l->out[to] = l->t->connect(l->tr, addr, err)))
         return err->status ? err->status : BV_ERR_IO;
     size_t len = STEP_BYTES + bytes;
-    uint8_t *payload = payload_make(step, data, bytes);
+    uint8_t *payload = payload_make(step, bytes, fill, ctx);
     if (!payload)
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory for a %zu-byte message", len);
     bv_wire_header wh;
@@ -247,7 +261,7 @@ bv_status bv_stage_link_send(bv_stage_link *l, int to, uint16_t type, uint32_t t
             return st;
         if ((st = abort_came(l, to, err)) != BV_OK)
             return st;
-        if (!(payload = payload_make(step, data, bytes)))
+        if (!(payload = payload_make(step, bytes, fill, ctx)))
             return bv_error_set(err, BV_ERR_NOMEM, "out of memory for a %zu-byte message",
                                 len);
     }

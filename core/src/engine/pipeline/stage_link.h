@@ -77,6 +77,13 @@ void bv_stage_link_close(bv_stage_link *l);
 
 bv_status bv_stage_link_send(bv_stage_link *l, int to, uint16_t type, uint32_t tag,
                              int64_t step, const void *data, size_t bytes, bv_error *err);
+/* The same with a payload of `bytes` that fill(dst, bytes, ctx) writes straight into the
+ * message (again where a send is tried again), for a payload gathered from pieces: no
+ * copy of it is made first. */
+bv_status bv_stage_link_send_fill(bv_stage_link *l, int to, uint16_t type, uint32_t tag,
+                                  int64_t step, size_t bytes,
+                                  void (*fill)(void *dst, size_t bytes, const void *ctx),
+                                  const void *ctx, bv_error *err);
 /* The transport gives up a send after a slice of bound_ms (node_group.h's
  * BV_SEND_SLICE_MS): a send is tried again until bound_ms (< 0: forever), and an ABORT
  * that comes meanwhile ends it with BV_ERR_STOPPED, so a node whose peer is gone is free

@@ -188,9 +188,10 @@ bv_compute *bv_seq_stage_compute(const bv_experiment *x, int stages, bv_error *e
 }
 
 /* Every gradient buffer of an engine's span, in layer and parameter order (its own
- * tensors, replicas and the tied ones' own gradients), copied into flat (to_flat) or back;
- * returns the floats. The same span in two engines has the same order. */
-static size_t flat_grads(const bv_layer_engine *le, float *flat, bool to_flat)
+ * tensors, replicas and the tied ones' own gradients), copied into `to` or from `from`
+ * (neither: only counted); returns the floats. The same span in two engines has the same
+ * order. */
+static size_t flat_grads(const bv_layer_engine *le, float *to, const float *from)
 {
     bv_layer_tensor t;
     size_t off = 0, o, oi, first, end;
@@ -199,12 +200,20 @@ static size_t flat_grads(const bv_layer_engine *le, float *flat, bool to_flat)
         for (size_t i = 0; i < bv_layer_engine_layer(le, l)->nparams; i++) {
             if (!bv_layer_engine_tensor(le, l, i, &t) && !bv_layer_engine_tie(le, l, i, &o, &oi))
                 continue;
-            if (flat)
-                memcpy(to_flat ? flat + off : t.grad, to_flat ? t.grad : flat + off,
-                       (size_t)t.n * sizeof *flat);
+            if (to)
+                memcpy(to + off, t.grad, (size_t)t.n * sizeof *to);
+            else if (from)
+                memcpy(t.grad, from + off, (size_t)t.n * sizeof *from);
             off += (size_t)t.n;
         }
     return off;
+}
+
+/* bv_stage_link_send_fill's filler: the layer engine ctx's gradients, flat. */
+static void fill_grads(void *dst, size_t bytes, const void *ctx)
+{
+    (void)bytes;
+    flat_grads(ctx, dst, NULL);
 }
 
 /* The replica the schedule asks for: the layers of the stage its REDUNDANT_* and
@@ -239,7 +248,7 @@ static bv_status replica_setup(stage *st, bv_error *err)
                                                &st->rep, err);
     if (rc != BV_OK)
         return rc;
-    st->rep_nflat = flat_grads(st->rep, NULL, true);
+    st->rep_nflat = flat_grads(st->rep, NULL, NULL);
     st->rep_out_w = bv_layer_engine_layer(st->rep, span.end - 1)->out_width;
     size_t bytes = (size_t)(st->rows_mb * st->cfg->block * st->rep_out_w) * sizeof(float);
     if (!(st->rep_dout = malloc(bytes)))
@@ -286,7 +295,7 @@ static bv_status stage_setup(stage *st, bv_error *err)
     /* every gradient buffer this stage has (the all-reduce, a replica's update), every
      * owned tensor (the norm) */
     bv_layer_tensor t;
-    st->nflat = flat_grads(st->le, NULL, true);
+    st->nflat = flat_grads(st->le, NULL, NULL);
     for (size_t l = st->first; l < st->end; l++)
         for (size_t i = 0; i < bv_layer_engine_layer(st->le, l)->nparams; i++)
             st->nsq += bv_layer_engine_tensor(st->le, l, i, &t) && !t.replica;
@@ -344,14 +353,14 @@ static bv_status recv_into(stage *st, uint16_t type, int from, uint32_t tag, int
 
 static bv_status allreduce(stage *st, int64_t ws, bv_error *err)
 {
-    flat_grads(st->le, st->flat, true);
+    flat_grads(st->le, st->flat, NULL);
     int ring[64];
     for (int d = 0; d < st->D; d++)
         ring[d] = node_of(st, d, st->s);
     bv_status rc = bv_stage_link_allreduce(st->link, ring, st->D, st->d, ws, st->flat,
                                            st->nflat, st->cfg->peer_timeout_ms, err);
     if (rc == BV_OK)
-        flat_grads(st->le, st->flat, false);
+        flat_grads(st->le, NULL, st->flat);
     return rc;
 }
 
@@ -547,10 +556,21 @@ static bv_status replica_update(stage *st, int peer, int64_t ws, bv_error *err)
 {
     if (!st->rep)
         return bv_error_set(err, BV_ERR_INTERNAL, "stage %d has no replica", st->s);
-    bv_status rc = recv_into(st, BV_PIPE_REPLICA, peer, 0, ws, "the replica's gradients",
-                             st->flat, st->rep_nflat * sizeof *st->flat, err);
-    if (rc == BV_OK)
-        flat_grads(st->rep, st->flat, false);
+    double t0 = bv_now_seconds();
+    bv_pipe_msg_in m;
+    bv_status rc = bv_stage_link_recv(st->link, BV_PIPE_REPLICA, peer, 0, ws,
+                                      st->cfg->peer_timeout_ms, "the replica's gradients", &m,
+                                      err);
+    st->wait_s += bv_now_seconds() - t0;
+    if (rc != BV_OK)
+        return rc;
+    size_t want = st->rep_nflat * sizeof(float);
+    if (m.bytes != want) /* taken from the message itself: no copy on the way */
+        rc = bv_error_set(err, BV_ERR_CORRUPT, "the replica's gradients from node %d: %zu "
+                          "bytes, expected %zu", peer, m.bytes, want);
+    else
+        flat_grads(st->rep, NULL, m.data);
+    bv_stage_link_release(st->link, &m);
     return rc;
 }
 
@@ -638,9 +658,9 @@ static bv_status train_step(stage *st, int64_t ws, double lr, double res[6], bv_
             st->compute_s += bv_now_seconds() - t0;
             break;
         case BV_INSTR_REPLICA_SEND:
-            flat_grads(st->le, st->flat, true);
-            rc = bv_stage_link_send(st->link, peer, BV_PIPE_REPLICA, 0, ws, st->flat,
-                                    st->nflat * sizeof *st->flat, err);
+            rc = bv_stage_link_send_fill(st->link, peer, BV_PIPE_REPLICA, 0, ws,
+                                         st->nflat * sizeof *st->flat, fill_grads, st->le,
+                                         err);
             break;
         case BV_INSTR_REPLICA_UPDATE:
             rc = replica_update(st, peer, ws, err);
