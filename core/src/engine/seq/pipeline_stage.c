@@ -44,6 +44,7 @@ typedef struct stage {
     int rep_stage;             /* -1: none */
     bv_layer_engine *rep;
     int rep_slots;
+    bool rep_backward; /* the schedule runs the replica's backward (efeb) */
     size_t rep_nflat;
     float *rep_dout;           /* efeb: the gradient of the replica's output, received */
     int64_t rep_out_w;
@@ -237,6 +238,7 @@ static bv_status replica_setup(stage *st, bv_error *err)
                                 st->s, ins->stage);
         st->rep_stage = ins->stage;
         forwards += ins->op == BV_INSTR_REDUNDANT_FORWARD;
+        st->rep_backward |= ins->op == BV_INSTR_REDUNDANT_BACKWARD;
     }
     if (st->rep_stage < 0)
         return BV_OK;
@@ -590,7 +592,8 @@ static bv_status train_step(stage *st, int64_t ws, double lr, double res[6], bv_
                          cfg->block, st->d * st->rows_pipe, st->rows_pipe, st->tokens,
                          st->targets);
     bv_layer_engine_zero_grads(st->le);
-    if (st->rep) /* efeb's gradients are this step's */
+    if (st->rep_backward) /* efeb's gradients are this step's; REPLICA_UPDATE writes every
+                           * one of the replica's gradients, so nothing else needs zeros */
         bv_layer_engine_zero_grads(st->rep);
     int64_t T = st->rows_mb * cfg->block;
     size_t in_bytes = (size_t)(T * st->in_w) * sizeof(float);
