@@ -7,6 +7,8 @@
 
 #include <stdint.h>
 
+#include <type_traits>
+
 namespace cu_rows {
 
 constexpr int64_t kMaxGrid = 1 << 20;
@@ -130,29 +132,38 @@ __global__ void __launch_bounds__(kSplitBlock)
     }
 }
 
-/* Launches split_rows with L = the width's float4 units rounded up to a power of two and
- * G = 8 L (S = 8 edges at once) up to a warp. The caller checked split_fits. */
+/* The split rows' lane layout for a row of `width` floats: L = its float4 units rounded up
+ * to a power of two, G = 8 L (S = 8 edges at once) up to a warp. Calls
+ * launch(std::integral_constant<int, G>, std::integral_constant<int, L>), which launches
+ * the kernel of that layout (split_rows, or split_dots of kernels_edge.cu). */
+template <typename Launch> void split_layout(int64_t width, Launch launch)
+{
+    using std::integral_constant;
+    const int64_t units = width / 4;
+    if (units <= 1)
+        launch(integral_constant<int, 8>{}, integral_constant<int, 1>{});
+    else if (units <= 2)
+        launch(integral_constant<int, 16>{}, integral_constant<int, 2>{});
+    else if (units <= 4)
+        launch(integral_constant<int, 32>{}, integral_constant<int, 4>{});
+    else if (units <= 8)
+        launch(integral_constant<int, 32>{}, integral_constant<int, 8>{});
+    else if (units <= 16)
+        launch(integral_constant<int, 32>{}, integral_constant<int, 16>{});
+    else
+        launch(integral_constant<int, 32>{}, integral_constant<int, 32>{});
+}
+
+/* split_rows over rows [row_begin, row_begin + rows); the caller checked split_fits. */
 template <typename E>
 void split_launch(cudaStream_t st, const E &e, int64_t row_begin, int64_t rows, int64_t width,
                   const float *in, int64_t ld_in, float *out, int64_t ld_out, bool accumulate)
 {
-#define BV_SPLIT(G, L)                                                                         \
-    split_rows<G, L, E><<<grid_for(rows, kSplitBlock / (G)), kSplitBlock, 0, st>>>(           \
-        e, row_begin, rows, width, in, ld_in, out, ld_out, accumulate)
-    const int64_t units = width / 4;
-    if (units <= 1)
-        BV_SPLIT(8, 1);
-    else if (units <= 2)
-        BV_SPLIT(16, 2);
-    else if (units <= 4)
-        BV_SPLIT(32, 4);
-    else if (units <= 8)
-        BV_SPLIT(32, 8);
-    else if (units <= 16)
-        BV_SPLIT(32, 16);
-    else
-        BV_SPLIT(32, 32);
-#undef BV_SPLIT
+    split_layout(width, [&](auto g, auto l) {
+        constexpr int G = decltype(g)::value, L = decltype(l)::value;
+        split_rows<G, L, E><<<grid_for(rows, kSplitBlock / G), kSplitBlock, 0, st>>>(
+            e, row_begin, rows, width, in, ld_in, out, ld_out, accumulate);
+    });
 }
 
 } // namespace cu_rows

@@ -557,23 +557,11 @@ void backward_w_any(cudaStream_t st, const row_range &rg, int64_t head_dim, cons
     const int64_t width = rg.heads * head_dim, per_head = head_dim / 4;
     if (!ordered && head_dim % 4 == 0 && (per_head & (per_head - 1)) == 0 &&
         split_fits(width, x, x_stride, dy, width)) {
-        const int64_t units = width / 4;
-#define BV_DOTS(G, L)                                                                          \
-    split_dots<G, L><<<grid_for(rg.rows, kSplitBlock / (G)), kSplitBlock, 0, st>>>(           \
-        rg, head_dim, (int)per_head, dy, x, x_stride, dw)
-        if (units <= 1)
-            BV_DOTS(8, 1);
-        else if (units <= 2)
-            BV_DOTS(16, 2);
-        else if (units <= 4)
-            BV_DOTS(32, 4);
-        else if (units <= 8)
-            BV_DOTS(32, 8);
-        else if (units <= 16)
-            BV_DOTS(32, 16);
-        else
-            BV_DOTS(32, 32);
-#undef BV_DOTS
+        split_layout(width, [&](auto g, auto l) {
+            constexpr int G = decltype(g)::value, L = decltype(l)::value;
+            split_dots<G, L><<<grid_for(rg.rows, kSplitBlock / G), kSplitBlock, 0, st>>>(
+                rg, head_dim, (int)per_head, dy, x, x_stride, dw);
+        });
         return;
     }
     gather_heads_backward_w_rows<<<grid_for(rg.rows, kWarpsPerBlock), kBlock, 0, st>>>(
