@@ -160,7 +160,8 @@ static _Atomic uint64_t staged_to_device, staged_to_host;
 
 struct bv_compute {
     int device;
-    bool ordered_sums; /* the option: SpMM and the gathers in edge order */
+    bool ordered_sums; /* the option: SpMM, the gathers and their weights' gradient in the
+                        * cpu plugin's order */
     cudaStream_t stream;
     cublasHandle_t blas;
     /* scratch for staged buffers: chunks of device memory, taken in order within one op
