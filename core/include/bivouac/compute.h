@@ -281,6 +281,13 @@ typedef struct bv_compute_ops {
                                            uint64_t head_stride, int64_t row_stride, int heads,
                                            const float *dy, int64_t lddy, int64_t f, float *dx,
                                            int64_t lddx);
+
+    /* ---- ABI 1.20: Adam on scaled gradients (optional; NULL: scale, then adam_step) ----
+     * adam_step on grad[i] * grad_scale, rounded as scale() rounds it, to the bit; grad
+     * itself is left as it is. Global-norm clipping's scale and the step in one pass over
+     * the gradients instead of two. */
+    void (*adam_step_scaled)(bv_compute *c, int64_t n, float grad_scale, float *param,
+                             const float *grad, float *m, float *v, const bv_adam_params *p);
 } bv_compute_ops;
 
 /* zero, or a memset where the back end has none. */

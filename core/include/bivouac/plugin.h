@@ -44,9 +44,10 @@ extern "C" {
  *   1.17: bv_compute_ops.zero and copy_rows, bv_zero and bv_copy_rows (compute.h):
  *        zeroing and copying where the backend's memory lies.
  *   1.18: bv_compute_ops.dense_dropout_heads and its gradient (compute.h).
- *   1.19: bv_cloud_ops.kill (cloud.h): a node stopped at once (one that hangs). */
+ *   1.19: bv_cloud_ops.kill (cloud.h): a node stopped at once (one that hangs).
+ *   1.20: bv_compute_ops.adam_step_scaled (compute.h): clipping and Adam in one pass. */
 #define BV_ABI_MAJOR 1
-#define BV_ABI_MINOR 19
+#define BV_ABI_MINOR 20
 
 typedef enum bv_plugin_kind {
     BV_KIND_MODEL = 1,

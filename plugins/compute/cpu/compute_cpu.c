@@ -240,6 +240,8 @@ static const bv_compute_ops cpu_ops = {
     .spmm_dropout_heads_backward_x = cpu_spmm_dropout_heads_backward_x,
     .dense_dropout_heads = cpu_dense_dropout_heads,
     .dense_dropout_heads_backward_x = cpu_dense_dropout_heads_backward_x,
+    /* ABI 1.20 */
+    .adam_step_scaled = cpu_adam_step_scaled,
 };
 
 static const bv_plugin cpu_plugin = {

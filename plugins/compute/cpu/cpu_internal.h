@@ -269,6 +269,8 @@ void cpu_dropout_backward(bv_compute *c, int64_t n, float p, uint64_t seed, uint
                           uint64_t offset, const float *dy, float *dx);
 void cpu_adam_step(bv_compute *c, int64_t n, float *param, const float *grad, float *m,
                    float *v, const bv_adam_params *p);
+void cpu_adam_step_scaled(bv_compute *c, int64_t n, float grad_scale, float *param,
+                          const float *grad, float *m, float *v, const bv_adam_params *p);
 void cpu_add_bias(bv_compute *c, int64_t rows, int64_t cols, const float *bias, float *y);
 void cpu_bias_backward(bv_compute *c, int64_t rows, int64_t cols, const float *dy,
                        float *dbias, bool accumulate);

@@ -346,6 +346,7 @@ typedef struct adam_ctx {
     const float *grad;
     float *m;
     float *v;
+    float grad_scale; /* g = grad * grad_scale (1 unless adam_step_scaled) */
     float beta1, beta2, eps;
     float l2;         /* g += l2 * p (0 unless L2 mode) */
     float decay;      /* p *= decay before the update (1 unless AdamW) */
@@ -362,7 +363,7 @@ static void adam_task(void *arg, int tid, int ntasks)
     const float *grad = a->grad;
     for (int64_t i = b; i < e; i++) {
         float p = param[i];
-        float g = grad[i] + a->l2 * p;
+        float g = grad[i] * a->grad_scale + a->l2 * p; /* x 1: exact */
         p *= a->decay;
         float mi = a->beta1 * m[i] + (1.0f - a->beta1) * g;
         float vi = a->beta2 * v[i] + (1.0f - a->beta2) * g * g;
@@ -376,14 +377,14 @@ static void adam_task(void *arg, int tid, int ntasks)
  *   p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
  * with weight decay either folded into the gradient (L2, as Kipf & Welling's GCN) or
  * applied to the parameter first, p *= 1 - lr*wd (Loshchilov & Hutter, "AdamW", Alg. 2). */
-void cpu_adam_step(bv_compute *c, int64_t n, float *param, const float *grad, float *m,
-                   float *v, const bv_adam_params *p)
+void cpu_adam_step_scaled(bv_compute *c, int64_t n, float grad_scale, float *param,
+                          const float *grad, float *m, float *v, const bv_adam_params *p)
 {
     double t = p->step < 1 ? 1.0 : (double)p->step;
     double bc1 = 1.0 - pow((double)p->beta1, t);
     double bc2 = 1.0 - pow((double)p->beta2, t);
     adam_ctx a = {
-        .n = n, .param = param, .grad = grad, .m = m, .v = v,
+        .n = n, .param = param, .grad = grad, .m = m, .v = v, .grad_scale = grad_scale,
         .beta1 = p->beta1, .beta2 = p->beta2, .eps = p->eps,
         .l2 = p->decoupled ? 0.0f : p->weight_decay,
         .decay = p->decoupled ? 1.0f - p->lr * p->weight_decay : 1.0f,
@@ -391,6 +392,12 @@ void cpu_adam_step(bv_compute *c, int64_t n, float *param, const float *grad, fl
         .inv_sqrt_bc2 = (float)(1.0 / sqrt(bc2)),
     };
     cpu_run(c, CPU_TIME_ELEMENTWISE, cpu_tasks_for(c, n, CPU_GRAIN / 4), adam_task, &a);
+}
+
+void cpu_adam_step(bv_compute *c, int64_t n, float *param, const float *grad, float *m,
+                   float *v, const bv_adam_params *p)
+{
+    cpu_adam_step_scaled(c, n, 1.0f, param, grad, m, v, p);
 }
 
 /* ---- bias ---------------------------------------------------------------------------- */

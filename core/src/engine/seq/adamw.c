@@ -62,9 +62,13 @@ void bv_adamw_apply(bv_layer_engine *e, const bv_compute_ops *k, bv_compute *c,
         for (size_t i = 0; i < bv_layer_engine_layer(e, l)->nparams; i++) {
             if (!bv_layer_engine_tensor(e, l, i, &t))
                 continue;
+            ap.weight_decay = t.weight_decay ? cfg->weight_decay : 0.0f;
+            if (coef < 1.0f && k->adam_step_scaled) { /* the same bits in one pass */
+                k->adam_step_scaled(c, t.n, coef, t.param, t.grad, t.m, t.v, &ap);
+                continue;
+            }
             if (coef < 1.0f)
                 k->scale(c, t.n, coef, t.grad);
-            ap.weight_decay = t.weight_decay ? cfg->weight_decay : 0.0f;
             k->adam_step(c, t.n, t.param, t.grad, t.m, t.v, &ap);
         }
 }

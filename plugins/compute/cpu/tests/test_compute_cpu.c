@@ -708,6 +708,40 @@ static void test_adam_later_step_applies_bias_correction_in_both_modes(void **st
     ops()->destroy(c);
 }
 
+/* adam_step_scaled (ABI 1.20) gives what scale and then adam_step give, to the bit, and
+ * leaves the gradient as it was: in both modes, a clipping scale and an exact 1, over
+ * several threads. */
+static void test_adam_step_scaled_is_scale_then_adam_step(void **state)
+{
+    (void)state;
+    bv_compute *c = make_cpu_compute(3);
+    const int64_t n = 70001;
+    size_t bytes = (size_t)n * sizeof(float);
+    const float scales[] = {0.37f, 1.0f, 1e-3f};
+    for (int decoupled = 0; decoupled <= 1; decoupled++)
+        for (size_t k = 0; k < sizeof scales / sizeof scales[0]; k++) {
+            float *p = random_floats(n, -1, 1), *g = random_floats(n, -3, 3);
+            float *m = random_floats(n, -0.1f, 0.1f), *v = random_floats(n, 0, 0.01f);
+            float *p2 = malloc(bytes), *g2 = malloc(bytes), *m2 = malloc(bytes);
+            float *v2 = malloc(bytes);
+            memcpy(p2, p, bytes);
+            memcpy(g2, g, bytes);
+            memcpy(m2, m, bytes);
+            memcpy(v2, v, bytes);
+            bv_adam_params ap = {.lr = 0.005f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
+                                 .weight_decay = 0.1f, .decoupled = decoupled, .step = 7};
+            ops()->adam_step_scaled(c, n, scales[k], p, g, m, v, &ap);
+            assert_memory_equal(g, g2, bytes); /* the gradient untouched */
+            ops()->scale(c, n, scales[k], g2);
+            ops()->adam_step(c, n, p2, g2, m2, v2, &ap);
+            assert_memory_equal(p, p2, bytes);
+            assert_memory_equal(m, m2, bytes);
+            assert_memory_equal(v, v2, bytes);
+            free(p), free(g), free(m), free(v), free(p2), free(g2), free(m2), free(v2);
+        }
+    ops()->destroy(c);
+}
+
 /* ---- bias, axpy, sum_squares --------------------------------------------------------- */
 
 static void test_add_bias_adds_to_every_row(void **state)
@@ -1242,6 +1276,7 @@ int main(void)
         cmocka_unit_test(test_adam_l2_first_step_by_hand),
         cmocka_unit_test(test_adamw_first_step_by_hand),
         cmocka_unit_test(test_adam_later_step_applies_bias_correction_in_both_modes),
+        cmocka_unit_test(test_adam_step_scaled_is_scale_then_adam_step),
         cmocka_unit_test(test_add_bias_adds_to_every_row),
         cmocka_unit_test(test_bias_backward_sums_rows_and_accumulates),
         cmocka_unit_test(test_axpy_adds_scaled_vector),
