@@ -5,7 +5,9 @@
  * REPLICA_UPDATE there). With `mode: eflb` (eager forward, lazy backward: Bamboo's
  * default) a stage also runs the next stage's forward on every microbatch it sends it
  * (REDUNDANT_FORWARD), placed where the stage would otherwise wait for a peer (before its
- * next receive: the bubble), and keeps that forward's saved activations for the step;
+ * next receive: the bubble; on the last stage, whose replica's forward needs nothing
+ * received, at the start and before UPDATE), and keeps that forward's saved activations
+ * for the step;
  * `efeb` (eager forward, eager backward) also runs the next stage's backward on every
  * microbatch, on the output gradient the stage after it sends here too (a second
  * SEND_GRAD there, a RECV_GRAD naming the replica's stage here); `lflb` only keeps the
@@ -104,6 +106,24 @@ static bv_status eager_backward(bv_schedule *s, bv_error *err)
     return rc;
 }
 
+/* eflb on the last stage, whose replica is the first stage: that forward reads the
+ * microbatch's tokens and nothing received, so it need not follow this stage's own
+ * forward. It goes where this stage waits: the first P - 1 microbatches' at the start
+ * (while the first microbatch crosses the P - 1 stages before), the others before UPDATE
+ * (while the stages before finish their backwards). After its own forwards, as before,
+ * they took the bubble from nobody and lengthened the step by four forwards at M = 4. */
+static bv_status last_stage_forwards(bv_schedule *s, bv_error *err)
+{
+    int M = s->microbatches, early = M < s->stages - 1 ? M : s->stages - 1;
+    bv_status rc = BV_OK;
+    for (int mb = 0; rc == BV_OK && mb < M; mb++) {
+        bv_instruction rf = {BV_INSTR_REDUNDANT_FORWARD, mb, 0, -1, -1};
+        size_t at = mb < early ? (size_t)mb : find(s, 0, BV_INSTR_UPDATE, -1);
+        rc = bv_schedule_insert(s, at, &rf, sizeof rf, err);
+    }
+    return rc;
+}
+
 static bv_status redundancy_schedule(bv_resilience *r, bv_schedule *s, bv_error *err)
 {
     if (s->size < offsetof(bv_schedule, microbatches) + sizeof s->microbatches)
@@ -113,7 +133,11 @@ static bv_status redundancy_schedule(bv_resilience *r, bv_schedule *s, bv_error 
         return BV_OK;
     int next = (s->stage + 1) % s->stages, prev = (s->stage + s->stages - 1) % s->stages;
     bv_status st = BV_OK;
-    for (size_t i = 0; r->eager && st == BV_OK && i < s->count; i++) {
+    /* efeb's redundant backwards stay placed after the forwards they follow */
+    bool last = r->eager && !r->eager_backward && s->stage == s->stages - 1;
+    if (last)
+        st = last_stage_forwards(s, err);
+    for (size_t i = 0; r->eager && !last && st == BV_OK && i < s->count; i++) {
         const bv_instruction *ins = bv_schedule_at(s, i);
         if (ins->op != BV_INSTR_FORWARD)
             continue;
