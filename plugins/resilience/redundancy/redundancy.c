@@ -124,6 +124,26 @@ static bv_status last_stage_forwards(bv_schedule *s, bv_error *err)
     return rc;
 }
 
+/* eflb on a stage before the last: cool[mb] for the microbatches whose output gradient
+ * this stage receives after its last forward (1F1B's cooldown, where it waits for the
+ * stages after it to send their gradients back). Their redundant forwards go right before
+ * those receives, into that wait, rather than right after their own forwards, where the
+ * stage is busy: the forward's output is still in its slot there, since no forward comes
+ * after the last one and the microbatch's own backward comes after the receive. */
+static void cooldown_forwards(const bv_schedule *s, bool *cool)
+{
+    size_t last_forward = s->count;
+    for (size_t i = 0; i < s->count; i++)
+        if (bv_schedule_at(s, i)->op == BV_INSTR_FORWARD)
+            last_forward = i;
+    for (size_t i = last_forward; s->stage < s->stages - 1 && i < s->count; i++) {
+        const bv_instruction *ins = bv_schedule_at(s, i);
+        if (ins->op == BV_INSTR_RECV_GRAD && ins->microbatch >= 0 &&
+            ins->microbatch < s->microbatches)
+            cool[ins->microbatch] = true;
+    }
+}
+
 static bv_status redundancy_schedule(bv_resilience *r, bv_schedule *s, bv_error *err)
 {
     if (s->size < offsetof(bv_schedule, microbatches) + sizeof s->microbatches)
@@ -134,12 +154,18 @@ static bv_status redundancy_schedule(bv_resilience *r, bv_schedule *s, bv_error 
     int next = (s->stage + 1) % s->stages, prev = (s->stage + s->stages - 1) % s->stages;
     bv_status st = BV_OK;
     /* efeb's redundant backwards stay placed after the forwards they follow */
-    bool last = r->eager && !r->eager_backward && s->stage == s->stages - 1;
+    bool eflb = r->eager && !r->eager_backward, last = eflb && s->stage == s->stages - 1;
     if (last)
         st = last_stage_forwards(s, err);
+    bool *cool = calloc((size_t)(s->microbatches > 0 ? s->microbatches : 1), sizeof *cool);
+    if (!cool)
+        return bv_error_set(err, BV_ERR_NOMEM, "out of memory");
+    if (eflb)
+        cooldown_forwards(s, cool);
     for (size_t i = 0; r->eager && !last && st == BV_OK && i < s->count; i++) {
         const bv_instruction *ins = bv_schedule_at(s, i);
-        if (ins->op != BV_INSTR_FORWARD)
+        if (ins->op != BV_INSTR_FORWARD ||
+            (ins->microbatch >= 0 && ins->microbatch < s->microbatches && cool[ins->microbatch]))
             continue;
         bv_instruction rf = {BV_INSTR_REDUNDANT_FORWARD, ins->microbatch, next, -1, -1};
         size_t j = i + 1;
@@ -149,6 +175,12 @@ static bv_status redundancy_schedule(bv_resilience *r, bv_schedule *s, bv_error 
         /* on from the next instruction: forwards before that wait get theirs too (after
          * this one), and the one put in is passed over as not a FORWARD */
     }
+    for (int mb = 0; st == BV_OK && mb < s->microbatches; mb++)
+        if (cool[mb]) {
+            bv_instruction rf = {BV_INSTR_REDUNDANT_FORWARD, mb, next, -1, -1};
+            st = bv_schedule_insert(s, find(s, 0, BV_INSTR_RECV_GRAD, mb), &rf, sizeof rf, err);
+        }
+    free(cool);
     if (st == BV_OK && r->eager_backward)
         st = eager_backward(s, err);
     bv_instruction send = {BV_INSTR_REPLICA_SEND, -1, s->stage, prev, -1};
