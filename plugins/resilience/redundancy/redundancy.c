@@ -6,8 +6,9 @@
  * default) a stage also runs the next stage's forward on every microbatch it sends it
  * (REDUNDANT_FORWARD), placed where the stage would otherwise wait for a peer (before its
  * next receive: the bubble; on the last stage, whose replica's forward needs nothing
- * received, at the start and before UPDATE), and keeps that forward's saved activations
- * for the step;
+ * received, at the start and before UPDATE; on the others, in 1F1B's cooldown, before the
+ * receive of the microbatch's gradient), and keeps that forward's saved activations for
+ * the step;
  * `efeb` (eager forward, eager backward) also runs the next stage's backward on every
  * microbatch, on the output gradient the stage after it sends here too (a second
  * SEND_GRAD there, a RECV_GRAD naming the replica's stage here); `lflb` only keeps the
