@@ -291,6 +291,15 @@ static bool preempt(bv_cloud *c, int64_t id)
     return true;
 }
 
+/* The request waiting at k (0: the oldest), taken out of the queue. */
+static int64_t take_waiting(bv_cloud *c, size_t k)
+{
+    int64_t id = c->waiting[k];
+    memmove(c->waiting + k, c->waiting + k + 1, (c->nwaiting - k - 1) * sizeof *c->waiting);
+    c->nwaiting--;
+    return id;
+}
+
 /* Node `id` drawn for preemption within the hour that starts at `hour` (its probability,
  * at a uniform whole second of the hour; a draw before `after` is none): true when it was,
  * *fail set where memory ran out. */
@@ -311,14 +320,10 @@ static bool hour_draws(bv_cloud *c, double t)
     double p = c->creation[hour_of_day(c, t)];
     bool fail = false;
     for (size_t k = 0; t == 0 && k < c->nwaiting;) { /* at the start: granted at once */
-        int64_t id = c->waiting[k];
-        if (uniform(c) < p) {
-            memmove(c->waiting + k, c->waiting + k + 1, (c->nwaiting - k - 1) * sizeof *c->waiting);
-            c->nwaiting--;
-            fail |= !grant(c, id);
-        } else {
+        if (uniform(c) < p)
+            fail |= !grant(c, take_waiting(c, k));
+        else
             k++;
-        }
     }
     size_t preempted = 0;
     for (size_t i = 0; i < c->count; i++) {
@@ -338,8 +343,7 @@ static bool offer(bv_cloud *c)
 {
     if (!c->nwaiting)
         return true;
-    int64_t id = c->waiting[0];
-    memmove(c->waiting, c->waiting + 1, --c->nwaiting * sizeof *c->waiting);
+    int64_t id = take_waiting(c, 0);
     bool fail = !grant(c, id);
     draw_preemption(c, id, floor(c->now / HOUR) * HOUR, c->now + 1e-9, &fail);
     return !fail;
@@ -353,8 +357,7 @@ static bool replay(bv_cloud *c, size_t i)
     if (e->add) {
         int zone = e->zone;
         if (c->nwaiting) {
-            int64_t id = c->waiting[0];
-            memmove(c->waiting, c->waiting + 1, --c->nwaiting * sizeof *c->waiting);
+            int64_t id = take_waiting(c, 0);
             node *n = &c->nodes[id];
             n->zone = zone;
             snprintf(n->trace_name, NAME_MAX_LEN, "%s", e->name);
@@ -677,8 +680,7 @@ static bv_status sim_terminate(bv_cloud *c, int64_t id, bv_error *err)
         return bv_error_set(err, BV_ERR_INVALID, "sim cloud: no node %lld", (long long)id);
     for (size_t k = 0; k < c->nwaiting; k++)
         if (c->waiting[k] == id) {
-            memmove(c->waiting + k, c->waiting + k + 1, (c->nwaiting - k - 1) * sizeof *c->waiting);
-            c->nwaiting--;
+            take_waiting(c, k);
             break;
         }
     c->nodes[id].state = GONE;
