@@ -9,7 +9,10 @@
 # from the killed run's end, where it saw the loss, to the end of the first step past the
 # kill that the resumed run completes, which includes starting the processes again and
 # the steps redone since the checkpoint), the uninterrupted run's median step, the pause
-# in steps, and whether the final weights are the uninterrupted run's. Then the same stage
+# in steps, whether the final weights are the uninterrupted run's, and how the step the
+# kill failed went on (docs/redundancy.md#lazy-brc: run again by every stage, by the lost
+# stage's pipeline only, or by none, the lost stage's backward run again by its shadow:
+# lazy BRC). Then the same stage
 # process hanging (BIVOUAC_STAGE_FAULT ...:hang, SIGSTOP) in its forward pass and after it
 # prepared, with pipeline.peer_timeout --peer-timeout: found and failed over
 # (docs/redundancy.md#a-stage-that-hangs); its pause is the time between the ends of the
@@ -61,8 +64,14 @@ EOF
 step=$(median_step "$tmp/whole")
 crc=$(field "$tmp/whole" params_crc32c)
 
-echo "| recovery | killed at | pause s | median step s | pause in steps | weights |"
-echo "|---|---|---|---|---|---|"
+echo "| recovery | killed at | pause s | median step s | pause in steps | weights | the step |"
+echo "|---|---|---|---|---|---|---|"
+went_on() { # how the failed step went on, from the log
+    if grep -q "(lazy BRC)$" "$1"; then echo "lazy BRC"
+    elif grep -q "pipelines go on from their update" "$1"; then echo "its pipeline again"
+    elif grep -q "runs again (attempt" "$1"; then echo "again"
+    else echo "applied"; fi
+}
 victim=$((stages + 1)) # stage 1 of pipeline 1: its all-reduce ring peer waits in it
 for what in forward backward allreduce prepared; do
     out="$tmp/$what"
@@ -71,7 +80,8 @@ for what in forward backward allreduce prepared; do
         { echo "failover.sh: the $what run failed:" >&2; cat "$out.err" >&2; exit 1; }
     pause=$(field "$out" failover_seconds)
     same=$([ "$(field "$out" params_crc32c)" = "$crc" ] && echo "the same bits" || echo differ)
-    python3 -c "print(f'| failover (eflb) | {\"$what\"} | {$pause:.3f} | {$step:.3f} | {$pause / $step:.1f} | $same |')"
+    how=$(went_on "$out.err")
+    python3 -c "print(f'| failover (eflb) | {\"$what\"} | {$pause:.3f} | {$step:.3f} | {$pause / $step:.1f} | $same | $how |')"
 done
 
 # a hang: found by the silence around it, then failed over
@@ -94,7 +104,8 @@ for what in forward prepared; do
         { echo "failover.sh: the $what hang run failed:" >&2; cat "$out.err" >&2; exit 1; }
     pause=$(python3 -c "print($(step_gap "$out" "$at") - $step)")
     same=$([ "$(field "$out" params_crc32c)" = "$crc" ] && echo "the same bits" || echo differ)
-    python3 -c "print(f'| failover (eflb) of a hang, peer_timeout $peer s | {\"$what\"} | {$pause:.3f} | {$step:.3f} | {$pause / $step:.1f} | $same |')"
+    how=$(went_on "$out.err")
+    python3 -c "print(f'| failover (eflb) of a hang, peer_timeout $peer s | {\"$what\"} | {$pause:.3f} | {$step:.3f} | {$pause / $step:.1f} | $same | $how |')"
 done
 
 # without redundancy: the run ends at the kill and restarts from its last checkpoint
@@ -120,4 +131,4 @@ wait "$resumer"
 [ -n "$first" ] || first=$(date +%s.%N)
 stepr=$(median_step "$tmp/whole")
 same=$([ "$(field "$out" params_crc32c)" = "$crc" ] && echo "the same bits" || echo differ)
-python3 -c "p = $first - $killed; print(f'| restart from the last checkpoint (no redundancy) | backward | {p:.3f} | {$stepr:.3f} | {p / $stepr:.1f} | $same |')"
+python3 -c "p = $first - $killed; print(f'| restart from the last checkpoint (no redundancy) | backward | {p:.3f} | {$stepr:.3f} | {p / $stepr:.1f} | $same | from its checkpoint |')"

@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # Bamboo's failover (docs/redundancy.md#the-failover): with the redundancy strategy, a
-# stage process killed (SIGKILL) is taken over by its shadow's process from the replica,
-# the step it died in runs again if it was not prepared by every stage, and the run ends
-# with the uninterrupted run's weights to the bit:
+# stage process killed (SIGKILL) is taken over by its shadow's process from the replica;
+# the step it died in, if not prepared by every stage, goes on from its update where every
+# stage of a pipeline reached it (the lost stage's backward run again by its shadow from
+# the replica's saved activations: lazy BRC) and runs again where not; the run ends with
+# the uninterrupted run's weights to the bit:
 #  - 2 pipelines of 3 stage processes, eflb, a checkpoint every 10 steps: a kill in the
-#    forward pass, in the backward pass, entering the all-reduce (its ring peers wait in
+#    forward pass, in the backward pass (of a middle stage; of a first stage, the last to
+#    get there: lazy BRC), entering the all-reduce (lazy BRC) (its ring peers wait in
 #    it), and after the step was prepared (at its commit); two kills of stages that are not
 #    consecutive; a kill from outside at a moment the test does not choose; a bulk
 #    preemption of two stages of different pipelines at once, and one of two nodes of a
@@ -51,9 +54,17 @@ check "uninterrupted: every replica equal to its original" \
     "$(field "$tmp/whole" replicas_equal)" '"replicas_equal": 6'
 check "uninterrupted: no failover" "$(field "$tmp/whole" failovers)" '"failovers": 0'
 
-# a kill, and what the log says of it: NAME FAULT VICTIM SHADOW-STAGE SHADOW-PROCESS AGAIN
+# how the step the kill failed goes on (docs/redundancy.md#lazy-brc): run again by every
+# stage, by the pipeline of the lost stage (the other one goes on from its update), or by
+# none (the lost stage's backward run again by its shadow: lazy BRC)
+said_again='step 21 runs again (attempt 2)'
+said_pipelines='step 21: 1 of 2 pipelines go on from their update (attempt 2), the others run it again'
+said_lazy="step 21 goes on from its update (attempt 2): the lost stage's backward is run again by its shadow from its replica's saved activations (lazy BRC)"
+
+# a kill, and what the log says of it: NAME FAULT VICTIM SHADOW-STAGE SHADOW-PROCESS HOW
+# (again, pipelines, lazy or none) RESUMED LAZY-BRC (result.json's counts)
 failover() {
-    local name=$1 fault=$2 victim=$3 shadow=$4 host=$5 again=$6 out="$tmp/$1"
+    local name=$1 fault=$2 victim=$3 shadow=$4 host=$5 how=$6 out="$tmp/$1"
     BIVOUAC_STAGE_FAULT=$fault run "$out" run "$exp" --out "$out" "${eflb[@]}"
     check "$name: exit 0" "$rc" 0
     [ "$rc" = 0 ] || cat "$out.err" >&2
@@ -65,13 +76,22 @@ failover() {
     check "$name: the loss, then the failover, logged" \
         "$(grep -E "^bivouac: (warning: lost $victim \(node [0-9]+ on localhost\): it was killed by signal 9 \(Killed\)|info: failover: $shadow's process \(node $host\) adopts $victim from its replica)$" "$out.err" | cut -c1-26)" \
         "$(printf 'bivouac: warning: lost sta\nbivouac: info: failover: s')"
-    check "$name: the step run again" "$(grep -c "^bivouac: info: step 21 runs again (attempt 2)$" "$out.err")" "$again"
+    local said=none
+    [ "$how" = none ] || eval "said=\$said_$how"
+    check "$name: how step 21 went on" \
+        "$(grep -cxF -e "bivouac: info: $said_again" -e "bivouac: info: $said_pipelines" \
+            -e "bivouac: info: $said_lazy" "$out.err"), $(grep -cxF "bivouac: info: $said" "$out.err")" \
+        "$([ "$how" = none ] && echo 0, 0 || echo 1, 1)"
+    check "$name: result.json's steps resumed and lazy BRCs" \
+        "$(field "$out" steps_resumed), $(field "$out" lazy_brc)" \
+        "\"steps_resumed\": $7, \"lazy_brc\": $8"
     check "$name: nothing left" "$(leftovers "$pgid")" "processes 0, socket dirs 0"
 }
-failover forward 0:20:forward "stage 0 of pipeline 0" "stage 2 of pipeline 0" 2 1
-failover backward 1:20:backward "stage 1 of pipeline 0" "stage 0 of pipeline 0" 0 1
-failover allreduce 4:20:allreduce "stage 1 of pipeline 1" "stage 0 of pipeline 1" 3 1
-failover prepared 2:20:prepared "stage 2 of pipeline 0" "stage 1 of pipeline 0" 1 0
+failover forward 0:20:forward "stage 0 of pipeline 0" "stage 2 of pipeline 0" 2 pipelines 1 0
+failover backward 1:20:backward "stage 1 of pipeline 0" "stage 0 of pipeline 0" 0 pipelines 1 0
+failover backward-first 3:20:backward "stage 0 of pipeline 1" "stage 2 of pipeline 1" 5 lazy 1 1
+failover allreduce 4:20:allreduce "stage 1 of pipeline 1" "stage 0 of pipeline 1" 3 lazy 1 1
+failover prepared 2:20:prepared "stage 2 of pipeline 0" "stage 1 of pipeline 0" 1 none 0 0
 
 out="$tmp/two"
 BIVOUAC_STAGE_FAULT=1:10:forward,5:30:backward run "$out" run "$exp" --out "$out" "${eflb[@]}"

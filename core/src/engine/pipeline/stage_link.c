@@ -34,6 +34,8 @@ struct bv_stage_link {
     char **moved;   /* per node: its address since bv_stage_link_reroute (NULL: addrs') */
     bool in_command; /* bv_stage_link_command: the command running, its step */
     int64_t command_step;
+    bool *gone; /* per node: an ABORT of the command running named it (it sends nothing
+                   more for the command): a wait for it ends */
 };
 
 bv_status bv_stage_link_open(const bv_transport_ops *t, bv_transport *tr,
@@ -42,13 +44,16 @@ bv_status bv_stage_link_open(const bv_transport_ops *t, bv_transport *tr,
 {
     *out = NULL;
     bv_stage_link *l = calloc(1, sizeof *l);
-    if (!l || !(l->out = calloc((size_t)nodes, sizeof *l->out))) {
+    bool *gone = calloc((size_t)nodes, sizeof *gone);
+    if (!l || !gone || !(l->out = calloc((size_t)nodes, sizeof *l->out))) {
         free(l);
+        free(gone);
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory");
     }
     *l = (bv_stage_link){.t = t, .tr = tr, .addrs = addrs, .nodes = nodes, .self = self,
-                         .out = l->out};
+                         .out = l->out, .gone = gone};
     if (!(l->inbox = t->bind(tr, addrs[self], err))) {
+        free(l->gone);
         free(l->out);
         free(l);
         return err->status ? err->status : BV_ERR_IO;
@@ -94,6 +99,7 @@ void bv_stage_link_close(bv_stage_link *l)
     }
     free(l->moved);
     free(l->out);
+    free(l->gone);
     l->t->close(l->inbox);
     free(l);
 }
@@ -171,8 +177,24 @@ static bool aborts_this(const bv_stage_link *l, const bv_pipe_msg_in *m)
     return !l->in_command || m->step == l->command_step;
 }
 
+/* An abort of the command running that names nodes (int32 each) ends only the waits for
+ * those (true where `peer` is one of them, or none is named: every wait ends). */
+static bool abort_ends(bv_stage_link *l, const bv_pipe_msg_in *m, int peer)
+{
+    if (m->bytes < sizeof(int32_t))
+        return true;
+    for (size_t i = 0; i + sizeof(int32_t) <= m->bytes; i += sizeof(int32_t)) {
+        int32_t n;
+        memcpy(&n, (const char *)m->data + i, sizeof n);
+        if (n >= 0 && n < l->nodes)
+            l->gone[n] = true;
+    }
+    return peer >= 0 && peer < l->nodes && l->gone[peer];
+}
+
 /* Between two tries of a send: the messages that came meanwhile are stashed, and an
- * ABORT among them ends the send (BV_ERR_STOPPED). */
+ * ABORT among them ends the send (BV_ERR_STOPPED); one that names nodes only marks them
+ * gone (a send to one is dropped). */
 static bv_status abort_came(bv_stage_link *l, int to, bv_error *err)
 {
     for (;;) {
@@ -186,7 +208,10 @@ static bv_status abort_came(bv_stage_link *l, int to, bv_error *err)
         if (st != BV_OK) /* nothing more */
             return BV_OK;
         bool abort = is_abort(&s.m);
-        if (abort && !aborts_this(l, &s.m)) { /* a late one of an earlier command */
+        if (abort && (!aborts_this(l, &s.m) || /* a late one of an earlier command */
+                      s.m.bytes >= sizeof(int32_t))) { /* names nodes: the caller looks */
+            if (aborts_this(l, &s.m))
+                abort_ends(l, &s.m, to);
             l->t->release(&s.raw);
             continue;
         }
@@ -242,6 +267,8 @@ bv_status bv_stage_link_send_fill(bv_stage_link *l, int to, uint16_t type, uint3
 {
     if (to < 0 || to >= l->nodes)
         return bv_error_set(err, BV_ERR_INTERNAL, "no node %d of %d", to, l->nodes);
+    if (l->gone[to]) /* it takes nothing more of the command: dropped */
+        return BV_OK;
     const char *addr = l->moved && l->moved[to] ? l->moved[to] : l->addrs[to];
     if (!l->out[to] && !(l->out[to] = l->t->connect(l->tr, addr, err)))
         return err->status ? err->status : BV_ERR_IO;
@@ -261,6 +288,8 @@ bv_status bv_stage_link_send_fill(bv_stage_link *l, int to, uint16_t type, uint3
             return st;
         if ((st = abort_came(l, to, err)) != BV_OK)
             return st;
+        if (l->gone[to]) /* an ABORT named it meanwhile: dropped (send_once freed it) */
+            return BV_OK;
         if (!(payload = payload_make(step, bytes, fill, ctx)))
             return bv_error_set(err, BV_ERR_NOMEM, "out of memory for a %zu-byte message",
                                 len);
@@ -280,6 +309,7 @@ void bv_stage_link_command(bv_stage_link *l, int64_t step)
 {
     l->in_command = true;
     l->command_step = step;
+    memset(l->gone, 0, (size_t)l->nodes * sizeof *l->gone);
 }
 
 /* One message from the transport, checked; BV_ERR_CORRUPT for one that fails a check. */
@@ -330,6 +360,9 @@ bv_status bv_stage_link_recv(bv_stage_link *l, uint16_t type, int from, uint32_t
             return BV_OK;
         }
     }
+    if (from >= 0 && from < l->nodes && l->gone[from])
+        return bv_error_set(err, BV_ERR_STOPPED, "stopped while waiting for %s (node %d "
+                            "sends nothing more)", what, from);
     double until = timeout_ms >= 0 ? 1e3 * bv_now_seconds() + timeout_ms : 0;
     for (;;) {
         int left = -1;
@@ -351,7 +384,7 @@ bv_status bv_stage_link_recv(bv_stage_link *l, uint16_t type, int from, uint32_t
         if (st != BV_OK)
             return st;
         if (is_abort(&s.m)) {
-            bool ours = aborts_this(l, &s.m);
+            bool ours = aborts_this(l, &s.m) && abort_ends(l, &s.m, from);
             l->t->release(&s.raw);
             if (!ours)
                 continue;

@@ -54,7 +54,27 @@ enum bv_pipe_cmd {
     BV_PIPE_RELEASE,     /* to a shadow: the stage it adopted was told to STOP; join it */
     BV_PIPE_REROUTE,     /* node (int32) listens at a new address (the rest of the data) */
     BV_PIPE_PING,        /* answered at once by a node that is not hanging */
+    BV_PIPE_PHASE,       /* where the failed attempt `step` left the node: the answer is
+                            an int32 of BV_PIPE_AT_* flags */
 };
+
+/* Lazy recovery (docs/redundancy.md#lazy-brc). PHASE's answer: the attempt's schedule
+ * reached UPDATE on the node, and the node still has its own gradient sums of it
+ * (AT_UPDATE); the node's replica ran its forward on every microbatch of it (HAS_FRC); the
+ * node kept the input gradients it sent (HAS_KEPT). */
+enum { BV_PIPE_AT_UPDATE = 1, BV_PIPE_HAS_FRC = 2, BV_PIPE_HAS_KEPT = 4 };
+
+/* A TRAIN command's data is the learning rate (a double), then for a node that goes on
+ * from the update of the failed attempt `prev` this: the shadow of the lost node brc_for
+ * runs its backward on the replica and sends it the gradients (a REPLICA message of tag
+ * BV_PIPE_REPLICA_BRC: the flat gradients, then the loss sum and count as doubles); the
+ * node after it sends the shadow resend_to its kept input gradients again (GRAD); the
+ * adopted node takes them from brc_from; -1 where not. */
+typedef struct bv_pipe_resume {
+    int64_t prev;
+    int32_t brc_for, resend_to, brc_from;
+} bv_pipe_resume;
+#define BV_PIPE_REPLICA_BRC 1
 
 typedef struct bv_stage_link bv_stage_link;
 

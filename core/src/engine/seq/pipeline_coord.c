@@ -59,6 +59,8 @@ struct bv_seq_pipe {
                          has been told yet, -1 none */
     bool two_phase; /* bv_seq_pipe_two_phase: steps prepared, then committed */
     int failovers, replacements;
+    int resumed, lazy_brc; /* failed steps that went on from their update; lost stages'
+                              backwards run again by their shadows (lazy BRC) */
     int64_t pings; /* PINGs sent (hunt()) */
     double failover_s; /* from each loss seen to the end of the step run again */
     int offered;       /* capacity the cloud offered (BV_CLOUD_OFFERED) not launched yet */
@@ -250,10 +252,32 @@ static bv_status abort_all(bv_seq_pipe *p, int64_t step, bv_error *err, bv_statu
     return bv_error_set(err, st, "%s", msg);
 }
 
+/* Whether stage node n's process is gone. */
+static bool node_lost(const bv_seq_pipe *p, int n)
+{
+    return p->node[p->host[n]] < 0;
+}
+
+/* An ABORT of the training step `step` that names the nodes n[0..count) (they send
+ * nothing more for it), to every node whose process is there: only the waits for those
+ * end (stage_link.c). */
+static void abort_nodes(bv_seq_pipe *p, int64_t step, const int32_t *n, int count)
+{
+    bv_error ignored;
+    for (int k = 0; k < p->nodes; k++)
+        if (!node_lost(p, k))
+            send_cmd(p, k, BV_PIPE_ABORT, step, n, (size_t)count * sizeof *n, &ignored);
+}
+
 /* Waits for `answers` answers to cmd (every node's, or the one node's asked): DONE (data
  * handed to each(), may be NULL) or ERROR. The first error aborts the waits of the others
  * (ABORT), so no stage is left waiting for a peer, and drops what came so far; a stage
- * process that ended (or Ctrl-C) ends the wait at once, and the stop ends the rest. With
+ * process that ended (or Ctrl-C) ends the wait at once, and the stop ends the rest. A
+ * training step of stages that fail over is the exception (docs/redundancy.md#lazy-brc):
+ * there a lost process's nodes are named in an ABORT that ends only the waits for them,
+ * and so is each node that answers an error after it, and every other node's answer is
+ * awaited: each stage gets as far into the step as the messages sent before the loss
+ * take it, and a failed step may go on from where they left it. With
  * stage processes, an answer still missing peer_timeout after the last one came (after
  * the command, where one node was asked) is an error too: a process that hangs is alive
  * and says nothing (recovered() finds it). Stages that wait on each other answer within
@@ -266,6 +290,11 @@ static bv_status collect(bv_seq_pipe *p, int answers, uint32_t cmd, int64_t step
 {
     bv_status first = BV_OK;
     double bound = p->cloud ? p->cfg.peer_timeout_ms * 1e-3 : 0, last = bv_now_seconds();
+    bool train = cmd == BV_PIPE_TRAIN && p->two_phase && p->host && answers == p->nodes;
+    bool targeted = false; /* a loss named in an ABORT: each error is named too */
+    int seen = -1;         /* the last process lost so named */
+    bool *said = train ? calloc((size_t)p->nodes, sizeof *said) : NULL; /* answered */
+    int32_t *gone = train ? calloc((size_t)p->nodes, sizeof *gone) : NULL;
     for (int answered = 0; answered < answers; answered++) {
         bv_pipe_msg_in m = {0};
         bv_error e = {0};
@@ -289,6 +318,24 @@ static bv_status collect(bv_seq_pipe *p, int answers, uint32_t cmd, int64_t step
             }
         }
         last = bv_now_seconds();
+        if (rc != BV_OK && said && gone && p->lost >= 0 && p->lost != seen &&
+            !bv_node_group_interrupted()) {
+            /* a lost process: its nodes answer nothing more; the others are awaited */
+            int count = 0;
+            for (int n = 0; n < p->nodes; n++)
+                if (p->host[n] == p->lost) {
+                    gone[count++] = n;
+                    answers -= !said[n];
+                    said[n] = true;
+                }
+            abort_nodes(p, step, gone, count);
+            if (first == BV_OK)
+                first = bv_error_set(err, rc, "%s", e.msg);
+            targeted = true;
+            seen = p->lost;
+            answered--;
+            continue;
+        }
         if (rc != BV_OK) {
             if (first == BV_OK)
                 first = abort_all(p, step, err, rc, "%s", e.msg);
@@ -296,7 +343,12 @@ static bv_status collect(bv_seq_pipe *p, int answers, uint32_t cmd, int64_t step
         }
         char who[64];
         stage_name(p, (int)m.sender, who, sizeof who);
-        if (m.type == BV_PIPE_ERROR) {
+        if (said && m.sender < (uint32_t)p->nodes)
+            said[m.sender] = true;
+        if (m.type == BV_PIPE_ERROR && targeted) { /* it sends nothing more either */
+            int32_t n = (int32_t)m.sender;
+            abort_nodes(p, step, &n, 1);
+        } else if (m.type == BV_PIPE_ERROR) {
             if (first == BV_OK)
                 first = abort_all(p, step, err, BV_ERR_STOPPED, "%s: %.*s", who, (int)m.bytes,
                                   (const char *)m.data);
@@ -307,6 +359,8 @@ static bv_status collect(bv_seq_pipe *p, int answers, uint32_t cmd, int64_t step
         }
         bv_stage_link_release(p->link, &m);
     }
+    free(said);
+    free(gone);
     if (first != BV_OK) {
         bv_stage_link_clear(p->link);
         p->failed = true;
@@ -916,12 +970,6 @@ static bv_status decide(bv_seq_pipe *p, const char *event, const bv_metric *m, s
                               : BV_OK;
 }
 
-/* Whether stage node n's process is gone. */
-static bool node_lost(const bv_seq_pipe *p, int n)
-{
-    return p->node[p->host[n]] < 0;
-}
-
 /* Why the lost stage node v cannot be failed over ("" where it can): its process ran
  * another stage too, or its shadow is gone (two consecutive stages). */
 static void uncovered(const bv_seq_pipe *p, int v, char *why, size_t len)
@@ -1328,6 +1376,91 @@ static bv_status between_steps(bv_seq_pipe *p, bv_error *err)
                         "steps");
 }
 
+/* ---- lazy recovery (docs/redundancy.md#lazy-brc) ---- */
+
+static bv_status take_phase(bv_seq_pipe *p, int node, const bv_pipe_msg_in *m, void *ctx,
+                            bv_error *err)
+{
+    int32_t *at = ctx;
+    if (m->bytes != sizeof *at || node < 0 || node >= p->nodes)
+        return bv_error_set(err, BV_ERR_CORRUPT, "a phase answer of %zu bytes", m->bytes);
+    memcpy(&at[node], m->data, sizeof *at);
+    return BV_OK;
+}
+
+/* How each node runs the attempt after `prev` failed and its losses were failed over.
+ * Every node is asked where prev left it (PHASE). A pipeline whose every stage reached
+ * the update with its own gradient sums goes on from there (r[n].prev = prev), and so does
+ * one whose stage lost in prev was adopted by a shadow whose replica ran its forward on
+ * every microbatch (eflb), where the stage after it kept the gradients it sent (or the
+ * lost stage was the last): the shadow runs the lost stage's backward from those forwards'
+ * saved activations (Bamboo's lazy BRC), and the adopted stage takes its gradients. The
+ * other pipelines run the whole step (r[n].prev = -1); every all-reduce starts from the
+ * stages' own sums either way. Returns the pipelines that go on; *brc: the lazy BRCs. */
+static int plan_resume(bv_seq_pipe *p, int64_t prev, bv_pipe_resume *r, int *brc)
+{
+    int P = p->cfg.stages, D = p->cfg.pipelines, n = p->nodes, going = 0;
+    *brc = 0;
+    for (int k = 0; k < n; k++)
+        r[k] = (bv_pipe_resume){-1, -1, -1, -1};
+    int32_t *at = calloc((size_t)n, sizeof *at);
+    bool was_failed = p->failed;
+    bv_error e = {0};
+    if (!at || broadcast(p, BV_PIPE_PHASE, prev, NULL, 0, take_phase, at, &e) != BV_OK) {
+        if (p->lost < 0) /* a stage that cannot say: the step runs again, as before */
+            p->failed = was_failed;
+        free(at);
+        return 0;
+    }
+    for (int d = 0; d < D; d++) {
+        bool ok = true;
+        for (int s = 0; ok && s < P; s++) {
+            int v = d * P + s, shadow = d * P + (s + P - 1) % P, next = d * P + (s + 1) % P;
+            if (!(at[v] & BV_PIPE_AT_UPDATE)) /* lost in prev: a lazy BRC, if it can */
+                ok = p->host[v] == p->host[shadow] && p->host[v] != v &&
+                     (at[shadow] & BV_PIPE_AT_UPDATE) && (at[shadow] & BV_PIPE_HAS_FRC) &&
+                     (s == P - 1 || next == shadow ||
+                      ((at[next] & BV_PIPE_AT_UPDATE) && (at[next] & BV_PIPE_HAS_KEPT)));
+        }
+        for (int s = 0; ok && s < P; s++) {
+            int v = d * P + s, shadow = d * P + (s + P - 1) % P, next = d * P + (s + 1) % P;
+            r[v].prev = prev;
+            if (at[v] & BV_PIPE_AT_UPDATE)
+                continue;
+            (*brc)++;
+            r[v].brc_from = shadow;
+            r[shadow].brc_for = v;
+            if (s != P - 1 && next != shadow)
+                r[next].resend_to = shadow;
+        }
+        going += ok;
+    }
+    free(at);
+    return going;
+}
+
+/* broadcast() of TRAIN where each node is told how it runs the step (r, NULL: the whole
+ * schedule everywhere). */
+static bv_status train_nodes(bv_seq_pipe *p, int64_t ws, double lr, const bv_pipe_resume *r,
+                             step_acc *a, bv_error *err)
+{
+    if (!r)
+        return broadcast(p, BV_PIPE_TRAIN, ws, &lr, sizeof lr, take_step, a, err);
+    uint8_t msg[sizeof lr + sizeof *r];
+    memcpy(msg, &lr, sizeof lr);
+    for (int n = 0; n < p->nodes; n++) {
+        memcpy(msg + sizeof lr, &r[n], sizeof r[n]);
+        bv_status rc = send_cmd(p, n, BV_PIPE_TRAIN, ws, msg,
+                                r[n].prev >= 0 ? sizeof msg : sizeof lr, err);
+        if (rc != BV_OK) {
+            bv_error e = *err;
+            p->failed = true;
+            return abort_all(p, ws, err, rc, "%s", e.msg);
+        }
+    }
+    return collect(p, p->nodes, BV_PIPE_TRAIN, ws, BV_PIPE_DONE, take_step, a, err);
+}
+
 bv_status bv_seq_pipe_train(bv_seq_pipe *p, int64_t it, double lr, bv_seq_pipe_step *out,
                             bv_error *err)
 {
@@ -1339,10 +1472,12 @@ bv_status bv_seq_pipe_train(bv_seq_pipe *p, int64_t it, double lr, bv_seq_pipe_s
     step_acc a;
     double lost_at = 0;
     bv_status rc;
+    bv_pipe_resume *resume = NULL; /* how the nodes run an attempt after a failed one */
+    bool going = false;
     for (int attempt = 0;; attempt++) {
         int64_t ws = BV_SEQ_WIRE_STEP(it, attempt);
         a = (step_acc){0};
-        rc = broadcast(p, BV_PIPE_TRAIN, ws, &lr, sizeof lr, take_step, &a, err);
+        rc = train_nodes(p, ws, lr, going ? resume : NULL, &a, err);
         bool prepared = rc == BV_OK;
         if (rc == BV_OK && p->two_phase)
             rc = commit(p, ws, err);
@@ -1354,9 +1489,28 @@ bv_status bv_seq_pipe_train(bv_seq_pipe *p, int64_t it, double lr, bv_seq_pipe_s
             rc = BV_OK;
             break;
         }
-        bv_log(BV_LOG_INFO, "step %lld runs again (attempt %d)", (long long)it + 1,
-               attempt + 2);
+        if (!resume)
+            resume = calloc((size_t)p->nodes, sizeof *resume);
+        int brc = 0, on = resume ? plan_resume(p, ws, resume, &brc) : 0;
+        going = on > 0;
+        int D = p->cfg.pipelines;
+        if (on == 0)
+            bv_log(BV_LOG_INFO, "step %lld runs again (attempt %d)", (long long)it + 1,
+                   attempt + 2);
+        else if (on < D)
+            bv_log(BV_LOG_INFO, "step %lld: %d of %d pipelines go on from their update "
+                   "(attempt %d), the others run it again%s", (long long)it + 1, on, D,
+                   attempt + 2, brc ? "; a lost stage's backward is run again by its shadow "
+                   "from its replica's saved activations (lazy BRC)" : "");
+        else
+            bv_log(BV_LOG_INFO, "step %lld goes on from its update (attempt %d)%s",
+                   (long long)it + 1, attempt + 2, brc ? ": the lost stage's backward is "
+                   "run again by its shadow from its replica's saved activations (lazy BRC)"
+                   : "");
+        p->resumed += going;
+        p->lazy_brc += brc;
     }
+    free(resume);
     if (lost_at > 0)
         p->failover_s += bv_now_seconds() - lost_at;
     if (rc != BV_OK)
@@ -1382,12 +1536,10 @@ bv_status bv_seq_pipe_train(bv_seq_pipe *p, int64_t it, double lr, bv_seq_pipe_s
     return BV_OK;
 }
 
-void bv_seq_pipe_failovers(const bv_seq_pipe *p, int *count, int *replacements,
-                           double *seconds)
+void bv_seq_pipe_failovers(const bv_seq_pipe *p, bv_seq_pipe_recovery *r)
 {
-    *count = p->failovers;
-    *replacements = p->replacements;
-    *seconds = p->failover_s;
+    *r = (bv_seq_pipe_recovery){p->failovers, p->replacements, p->resumed, p->lazy_brc,
+                                p->failover_s};
 }
 
 bool bv_seq_pipe_two_phase(const bv_seq_pipe_cfg *cfg)

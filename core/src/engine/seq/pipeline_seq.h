@@ -124,10 +124,15 @@ void bv_seq_pipe_stop(bv_seq_pipe *p);
  * every stage; the run goes on. */
 bv_status bv_seq_pipe_train(bv_seq_pipe *p, int64_t it, double lr, bv_seq_pipe_step *out,
                             bv_error *err);
-/* The failovers so far, the stages given a process of their own again after one (the
- * cloud offered capacity), and the seconds from each loss seen to the end of its step. */
-void bv_seq_pipe_failovers(const bv_seq_pipe *p, int *count, int *replacements,
-                           double *seconds);
+/* What the pipeline's recovery did so far: the failovers, the stages given a process of
+ * their own again after one (the cloud offered capacity), the failed steps that went on
+ * from their update and the lost backwards run again by shadows in them (lazy BRC), and
+ * the seconds from each loss seen to the end of its step. */
+typedef struct bv_seq_pipe_recovery {
+    int failovers, replaced, resumed, lazy_brc;
+    double seconds;
+} bv_seq_pipe_recovery;
+void bv_seq_pipe_failovers(const bv_seq_pipe *p, bv_seq_pipe_recovery *r);
 /* Mean loss over `iters` batches of a split (split 1: validation) after `done` steps,
  * batch i drawn from BV_SEQ_STREAM_EVAL(done, split, i). */
 bv_status bv_seq_pipe_eval(bv_seq_pipe *p, int64_t done, int split, int64_t iters,

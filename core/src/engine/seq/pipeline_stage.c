@@ -50,6 +50,19 @@ typedef struct stage {
     int64_t rep_out_w;
     int64_t in_w, out_w;
     double compute_s, wait_s;
+    /* lazy recovery (docs/redundancy.md#lazy-brc): the attempt whose schedule reached
+     * UPDATE here with this stage's own gradient sums still at hand (-1: none), its loss,
+     * and whether the replica ran its forward on every microbatch of it */
+    int64_t upd_ws;
+    double upd_loss[2];
+    int frc_done;
+    bool upd_frc;
+    float *kept;      /* eflb: the input gradients this step sent, per microbatch, for a
+                         shadow's BRC of the stage before (NULL: not kept) */
+    float *local;     /* eflb where the update changes the gradients (the all-reduce,
+                         sum_tied): this stage's own sums of the step, kept for a lazy
+                         recovery (NULL: the update leaves them be, or none is kept) */
+    float *tied_in;   /* the owner's scratch for a tied tensor's gradient (sum_tied) */
     /* two-phase steps (bv_seq_pipe_two_phase): a prepared step waits for COMMIT */
     bool two_phase, pending;
     int64_t pending_ws;
@@ -120,13 +133,19 @@ static struct {
 } faults[MAX_FAULTS];
 static int nfaults;
 
-static void maybe_die(const stage *st, int64_t ws, const char *what)
+static void maybe_die(stage *st, int64_t ws, const char *what)
 {
     for (int i = 0; i < nfaults && !st->arg->adopted; i++)
         if (faults[i].node == st->node && ws == faults[i].step &&
             strcmp(what, faults[i].what) == 0) {
             bv_log(BV_LOG_WARN, "stage node %d: BIVOUAC_STAGE_FAULT: %s at the %s of step %lld",
                    st->node, faults[i].hang ? "hangs" : "killed", what, (long long)ws);
+            if (!faults[i].hang && !st->adopted) { /* at `what`: what it sent before it is
+                                                    * delivered (the links' linger) */
+                bv_stage_link_close(st->link);
+                st->link = NULL;
+                st->x->transport_ops.destroy(st->arg->transport);
+            }
             raise(faults[i].hang ? SIGSTOP : SIGKILL);
         }
 }
@@ -258,6 +277,13 @@ static bv_status replica_setup(stage *st, bv_error *err)
     return BV_OK;
 }
 
+/* Whether a failure's lost backward can be run again here lazily: the replica runs the
+ * next stage's forward on every microbatch (eflb; efeb runs its backward eagerly). */
+static bool lazy(const stage *st)
+{
+    return st->rep && st->rep_slots == st->M && !st->rep_backward;
+}
+
 static bv_status stage_setup(stage *st, bv_error *err)
 {
     const bv_seq_pipe_cfg *cfg = st->cfg;
@@ -303,11 +329,32 @@ static bv_status stage_setup(stage *st, bv_error *err)
             st->nsq += bv_layer_engine_tensor(st->le, l, i, &t) && !t.replica;
     if ((rc = replica_setup(st, err)) != BV_OK)
         return rc;
+    st->upd_ws = -1;
+    /* sum_tied's scratch: the largest tied tensor owned here and tied elsewhere */
+    size_t tied_n = 0, o, oi;
+    bool tied_here = false;
+    for (size_t l = st->first; l < st->nlayers; l++)
+        for (size_t i = 0; i < bv_layer_engine_layer(st->le, l)->nparams; i++) {
+            if (!bv_layer_engine_tie(st->le, l, i, &o, &oi))
+                continue;
+            bool here = l < st->end, owner_here = o >= st->first && o < st->end;
+            tied_here |= here || owner_here;
+            if (owner_here && !here && bv_layer_engine_tensor(st->le, o, oi, &t) &&
+                (size_t)t.n > tied_n)
+                tied_n = (size_t)t.n;
+        }
+    st->tied_in = malloc((tied_n + 1) * sizeof *st->tied_in);
+    if (st->s > 0 && lazy(st)) /* what a shadow's BRC of the stage before needs from here */
+        st->kept = malloc((size_t)(st->M * T * st->in_w) * sizeof *st->kept);
+    if ((st->D > 1 || tied_here) && lazy(st))
+        st->local = malloc(st->nflat * sizeof *st->local);
     st->two_phase = bv_seq_pipe_two_phase(cfg);
     size_t flat = st->nflat > st->rep_nflat ? st->nflat : st->rep_nflat;
     st->flat = malloc((flat + 1) * sizeof *st->flat);
     st->sq = malloc((st->nsq + 1) * sizeof *st->sq);
-    if (!st->tokens || !st->targets || !st->dout || !st->out || !st->sq || !st->flat)
+    if (!st->tokens || !st->targets || !st->dout || !st->out || !st->sq || !st->flat ||
+        !st->tied_in || (st->s > 0 && lazy(st) && !st->kept) ||
+        ((st->D > 1 || tied_here) && lazy(st) && !st->local))
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory for stage %d", st->s);
     return BV_OK;
 }
@@ -326,6 +373,9 @@ static void stage_free(stage *st)
     free(st->targets);
     free(st->dout);
     free(st->flat);
+    free(st->kept);
+    free(st->local);
+    free(st->tied_in);
     free(st->sq);
     free(st->out);
     bv_stage_link_close(st->link);
@@ -384,6 +434,8 @@ static bv_status sum_tied(stage *st, int64_t ws, bv_error *err)
             bv_layer_engine_tensor(st->le, o, oi, &ot);
             uint32_t tag = (uint32_t)(l << 16 | i);
             bv_status rc = BV_OK;
+            if (!st->local) /* its own sums change now, and none are kept */
+                st->upd_ws = -1;
             if (here && owner_here) {
                 k->axpy(st->c, t.n, 1.0f, t.grad, ot.grad);
             } else if (here) { /* a replica: its gradient out, the owner's sum back */
@@ -393,13 +445,12 @@ static bv_status sum_tied(stage *st, int64_t ws, bv_error *err)
                 if (rc == BV_OK)
                     rc = recv_into(st, BV_PIPE_TIED, to, tag, ws, "a tied tensor's gradient",
                                    t.grad, (size_t)t.n * sizeof(float), err);
-            } else { /* the owner: the replica's gradient in (st->flat, as large as every
-                        * gradient of the stage, is free after the all-reduce), the sum out */
+            } else { /* the owner: the replica's gradient in, the sum out */
                 int from = node_of(st, st->d, stage_of_layer(st, l));
                 rc = recv_into(st, BV_PIPE_TIED, from, tag, ws, "a tied tensor's gradient",
-                               st->flat, (size_t)ot.n * sizeof(float), err);
+                               st->tied_in, (size_t)ot.n * sizeof(float), err);
                 if (rc == BV_OK) {
-                    k->axpy(st->c, ot.n, 1.0f, st->flat, ot.grad);
+                    k->axpy(st->c, ot.n, 1.0f, st->tied_in, ot.grad);
                     rc = bv_stage_link_send(st->link, from, BV_PIPE_TIED, tag, ws, ot.grad,
                                             (size_t)ot.n * sizeof(float), err);
                 }
@@ -477,12 +528,18 @@ static void apply_step(stage *st, int64_t it, double lr, double norm)
 
 /* The gradients summed (over the pipelines, tied ones over their stages), the global norm;
  * then the step, unless steps are two-phase (the coordinator's COMMIT applies it). ws is
- * the step's wire step (its attempt). */
-static bv_status update(stage *st, int64_t ws, double lr, double *norm, bv_error *err)
+ * the step's wire step (its attempt). This stage's own sums are kept (st->local) for an
+ * attempt that goes on from this one's update (again: they are taken back). */
+static bv_status update(stage *st, int64_t ws, double lr, double *norm, bool again,
+                        bv_error *err)
 {
     double t0 = bv_now_seconds(), w0 = st->wait_s;
     maybe_die(st, ws, "allreduce");
+    if (st->local)
+        flat_grads(st->le, again ? NULL : st->local, again ? st->local : NULL);
     bv_status rc = st->D > 1 ? allreduce(st, ws, err) : BV_OK;
+    if (rc == BV_OK && st->D > 1 && !st->local) /* its own sums are gone */
+        st->upd_ws = -1;
     if (rc == BV_OK)
         rc = sum_tied(st, ws, err);
     if (rc == BV_OK)
@@ -576,11 +633,158 @@ static bv_status replica_update(stage *st, int peer, int64_t ws, bv_error *err)
     return rc;
 }
 
+/* ---- lazy recovery: a lost stage's backward from the redundant forward's saved
+ * activations (Bamboo's lazy BRC; docs/redundancy.md#lazy-brc) ---- */
+
+typedef struct brc_grads {
+    const bv_layer_engine *le;
+    double loss[2];
+} brc_grads;
+
+/* bv_stage_link_send_fill's filler: the replica's gradients, flat, then the loss. */
+static void fill_brc(void *dst, size_t bytes, const void *ctx)
+{
+    const brc_grads *g = ctx;
+    size_t n = flat_grads(g->le, dst, NULL);
+    memcpy((float *)dst + n, g->loss, bytes - n * sizeof(float));
+}
+
+/* The shadow's part: the lost node v's backward on every microbatch, in the order v's
+ * schedule ran them (its gradients sum in that order, so they are v's to the bit), on the
+ * replica from the saved activations of its forwards of the failed attempt; the output
+ * gradients are the loss (v was the last stage), this stage's own kept input gradients
+ * (two stages) or those the stage after v sends again. Then the gradients, and v's loss,
+ * to the adopted node v. */
+static bv_status lazy_backward(stage *st, int v, int64_t ws, bv_error *err)
+{
+    if (!lazy(st) || !st->upd_frc || node_of(st, st->d, st->rep_stage) != v || !st->cfg->sched)
+        return bv_error_set(err, BV_ERR_INTERNAL, "stage node %d cannot run node %d's "
+                            "backward: no replica's forward of every microbatch", st->node, v);
+    st->upd_frc = false; /* the backward may write over the saved activations */
+    int64_t it = BV_SEQ_STEP_OF(ws), T = st->rows_mb * st->cfg->block;
+    int next = (st->rep_stage + 1) % st->P;
+    bool last = st->cfg->span_end[st->rep_stage] == st->nlayers;
+    const bv_schedule *vs = &st->cfg->sched[st->rep_stage];
+    size_t out_elems = (size_t)(T * st->rep_out_w);
+    brc_grads g = {st->rep, {0, 0}};
+    bv_layer_engine_zero_grads(st->rep);
+    bv_status rc = BV_OK;
+    for (size_t i = 0; rc == BV_OK && i < vs->count; i++) {
+        const bv_instruction *ins = bv_schedule_at(vs, i);
+        if (ins->op != BV_INSTR_BACKWARD)
+            continue;
+        int mb = ins->microbatch, rs = mb % st->rep_slots;
+        double t0 = bv_now_seconds();
+        bv_seq_ctx ctx = make_ctx(st, mb, true, it);
+        const float *dout = NULL, *rdin;
+        if (last) {
+            bv_xent_result xr;
+            rc = train_loss(st, st->rep, rs, &ctx, mb, &xr, err);
+            g.loss[0] += xr.loss_sum;
+            g.loss[1] += (double)xr.count;
+        } else if (next == st->s) {
+            dout = st->kept + (size_t)mb * out_elems;
+        } else {
+            rc = recv_into(st, BV_PIPE_GRAD, node_of(st, st->d, next), (uint32_t)mb, ws,
+                           "gradients kept for a lost stage", st->rep_dout,
+                           out_elems * sizeof(float), err);
+            dout = st->rep_dout;
+        }
+        if (rc == BV_OK)
+            rc = bv_layer_engine_span_backward(st->rep, rs, &ctx, dout, &rdin, err);
+        st->compute_s += bv_now_seconds() - t0;
+    }
+    return rc != BV_OK ? rc
+                       : bv_stage_link_send_fill(st->link, v, BV_PIPE_REPLICA,
+                                                 BV_PIPE_REPLICA_BRC, ws,
+                                                 st->rep_nflat * sizeof(float) + sizeof g.loss,
+                                                 fill_brc, &g, err);
+}
+
+/* The adopted node's part: its gradients of the failed attempt, and its loss, from the
+ * shadow's lazy_backward: its schedule goes on from UPDATE with them. */
+static bv_status take_brc(stage *st, int shadow, int64_t ws, bv_error *err)
+{
+    bv_pipe_msg_in m;
+    double t0 = bv_now_seconds();
+    bv_status rc = bv_stage_link_recv(st->link, BV_PIPE_REPLICA, shadow, BV_PIPE_REPLICA_BRC,
+                                      ws, st->cfg->peer_timeout_ms,
+                                      "the gradients its shadow ran again", &m, err);
+    st->wait_s += bv_now_seconds() - t0;
+    if (rc != BV_OK)
+        return rc;
+    size_t want = st->nflat * sizeof(float) + sizeof st->upd_loss;
+    if (m.bytes != want) {
+        rc = bv_error_set(err, BV_ERR_CORRUPT, "the gradients run again by node %d: %zu "
+                          "bytes, expected %zu", shadow, m.bytes, want);
+    } else {
+        flat_grads(st->le, NULL, m.data);
+        if (st->local) /* the update takes its own sums from there */
+            memcpy(st->local, m.data, st->nflat * sizeof(float));
+        memcpy(st->upd_loss, (const float *)m.data + st->nflat, sizeof st->upd_loss);
+    }
+    bv_stage_link_release(st->link, &m);
+    return rc;
+}
+
+/* The stage after the lost one: the input gradients it sent it in the failed attempt,
+ * again, to the shadow that runs its backward. */
+static bv_status resend_kept(stage *st, int shadow, int64_t ws, bv_error *err)
+{
+    size_t elems = (size_t)(st->rows_mb * st->cfg->block * st->in_w);
+    if (!st->kept)
+        return bv_error_set(err, BV_ERR_INTERNAL, "stage node %d kept no gradients",
+                            st->node);
+    bv_status rc = BV_OK;
+    for (int mb = 0; rc == BV_OK && mb < st->M; mb++)
+        rc = bv_stage_link_send(st->link, shadow, BV_PIPE_GRAD, (uint32_t)mb, ws,
+                                st->kept + (size_t)mb * elems, elems * sizeof(float), err);
+    return rc;
+}
+
+/* Where the failed attempt `prev` left this stage (PHASE's answer). */
+static int32_t update_phase(const stage *st, int64_t prev)
+{
+    if (st->upd_ws != prev || prev < 0)
+        return 0;
+    return BV_PIPE_AT_UPDATE | (st->upd_frc ? BV_PIPE_HAS_FRC : 0) |
+           (st->kept ? BV_PIPE_HAS_KEPT : 0);
+}
+
+/* A step that goes on from the update of the failed attempt r->prev: the adopted node's
+ * gradients taken from its shadow, the kept ones sent again, the lost node's backward run;
+ * the instruction to go on from (UPDATE's), the loss of the step. */
+static bv_status go_on(stage *st, const bv_pipe_resume *r, int64_t ws, size_t *from,
+                       bv_error *err)
+{
+    bv_status rc = BV_OK;
+    if (r->brc_from >= 0)
+        rc = take_brc(st, r->brc_from, ws, err);
+    else if (st->upd_ws != r->prev || r->prev < 0)
+        rc = bv_error_set(err, BV_ERR_INTERNAL, "stage node %d cannot go on from the update "
+                          "of attempt %lld: its gradients of it are gone", st->node,
+                          (long long)r->prev);
+    if (rc == BV_OK && r->resend_to >= 0)
+        rc = resend_kept(st, r->resend_to, ws, err);
+    if (rc == BV_OK && r->brc_for >= 0)
+        rc = lazy_backward(st, r->brc_for, ws, err);
+    *from = st->sched.count;
+    for (size_t i = 0; i < st->sched.count; i++)
+        if (bv_schedule_at(&st->sched, i)->op == BV_INSTR_UPDATE) {
+            *from = i;
+            break;
+        }
+    st->upd_ws = ws;
+    return rc;
+}
+
 /* ---- one step of the schedule ---- */
 
 /* Step `it` of the schedule, its messages tagged ws (the attempt's wire step); with
- * two-phase steps prepared only (COMMIT applies it). */
-static bv_status train_step(stage *st, int64_t ws, double lr, double res[6], bv_error *err)
+ * two-phase steps prepared only (COMMIT applies it). r: the step goes on from the update
+ * of a failed attempt (NULL: the whole schedule). */
+static bv_status train_step(stage *st, int64_t ws, double lr, const bv_pipe_resume *r,
+                            double res[6], bv_error *err)
 {
     const bv_seq_pipe_cfg *cfg = st->cfg;
     int64_t it = BV_SEQ_STEP_OF(ws);
@@ -588,20 +792,30 @@ static bv_status train_step(stage *st, int64_t ws, double lr, double res[6], bv_
     bv_stage_link_drop_steps(st->link, ws, true);
     double t_step = bv_now_seconds();
     st->compute_s = st->wait_s = 0;
-    bv_text_corpus_batch(cfg->corpus, cfg->seed, BV_SEQ_STREAM_TRAIN(it), false, cfg->batch,
-                         cfg->block, st->d * st->rows_pipe, st->rows_pipe, st->tokens,
-                         st->targets);
-    bv_layer_engine_zero_grads(st->le);
-    if (st->rep_backward) /* efeb's gradients are this step's; REPLICA_UPDATE writes every
-                           * one of the replica's gradients, so nothing else needs zeros */
-        bv_layer_engine_zero_grads(st->rep);
     int64_t T = st->rows_mb * cfg->block;
     size_t in_bytes = (size_t)(T * st->in_w) * sizeof(float);
     size_t out_bytes = (size_t)(T * st->out_w) * sizeof(float);
     double loss_sum = 0, count = 0, norm = 0;
     const float *din = NULL;
     bv_status rc = BV_OK;
-    for (size_t i = 0; rc == BV_OK && i < st->sched.count; i++) {
+    size_t from = 0;
+    if (r) {
+        rc = go_on(st, r, ws, &from, err);
+        loss_sum = st->upd_loss[0];
+        count = st->upd_loss[1];
+    } else {
+        bv_text_corpus_batch(cfg->corpus, cfg->seed, BV_SEQ_STREAM_TRAIN(it), false,
+                             cfg->batch, cfg->block, st->d * st->rows_pipe, st->rows_pipe,
+                             st->tokens, st->targets);
+        bv_layer_engine_zero_grads(st->le);
+        if (st->rep_backward) /* efeb's gradients are this step's; REPLICA_UPDATE writes
+                               * every one of the replica's gradients, so nothing else needs
+                               * zeros */
+            bv_layer_engine_zero_grads(st->rep);
+        st->upd_ws = -1;
+        st->frc_done = 0;
+    }
+    for (size_t i = from; rc == BV_OK && i < st->sched.count; i++) {
         const bv_instruction *ins = bv_schedule_at(&st->sched, i);
         int mb = ins->microbatch, slot = mb >= 0 ? mb % st->slots : 0;
         int peer = ins->peer >= 0 ? node_of(st, st->d, ins->peer) : -1;
@@ -646,14 +860,23 @@ static bv_status train_step(stage *st, int64_t ws, double lr, double res[6], bv_
             st->compute_s += bv_now_seconds() - t0;
             break;
         case BV_INSTR_SEND_GRAD:
+            if (st->kept && mb >= 0 && mb < st->M && din)
+                memcpy(st->kept + (size_t)mb * (in_bytes / sizeof(float)), din, in_bytes);
             rc = bv_stage_link_send(st->link, peer, BV_PIPE_GRAD, (uint32_t)mb, ws, din,
                                     in_bytes, err);
             break;
         case BV_INSTR_UPDATE:
-            rc = update(st, ws, lr, &norm, err);
+            if (!r) { /* the step's work is done: a failure from here on may keep it */
+                st->upd_ws = ws;
+                st->upd_loss[0] = loss_sum;
+                st->upd_loss[1] = count;
+                st->upd_frc = lazy(st) && st->frc_done == st->M;
+            }
+            rc = update(st, ws, lr, &norm, r != NULL, err);
             break;
         case BV_INSTR_REDUNDANT_FORWARD: /* the next stage's forward, here, on its input */
             rc = redundant_forward(st, mb, slot, &ctx, err);
+            st->frc_done += rc == BV_OK;
             st->compute_s += bv_now_seconds() - t0;
             break;
         case BV_INSTR_REDUNDANT_BACKWARD: /* and its backward (efeb) */
@@ -673,8 +896,9 @@ static bv_status train_step(stage *st, int64_t ws, double lr, double res[6], bv_
                               st->s, ins->op);
         }
     }
-    double r[6] = {loss_sum, count, norm, st->compute_s, st->wait_s, bv_now_seconds() - t_step};
-    memcpy(res, r, sizeof r);
+    double out[6] = {loss_sum, count, norm, st->compute_s, st->wait_s,
+                     bv_now_seconds() - t_step};
+    memcpy(res, out, sizeof out);
     if (rc == BV_OK && st->two_phase)
         st->pending = true, st->pending_ws = ws, st->pending_lr = lr, st->pending_norm = norm;
     return rc;
@@ -855,10 +1079,13 @@ static bv_status run_command(stage *st, const bv_pipe_msg_in *m, bv_error *err)
         break;
     case BV_PIPE_TRAIN: {
         double lr;
-        if (m->bytes != sizeof lr)
+        bv_pipe_resume r;
+        if (m->bytes != sizeof lr && m->bytes != sizeof lr + sizeof r)
             return bv_error_set(err, BV_ERR_CORRUPT, "a train command of %zu bytes", m->bytes);
         memcpy(&lr, m->data, sizeof lr);
-        bv_status rc = train_step(st, m->step, lr, res, err);
+        if (m->bytes > sizeof lr)
+            memcpy(&r, (const char *)m->data + sizeof lr, sizeof r);
+        bv_status rc = train_step(st, m->step, lr, m->bytes > sizeof lr ? &r : NULL, res, err);
         if (rc != BV_OK)
             return rc;
         return bv_stage_link_send(st->link, st->coord, BV_PIPE_DONE, m->tag, m->step, res,
@@ -876,6 +1103,11 @@ static bv_status run_command(stage *st, const bv_pipe_msg_in *m, bv_error *err)
         return adopt(st, m, err); /* the adopted stage answers */
     case BV_PIPE_PING: /* the coordinator looks for a stage process that hangs */
         break;
+    case BV_PIPE_PHASE: { /* after a failure: may the step go on from its update here? */
+        int32_t r = update_phase(st, m->step);
+        return bv_stage_link_send(st->link, st->coord, BV_PIPE_DONE, m->tag, m->step, &r,
+                                  sizeof r, err);
+    }
     case BV_PIPE_REROUTE: { /* a stage given a process of its own again */
         int32_t node;
         char address[96];

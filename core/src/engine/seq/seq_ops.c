@@ -247,8 +247,7 @@ struct bv_engine {
     bv_seq_pipe_cfg pipe_cfg;
     bv_cloud *cloud;         /* stages as processes: their cloud, for every restart */
     int restarts;            /* the pipeline's restarts from a checkpoint */
-    int failovers, replaced; /* those of the pipelines before the last restart */
-    double failover_s;
+    bv_seq_pipe_recovery recovery; /* that of the pipelines before the last restart */
     double restart_s; /* the restarts' pauses: the stages ended, launched and initialised */
     double gather_s; /* the stages' states gathered for checkpoints (get_state) */
     char config_dir[4096];   /* the experiment's directory (the cloud's run info) */
@@ -324,12 +323,13 @@ static bv_status restart(bv_engine *e, bv_error *err)
                     : bv_error_set(err, BV_ERR_STOPPED, "pipeline.restarts is 0");
     double t0 = bv_now_seconds();
     if (e->pipe) {
-        int f, r;
-        double sec;
-        bv_seq_pipe_failovers(e->pipe, &f, &r, &sec);
-        e->failovers += f;
-        e->replaced += r;
-        e->failover_s += sec;
+        bv_seq_pipe_recovery r;
+        bv_seq_pipe_failovers(e->pipe, &r);
+        e->recovery.failovers += r.failovers;
+        e->recovery.replaced += r.replaced;
+        e->recovery.resumed += r.resumed;
+        e->recovery.lazy_brc += r.lazy_brc;
+        e->recovery.seconds += r.seconds;
         bv_seq_pipe_stop(e->pipe);
         e->pipe = NULL;
     }
@@ -589,12 +589,13 @@ static void result(bv_engine *e, const bv_history *h, bv_run_result *res)
         if (replicas) { /* Bamboo's: equal to their originals at the end */
             bv_result_add(res, "replicas", replicas, true, 0);
             bv_result_add(res, "replicas_equal", equal, true, 0);
-            int failovers, replaced;
-            double seconds;
-            bv_seq_pipe_failovers(e->pipe, &failovers, &replaced, &seconds);
-            bv_result_add(res, "failovers", e->failovers + failovers, true, 0);
-            bv_result_add(res, "replaced", e->replaced + replaced, true, 0);
-            bv_result_add(res, "failover_seconds", e->failover_s + seconds, false, 0);
+            bv_seq_pipe_recovery r;
+            bv_seq_pipe_failovers(e->pipe, &r);
+            bv_result_add(res, "failovers", e->recovery.failovers + r.failovers, true, 0);
+            bv_result_add(res, "replaced", e->recovery.replaced + r.replaced, true, 0);
+            bv_result_add(res, "steps_resumed", e->recovery.resumed + r.resumed, true, 0);
+            bv_result_add(res, "lazy_brc", e->recovery.lazy_brc + r.lazy_brc, true, 0);
+            bv_result_add(res, "failover_seconds", e->recovery.seconds + r.seconds, false, 0);
         }
         if (e->cloud) {
             bv_result_add(res, "restarts", e->restarts, true, 0);
