@@ -3,12 +3,12 @@
 # config (configs/transformer-pipeline.yaml) as D x P stage processes with the redundancy
 # strategy (eflb), one stage process killed (BIVOUAC_STAGE_FAULT) at step --at in its
 # forward pass, its backward pass, entering the all-reduce, or at the commit of a prepared
-# step; and the same kill without redundancy, recovered by restarting from the last
-# checkpoint (bivouac run --resume). Prints, per case: the pause (failover: from the loss
-# seen to the end of the step it was lost in, result.json's failover_seconds; restart:
-# from the killed run's end, where it saw the loss, to the end of the first step past the
-# kill that the resumed run completes, which includes starting the processes again and
-# the steps redone since the checkpoint), the uninterrupted run's median step, the pause
+# step; and the same kill without redundancy, recovered by restarting in the process from
+# the last checkpoint. Prints, per case: the pause (failover: from the loss seen to the end
+# of the step it was lost in, result.json's failover_seconds; restart: from the end of the
+# step before the kill to the end of the step killed, less a median step, which includes
+# starting the processes again and the steps redone since the checkpoint), the
+# uninterrupted run's median step, the pause
 # in steps, whether the final weights are the uninterrupted run's, and how the step the
 # kill failed went on (docs/redundancy.md#lazy-brc: run again by every stage, by the lost
 # stage's pipeline only, or by none, the lost stage's backward run again by its shadow:
@@ -108,27 +108,24 @@ for what in forward prepared; do
     python3 -c "print(f'| failover (eflb) of a hang, peer_timeout $peer s | {\"$what\"} | {$pause:.3f} | {$step:.3f} | {$pause / $step:.1f} | $same | $how |')"
 done
 
-# without redundancy: the run ends at the kill and restarts from its last checkpoint
+# without redundancy: the run restarts in the process from its last checkpoint
+# (docs/redundancy.md#restarts-from-a-checkpoint); the pause is the time between the end of
+# the step before the kill (its first record) and the end of the step killed (its last:
+# the steps since the checkpoint run again), less a median step
 out="$tmp/restart"
-set +e
 BIVOUAC_STAGE_FAULT="$victim:$at:backward" "$bivouac" run "$exp" --out "$out" "${cfg[@]}" \
-    -s "resilience=[$ckpt]" >/dev/null 2>"$out.err"
-set -e
-killed=$(date +%s.%N)
-"$bivouac" run --resume "$out" --quiet --no-plot >/dev/null 2>"$out.resume.err" &
-resumer=$!
-first="" # when the resumed run has completed a step past the kill
-while kill -0 "$resumer" 2>/dev/null; do
-    if python3 - "$out/metrics.jsonl" "$at" <<'EOF'
+    -s "resilience=[$ckpt]" >/dev/null 2>"$out.err" ||
+    { echo "failover.sh: the restart run failed:" >&2; cat "$out.err" >&2; exit 1; }
+gap=$(python3 - "$out/metrics.jsonl" "$at" <<'EOF'
 import json, sys
-steps = [json.loads(l).get("step", 0) for l in open(sys.argv[1]) if '"train_loss"' in l and '"eval' not in l]
-sys.exit(0 if steps and max(steps) > int(sys.argv[2]) + 1 else 1)
+first, last = {}, {}
+for l in open(sys.argv[1]):
+    if '"train_loss"' in l and '"eval' not in l:
+        r = json.loads(l)
+        first.setdefault(r["step"], r["seconds"])
+        last[r["step"]] = r["seconds"]
+print(last[int(sys.argv[2]) + 1] - first[int(sys.argv[2])])
 EOF
-    then first=$(date +%s.%N); break; fi
-    sleep 0.05
-done
-wait "$resumer"
-[ -n "$first" ] || first=$(date +%s.%N)
-stepr=$(median_step "$tmp/whole")
+)
 same=$([ "$(field "$out" params_crc32c)" = "$crc" ] && echo "the same bits" || echo differ)
-python3 -c "p = $first - $killed; print(f'| restart from the last checkpoint (no redundancy) | backward | {p:.3f} | {$stepr:.3f} | {p / $stepr:.1f} | $same | from its checkpoint |')"
+python3 -c "p = $gap - $step; print(f'| restart from the last checkpoint (no redundancy) | backward | {p:.3f} | {$step:.3f} | {p / $step:.1f} | $same | from its checkpoint |')"

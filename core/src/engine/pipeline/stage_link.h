@@ -73,6 +73,7 @@ enum { BV_PIPE_AT_UPDATE = 1, BV_PIPE_HAS_FRC = 2, BV_PIPE_HAS_KEPT = 4 };
 typedef struct bv_pipe_resume {
     int64_t prev;
     int32_t brc_for, resend_to, brc_from;
+    int32_t zero; /* 0: the struct has no padding, every byte sent is set */
 } bv_pipe_resume;
 #define BV_PIPE_REPLICA_BRC 1
 

@@ -1402,7 +1402,7 @@ static int plan_resume(bv_seq_pipe *p, int64_t prev, bv_pipe_resume *r, int *brc
     int P = p->cfg.stages, D = p->cfg.pipelines, n = p->nodes, going = 0;
     *brc = 0;
     for (int k = 0; k < n; k++)
-        r[k] = (bv_pipe_resume){-1, -1, -1, -1};
+        r[k] = (bv_pipe_resume){-1, -1, -1, -1, 0};
     int32_t *at = calloc((size_t)n, sizeof *at);
     bool was_failed = p->failed;
     bv_error e = {0};

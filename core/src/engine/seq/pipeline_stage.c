@@ -59,9 +59,10 @@ typedef struct stage {
     bool upd_frc;
     float *kept;      /* eflb: the input gradients this step sent, per microbatch, for a
                          shadow's BRC of the stage before (NULL: not kept) */
-    float *local;     /* eflb where the update changes the gradients (the all-reduce,
-                         sum_tied): this stage's own sums of the step, kept for a lazy
-                         recovery (NULL: the update leaves them be, or none is kept) */
+    float *local;     /* eflb where the update changes the gradients: this stage's own
+                         sums of the step, kept for a lazy recovery (every gradient where
+                         the all-reduce sums them, else those sum_tied adds to; NULL: the
+                         update leaves them be, or none is kept) */
     float *tied_in;   /* the owner's scratch for a tied tensor's gradient (sum_tied) */
     /* two-phase steps (bv_seq_pipe_two_phase): a prepared step waits for COMMIT */
     bool two_phase, pending;
@@ -229,6 +230,33 @@ static size_t flat_grads(const bv_layer_engine *le, float *to, const float *from
     return off;
 }
 
+/* The gradient buffers sum_tied adds to (the owner's where it or the tie is here, the
+ * tie's where only it is), in its order, copied into `to` or from `from` (neither: only
+ * counted); returns the floats. */
+static size_t tied_grads(const stage *st, float *to, const float *from)
+{
+    bv_layer_tensor t;
+    size_t off = 0, o, oi;
+    for (size_t l = st->first; l < st->nlayers; l++)
+        for (size_t i = 0; i < bv_layer_engine_layer(st->le, l)->nparams; i++) {
+            if (!bv_layer_engine_tie(st->le, l, i, &o, &oi))
+                continue;
+            bool here = l < st->end, owner_here = o >= st->first && o < st->end;
+            if (!here && !owner_here)
+                continue;
+            if (owner_here)
+                bv_layer_engine_tensor(st->le, o, oi, &t);
+            else
+                bv_layer_engine_tensor(st->le, l, i, &t);
+            if (to)
+                memcpy(to + off, t.grad, (size_t)t.n * sizeof *to);
+            else if (from)
+                memcpy(t.grad, from + off, (size_t)t.n * sizeof *from);
+            off += (size_t)t.n;
+        }
+    return off;
+}
+
 /* bv_stage_link_send_fill's filler: the layer engine ctx's gradients, flat. */
 static void fill_grads(void *dst, size_t bytes, const void *ctx)
 {
@@ -347,7 +375,8 @@ static bv_status stage_setup(stage *st, bv_error *err)
     if (st->s > 0 && lazy(st)) /* what a shadow's BRC of the stage before needs from here */
         st->kept = malloc((size_t)(st->M * T * st->in_w) * sizeof *st->kept);
     if ((st->D > 1 || tied_here) && lazy(st))
-        st->local = malloc(st->nflat * sizeof *st->local);
+        st->local = malloc((st->D > 1 ? st->nflat : tied_grads(st, NULL, NULL)) *
+                           sizeof *st->local);
     st->two_phase = bv_seq_pipe_two_phase(cfg);
     size_t flat = st->nflat > st->rep_nflat ? st->nflat : st->rep_nflat;
     st->flat = malloc((flat + 1) * sizeof *st->flat);
@@ -535,8 +564,10 @@ static bv_status update(stage *st, int64_t ws, double lr, double *norm, bool aga
 {
     double t0 = bv_now_seconds(), w0 = st->wait_s;
     maybe_die(st, ws, "allreduce");
-    if (st->local)
+    if (st->local && st->D > 1)
         flat_grads(st->le, again ? NULL : st->local, again ? st->local : NULL);
+    else if (st->local)
+        tied_grads(st, again ? NULL : st->local, again ? st->local : NULL);
     bv_status rc = st->D > 1 ? allreduce(st, ws, err) : BV_OK;
     if (rc == BV_OK && st->D > 1 && !st->local) /* its own sums are gone */
         st->upd_ws = -1;
@@ -719,8 +750,10 @@ static bv_status take_brc(stage *st, int shadow, int64_t ws, bv_error *err)
                           "bytes, expected %zu", shadow, m.bytes, want);
     } else {
         flat_grads(st->le, NULL, m.data);
-        if (st->local) /* the update takes its own sums from there */
+        if (st->local && st->D > 1) /* the update takes its own sums from there */
             memcpy(st->local, m.data, st->nflat * sizeof(float));
+        else if (st->local)
+            tied_grads(st, st->local, NULL);
         memcpy(st->upd_loss, (const float *)m.data + st->nflat, sizeof st->upd_loss);
     }
     bv_stage_link_release(st->link, &m);
@@ -774,7 +807,8 @@ static bv_status go_on(stage *st, const bv_pipe_resume *r, int64_t ws, size_t *f
             *from = i;
             break;
         }
-    st->upd_ws = ws;
+    if (rc == BV_OK || r->brc_from < 0) /* its sums are still its own */
+        st->upd_ws = ws;
     return rc;
 }
 
