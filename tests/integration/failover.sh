@@ -12,7 +12,8 @@
 #    consecutive; a kill from outside at a moment the test does not choose; a bulk
 #    preemption of two stages of different pipelines at once, and one of two nodes of a
 #    zone where the local cloud has zones (consecutive stages in different zones);
-#  - lflb and efeb (no redundant forward; both redundant passes) fail over too;
+#  - lflb and efeb (no redundant forward; both redundant passes) fail over too (efeb's
+#    shadow has the lost stage's gradients from its eager backward);
 #  - a spot trace's removal is failed over, and its addition gives the stage a process of
 #    its own again (the shipped policy, scripts/lua/reconfigure.lua; its decisions in
 #    metrics.jsonl), over ipc and over links: tcp; the policy's restart of a degraded
@@ -100,13 +101,19 @@ check "two stages lost: the uninterrupted weights" "$(field "$out" params_crc32c
 check "two stages lost: two failovers" "$(field "$out" failovers)" '"failovers": 2'
 check "two stages lost: nothing left" "$(leftovers "$pgid")" "processes 0, socket dirs 0"
 
-for mode in lflb efeb; do
+# lflb: the other pipeline goes on from its update, the lost stage's runs the step again
+# (no forward to run its backward from); efeb: its eager backward's gradients are taken
+for case in lflb:1:20:backward:0 efeb:4:20:allreduce:1; do
+    IFS=: read -r mode node at what brc <<<"$case"
     out="$tmp/$mode"
-    BIVOUAC_STAGE_FAULT=1:20:backward run "$out" run "$exp" --out "$out" "${base[@]}" \
+    BIVOUAC_STAGE_FAULT=$node:$at:$what run "$out" run "$exp" --out "$out" "${base[@]}" \
         -s "resilience=[{plugin: redundancy, mode: $mode}]"
     check "$mode: exit 0" "$rc" 0
     check "$mode: the uninterrupted weights" "$(field "$out" params_crc32c)" "$crc"
     check "$mode: one failover" "$(field "$out" failovers)" '"failovers": 1'
+    check "$mode: the step went on from its update, lazy BRCs" \
+        "$(field "$out" steps_resumed), $(field "$out" lazy_brc)" \
+        "\"steps_resumed\": 1, \"lazy_brc\": $brc"
     check "$mode: nothing left" "$(leftovers "$pgid")" "processes 0, socket dirs 0"
 done
 

@@ -60,9 +60,10 @@ enum bv_pipe_cmd {
 
 /* Lazy recovery (docs/redundancy.md#lazy-brc). PHASE's answer: the attempt's schedule
  * reached UPDATE on the node, and the node still has its own gradient sums of it
- * (AT_UPDATE); the node's replica ran its forward on every microbatch of it (HAS_FRC); the
- * node kept the input gradients it sent (HAS_KEPT). */
-enum { BV_PIPE_AT_UPDATE = 1, BV_PIPE_HAS_FRC = 2, BV_PIPE_HAS_KEPT = 4 };
+ * (AT_UPDATE); the node's replica ran its forward on every microbatch of it (HAS_FRC), or
+ * its backward too, whose gradients it still has (HAS_BRC, efeb); the node kept the input
+ * gradients it sent (HAS_KEPT). */
+enum { BV_PIPE_AT_UPDATE = 1, BV_PIPE_HAS_FRC = 2, BV_PIPE_HAS_KEPT = 4, BV_PIPE_HAS_BRC = 8 };
 
 /* A TRAIN command's data is the learning rate (a double), then for a node that goes on
  * from the update of the failed attempt `prev` this: the shadow of the lost node brc_for

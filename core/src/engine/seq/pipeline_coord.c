@@ -1394,7 +1394,8 @@ static bv_status take_phase(bv_seq_pipe *p, int node, const bv_pipe_msg_in *m, v
  * one whose stage lost in prev was adopted by a shadow whose replica ran its forward on
  * every microbatch (eflb), where the stage after it kept the gradients it sent (or the
  * lost stage was the last): the shadow runs the lost stage's backward from those forwards'
- * saved activations (Bamboo's lazy BRC), and the adopted stage takes its gradients. The
+ * saved activations (Bamboo's lazy BRC), and the adopted stage takes its gradients; with
+ * efeb the shadow ran that backward already and sends what it got. The
  * other pipelines run the whole step (r[n].prev = -1); every all-reduce starts from the
  * stages' own sums either way. Returns the pipelines that go on; *brc: the lazy BRCs. */
 static int plan_resume(bv_seq_pipe *p, int64_t prev, bv_pipe_resume *r, int *brc)
@@ -1418,9 +1419,11 @@ static int plan_resume(bv_seq_pipe *p, int64_t prev, bv_pipe_resume *r, int *brc
             int v = d * P + s, shadow = d * P + (s + P - 1) % P, next = d * P + (s + 1) % P;
             if (!(at[v] & BV_PIPE_AT_UPDATE)) /* lost in prev: a lazy BRC, if it can */
                 ok = p->host[v] == p->host[shadow] && p->host[v] != v &&
-                     (at[shadow] & BV_PIPE_AT_UPDATE) && (at[shadow] & BV_PIPE_HAS_FRC) &&
-                     (s == P - 1 || next == shadow ||
-                      ((at[next] & BV_PIPE_AT_UPDATE) && (at[next] & BV_PIPE_HAS_KEPT)));
+                     (at[shadow] & BV_PIPE_AT_UPDATE) &&
+                     ((at[shadow] & BV_PIPE_HAS_BRC) ||
+                      ((at[shadow] & BV_PIPE_HAS_FRC) &&
+                       (s == P - 1 || next == shadow ||
+                        ((at[next] & BV_PIPE_AT_UPDATE) && (at[next] & BV_PIPE_HAS_KEPT)))));
         }
         for (int s = 0; ok && s < P; s++) {
             int v = d * P + s, shadow = d * P + (s + P - 1) % P, next = d * P + (s + 1) % P;
@@ -1430,7 +1433,7 @@ static int plan_resume(bv_seq_pipe *p, int64_t prev, bv_pipe_resume *r, int *brc
             (*brc)++;
             r[v].brc_from = shadow;
             r[shadow].brc_for = v;
-            if (s != P - 1 && next != shadow)
+            if (s != P - 1 && next != shadow && !(at[shadow] & BV_PIPE_HAS_BRC))
                 r[next].resend_to = shadow;
         }
         going += ok;

@@ -55,11 +55,12 @@ typedef struct stage {
      * and whether the replica ran its forward on every microbatch of it */
     int64_t upd_ws;
     double upd_loss[2];
-    int frc_done;
-    bool upd_frc;
+    int frc_done, brc_done; /* the replica's forwards and (efeb) backwards of the attempt */
+    bool upd_frc, upd_brc;  /* all of them, at UPDATE; the backwards' gradients untouched */
+    double rep_loss[2];     /* efeb: the replica's loss, where it is the last stage */
     float *kept;      /* eflb: the input gradients this step sent, per microbatch, for a
                          shadow's BRC of the stage before (NULL: not kept) */
-    float *local;     /* eflb where the update changes the gradients: this stage's own
+    float *local;     /* with a replica, where the update changes the gradients: its own
                          sums of the step, kept for a lazy recovery (every gradient where
                          the all-reduce sums them, else those sum_tied adds to; NULL: the
                          update leaves them be, or none is kept) */
@@ -374,7 +375,7 @@ static bv_status stage_setup(stage *st, bv_error *err)
     st->tied_in = malloc((tied_n + 1) * sizeof *st->tied_in);
     if (st->s > 0 && lazy(st)) /* what a shadow's BRC of the stage before needs from here */
         st->kept = malloc((size_t)(st->M * T * st->in_w) * sizeof *st->kept);
-    if ((st->D > 1 || tied_here) && lazy(st))
+    if ((st->D > 1 || tied_here) && st->rep) /* a failed step may go on from its update */
         st->local = malloc((st->D > 1 ? st->nflat : tied_grads(st, NULL, NULL)) *
                            sizeof *st->local);
     st->two_phase = bv_seq_pipe_two_phase(cfg);
@@ -383,7 +384,7 @@ static bv_status stage_setup(stage *st, bv_error *err)
     st->sq = malloc((st->nsq + 1) * sizeof *st->sq);
     if (!st->tokens || !st->targets || !st->dout || !st->out || !st->sq || !st->flat ||
         !st->tied_in || (st->s > 0 && lazy(st) && !st->kept) ||
-        ((st->D > 1 || tied_here) && lazy(st) && !st->local))
+        ((st->D > 1 || tied_here) && st->rep && !st->local))
         return bv_error_set(err, BV_ERR_NOMEM, "out of memory for stage %d", st->s);
     return BV_OK;
 }
@@ -629,6 +630,8 @@ static bv_status redundant_backward(stage *st, int mb, const bv_seq_ctx *ctx,
     if (st->cfg->span_end[st->rep_stage] == st->nlayers) {
         bv_xent_result xr;
         bv_status rc = train_loss(st, st->rep, rs, ctx, mb, &xr, err);
+        st->rep_loss[0] += xr.loss_sum;
+        st->rep_loss[1] += (double)xr.count;
         return rc != BV_OK ? rc
                            : bv_layer_engine_span_backward(st->rep, rs, ctx, NULL, &rdin, err);
     }
@@ -660,6 +663,7 @@ static bv_status replica_update(stage *st, int peer, int64_t ws, bv_error *err)
                           "bytes, expected %zu", peer, m.bytes, want);
     else
         flat_grads(st->rep, NULL, m.data);
+    st->upd_brc = false; /* efeb's own gradients are gone */
     bv_stage_link_release(st->link, &m);
     return rc;
 }
@@ -684,23 +688,29 @@ static void fill_brc(void *dst, size_t bytes, const void *ctx)
  * schedule ran them (its gradients sum in that order, so they are v's to the bit), on the
  * replica from the saved activations of its forwards of the failed attempt; the output
  * gradients are the loss (v was the last stage), this stage's own kept input gradients
- * (two stages) or those the stage after v sends again. Then the gradients, and v's loss,
- * to the adopted node v. */
+ * (two stages) or those the stage after v sends again. efeb ran those backwards eagerly:
+ * their gradients are there already. Then the gradients, and v's loss, to the adopted
+ * node v. */
 static bv_status lazy_backward(stage *st, int v, int64_t ws, bv_error *err)
 {
-    if (!lazy(st) || !st->upd_frc || node_of(st, st->d, st->rep_stage) != v || !st->cfg->sched)
+    bool eager = st->upd_brc && node_of(st, st->d, st->rep_stage) == v;
+    if (!eager && (!lazy(st) || !st->upd_frc || node_of(st, st->d, st->rep_stage) != v ||
+                   !st->cfg->sched))
         return bv_error_set(err, BV_ERR_INTERNAL, "stage node %d cannot run node %d's "
                             "backward: no replica's forward of every microbatch", st->node, v);
-    st->upd_frc = false; /* the backward may write over the saved activations */
+    st->upd_frc = st->upd_brc = false; /* a backward may write over saved activations */
     int64_t it = BV_SEQ_STEP_OF(ws), T = st->rows_mb * st->cfg->block;
     int next = (st->rep_stage + 1) % st->P;
     bool last = st->cfg->span_end[st->rep_stage] == st->nlayers;
     const bv_schedule *vs = &st->cfg->sched[st->rep_stage];
     size_t out_elems = (size_t)(T * st->rep_out_w);
-    brc_grads g = {st->rep, {0, 0}};
-    bv_layer_engine_zero_grads(st->rep);
+    brc_grads g = {st->rep, {st->rep_loss[0], st->rep_loss[1]}};
+    if (!eager) {
+        g.loss[0] = g.loss[1] = 0;
+        bv_layer_engine_zero_grads(st->rep);
+    }
     bv_status rc = BV_OK;
-    for (size_t i = 0; rc == BV_OK && i < vs->count; i++) {
+    for (size_t i = 0; !eager && rc == BV_OK && i < vs->count; i++) {
         const bv_instruction *ins = bv_schedule_at(vs, i);
         if (ins->op != BV_INSTR_BACKWARD)
             continue;
@@ -781,7 +791,7 @@ static int32_t update_phase(const stage *st, int64_t prev)
     if (st->upd_ws != prev || prev < 0)
         return 0;
     return BV_PIPE_AT_UPDATE | (st->upd_frc ? BV_PIPE_HAS_FRC : 0) |
-           (st->kept ? BV_PIPE_HAS_KEPT : 0);
+           (st->kept ? BV_PIPE_HAS_KEPT : 0) | (st->upd_brc ? BV_PIPE_HAS_BRC : 0);
 }
 
 /* A step that goes on from the update of the failed attempt r->prev: the adopted node's
@@ -847,7 +857,8 @@ static bv_status train_step(stage *st, int64_t ws, double lr, const bv_pipe_resu
                                * zeros */
             bv_layer_engine_zero_grads(st->rep);
         st->upd_ws = -1;
-        st->frc_done = 0;
+        st->frc_done = st->brc_done = 0;
+        st->rep_loss[0] = st->rep_loss[1] = 0;
     }
     for (size_t i = from; rc == BV_OK && i < st->sched.count; i++) {
         const bv_instruction *ins = bv_schedule_at(&st->sched, i);
@@ -905,6 +916,7 @@ static bv_status train_step(stage *st, int64_t ws, double lr, const bv_pipe_resu
                 st->upd_loss[0] = loss_sum;
                 st->upd_loss[1] = count;
                 st->upd_frc = lazy(st) && st->frc_done == st->M;
+                st->upd_brc = st->rep_backward && st->brc_done == st->M;
             }
             rc = update(st, ws, lr, &norm, r != NULL, err);
             break;
@@ -915,6 +927,7 @@ static bv_status train_step(stage *st, int64_t ws, double lr, const bv_pipe_resu
             break;
         case BV_INSTR_REDUNDANT_BACKWARD: /* and its backward (efeb) */
             rc = redundant_backward(st, mb, &ctx, din, err);
+            st->brc_done += rc == BV_OK;
             st->compute_s += bv_now_seconds() - t0;
             break;
         case BV_INSTR_REPLICA_SEND:
