@@ -52,6 +52,7 @@ struct bv_seq_pipe {
     const int *watch; /* the nodes asked alone (ask, gather); another's end is kept */
     int nwatch;       /*   for later; 0: every end fails the wait */
     bv_error deferred; /* how that other end was seen */
+    bv_error last_loss; /* how the last process lost was seen (wherever) */
     int64_t gathers;   /* gathers of stage states: each has a step of its own (-gathers),
                           so that a late answer of one that failed is never taken for a
                           later one's */
@@ -164,6 +165,7 @@ static bv_status lose(bv_seq_pipe *p, int n, int64_t id, const char *how, bv_err
     bv_status st = bv_error_set(later ? &p->deferred : err, BV_ERR_IO,
                                 "lost %s (node %lld on localhost): it %s", who,
                                 (long long)id, how);
+    p->last_loss = later ? p->deferred : *err;
     return later ? BV_OK : st; /* a wait for another node goes on */
 }
 
@@ -269,6 +271,15 @@ static void abort_nodes(bv_seq_pipe *p, int64_t step, const int32_t *n, int coun
             send_cmd(p, k, BV_PIPE_ABORT, step, n, (size_t)count * sizeof *n, &ignored);
 }
 
+/* Whether a stage node's process is gone that no ABORT of the step named yet. */
+static bool lost_unnamed(const bv_seq_pipe *p, const bool *named)
+{
+    for (int n = 0; n < p->nodes; n++)
+        if (node_lost(p, n) && !named[n])
+            return true;
+    return false;
+}
+
 /* Waits for `answers` answers to cmd (every node's, or the one node's asked): DONE (data
  * handed to each(), may be NULL) or ERROR. The first error aborts the waits of the others
  * (ABORT), so no stage is left waiting for a peer, and drops what came so far; a stage
@@ -292,15 +303,17 @@ static bv_status collect(bv_seq_pipe *p, int answers, uint32_t cmd, int64_t step
     double bound = p->cloud ? p->cfg.peer_timeout_ms * 1e-3 : 0, last = bv_now_seconds();
     bool train = cmd == BV_PIPE_TRAIN && p->two_phase && p->host && answers == p->nodes;
     bool targeted = false; /* a loss named in an ABORT: each error is named too */
-    int seen = -1;         /* the last process lost so named */
     bool *said = train ? calloc((size_t)p->nodes, sizeof *said) : NULL; /* answered */
+    bool *named = train ? calloc((size_t)p->nodes, sizeof *named) : NULL;
     int32_t *gone = train ? calloc((size_t)p->nodes, sizeof *gone) : NULL;
+    if (!gone || !named || !said)
+        train = false;
     for (int answered = 0; answered < answers; answered++) {
         bv_pipe_msg_in m = {0};
         bv_error e = {0};
-        bv_status rc;
+        bv_status rc = BV_OK;
         /* the stages are looked at every WATCH_MS, answering or not (Ctrl-C) */
-        while ((rc = watch_due(p, &e)) == BV_OK &&
+        while (!(train && lost_unnamed(p, named)) && (rc = watch_due(p, &e)) == BV_OK &&
                (rc = bv_stage_link_recv(p->link, done_type, -1, cmd, step, WATCH_MS,
                                         "an answer", &m, &e)) != BV_OK &&
                bv_stage_link_timed_out(p->link)) {
@@ -318,23 +331,26 @@ static bv_status collect(bv_seq_pipe *p, int answers, uint32_t cmd, int64_t step
             }
         }
         last = bv_now_seconds();
-        if (rc != BV_OK && said && gone && p->lost >= 0 && p->lost != seen &&
-            !bv_node_group_interrupted()) {
-            /* a lost process: its nodes answer nothing more; the others are awaited */
+        if (train && lost_unnamed(p, named) && !bv_node_group_interrupted()) {
+            /* lost processes (seen here or in a send): their nodes answer nothing more,
+             * and are named; the others are awaited */
             int count = 0;
             for (int n = 0; n < p->nodes; n++)
-                if (p->host[n] == p->lost) {
+                if (node_lost(p, n) && !named[n]) {
+                    named[n] = true;
                     gone[count++] = n;
-                    answers -= !said[n];
+                    answers -= !said[n] && (n != (int)m.sender || !m.own);
                     said[n] = true;
                 }
             abort_nodes(p, step, gone, count);
             if (first == BV_OK)
-                first = bv_error_set(err, rc, "%s", e.msg);
+                first = bv_error_set(err, BV_ERR_IO, "%s", p->last_loss.msg);
             targeted = true;
-            seen = p->lost;
-            answered--;
-            continue;
+            if (!m.own) { /* no answer came: wait again */
+                answered--;
+                continue;
+            }
+            rc = BV_OK; /* the answer that came is taken below */
         }
         if (rc != BV_OK) {
             if (first == BV_OK)
@@ -360,6 +376,7 @@ static bv_status collect(bv_seq_pipe *p, int answers, uint32_t cmd, int64_t step
         bv_stage_link_release(p->link, &m);
     }
     free(said);
+    free(named);
     free(gone);
     if (first != BV_OK) {
         bv_stage_link_clear(p->link);
