@@ -9,7 +9,8 @@
 #    forward pass, in the backward pass (of a middle stage; of a first stage, the last to
 #    get there: lazy BRC), entering the all-reduce (lazy BRC) (its ring peers wait in
 #    it), and after the step was prepared (at its commit); two kills of stages that are not
-#    consecutive; a kill from outside at a moment the test does not choose; a bulk
+#    consecutive, at different steps and in one; a kill from outside at a moment the test
+#    does not choose; a bulk
 #    preemption of two stages of different pipelines at once, and one of two nodes of a
 #    zone where the local cloud has zones (consecutive stages in different zones);
 #  - lflb and efeb (no redundant forward; both redundant passes) fail over too (efeb's
@@ -100,6 +101,23 @@ check "two stages lost, not consecutive: exit 0" "$rc" 0
 check "two stages lost: the uninterrupted weights" "$(field "$out" params_crc32c)" "$crc"
 check "two stages lost: two failovers" "$(field "$out" failovers)" '"failovers": 2'
 check "two stages lost: nothing left" "$(leftovers "$pgid")" "processes 0, socket dirs 0"
+
+# two stages of different pipelines killed in the same step: each loss is named to the
+# stages (docs/redundancy.md#lazy-brc), however the coordinator sees it; one left unnamed
+# kept its peers waiting for pipeline.peer_timeout, and the run restarted
+out="$tmp/two-at-once"
+BIVOUAC_STAGE_FAULT=0:20:forward,3:20:forward run "$out" run "$exp" --out "$out" "${eflb[@]}" \
+    -s pipeline.peer_timeout=30
+check "two stages lost in one step: exit 0" "$rc" 0
+check "two stages lost in one step: the uninterrupted weights" \
+    "$(field "$out" params_crc32c)" "$crc"
+check "two stages lost in one step: two failovers, no restart" \
+    "$(field "$out" failovers), $(field "$out" restarts)" '"failovers": 2, "restarts": 0'
+check "two stages lost in one step: the pause is no wait for a peer (peer_timeout 30 s)" \
+    "$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['failover_seconds'] < 30)" \
+        "$out/result.json")" True
+check "two stages lost in one step: nothing left" "$(leftovers "$pgid")" \
+    "processes 0, socket dirs 0"
 
 # lflb: the other pipeline goes on from its update, the lost stage's runs the step again
 # (no forward to run its backward from); efeb: its eager backward's gradients are taken

@@ -53,6 +53,8 @@ struct bv_seq_pipe {
     int nwatch;       /*   for later; 0: every end fails the wait */
     bv_error deferred; /* how that other end was seen */
     bv_error last_loss; /* how the last process lost was seen (wherever) */
+    double loss_at;     /* when a training step's collect() first named a loss (0: none):
+                           the failover's pause counts from there */
     int64_t gathers;   /* gathers of stage states: each has a step of its own (-gathers),
                           so that a late answer of one that failed is never taken for a
                           later one's */
@@ -345,6 +347,8 @@ static bv_status collect(bv_seq_pipe *p, int answers, uint32_t cmd, int64_t step
             abort_nodes(p, step, gone, count);
             if (first == BV_OK)
                 first = bv_error_set(err, BV_ERR_IO, "%s", p->last_loss.msg);
+            if (p->loss_at == 0)
+                p->loss_at = bv_now_seconds();
             targeted = true;
             if (!m.own) { /* no answer came: wait again */
                 answered--;
@@ -1225,7 +1229,8 @@ static bool hunt(bv_seq_pipe *p, bv_error *err)
  * failure (one that hangs is killed and named in it). */
 static bool recovered(bv_seq_pipe *p, double *lost_at, bv_error *err)
 {
-    double failed_at = bv_now_seconds();
+    double failed_at = p->loss_at > 0 ? p->loss_at : bv_now_seconds();
+    p->loss_at = 0;
     if (p->lost < 0 && p->cloud && !hunt(p, err))
         return false;
     if (!p->two_phase) { /* no replicas: the policy hears of it, to restart the run */
