@@ -231,30 +231,50 @@ static size_t flat_grads(const bv_layer_engine *le, float *to, const float *from
     return off;
 }
 
-/* The gradient buffers sum_tied adds to (the owner's where it or the tie is here, the
- * tie's where only it is), in its order, copied into `to` or from `from` (neither: only
- * counted); returns the floats. */
-static size_t tied_grads(const stage *st, float *to, const float *from)
+/* A tied tensor (l, i) this stage takes part in summing (sum_tied): it, or its owner
+ * (o, oi), is here. */
+typedef struct tie {
+    size_t l, i, o, oi;
+    bool here, owner_here;
+    size_t next_l, next_i; /* where next_tie looks on from */
+} tie;
+
+/* The next tie, in layer and parameter order, from {.next_l = st->first}; false after the
+ * last. */
+static bool next_tie(const stage *st, tie *t)
 {
-    bv_layer_tensor t;
-    size_t off = 0, o, oi;
-    for (size_t l = st->first; l < st->nlayers; l++)
-        for (size_t i = 0; i < bv_layer_engine_layer(st->le, l)->nparams; i++) {
+    for (size_t l = t->next_l, i = t->next_i; l < st->nlayers; l++, i = 0)
+        for (; i < bv_layer_engine_layer(st->le, l)->nparams; i++) {
+            size_t o, oi;
             if (!bv_layer_engine_tie(st->le, l, i, &o, &oi))
                 continue;
             bool here = l < st->end, owner_here = o >= st->first && o < st->end;
-            if (!here && !owner_here)
-                continue;
-            if (owner_here)
-                bv_layer_engine_tensor(st->le, o, oi, &t);
-            else
-                bv_layer_engine_tensor(st->le, l, i, &t);
-            if (to)
-                memcpy(to + off, t.grad, (size_t)t.n * sizeof *to);
-            else if (from)
-                memcpy(t.grad, from + off, (size_t)t.n * sizeof *from);
-            off += (size_t)t.n;
+            if (here || owner_here) {
+                *t = (tie){l, i, o, oi, here, owner_here, l, i + 1};
+                return true;
+            }
         }
+    return false;
+}
+
+/* The gradient buffers sum_tied adds to (the owner's where it is here, else the tie's),
+ * in its order, copied into `to` or from `from` (neither: only counted); returns the
+ * floats. */
+static size_t tied_grads(const stage *st, float *to, const float *from)
+{
+    bv_layer_tensor t;
+    size_t off = 0;
+    for (tie k = {.next_l = st->first}; next_tie(st, &k);) {
+        if (k.owner_here)
+            bv_layer_engine_tensor(st->le, k.o, k.oi, &t);
+        else
+            bv_layer_engine_tensor(st->le, k.l, k.i, &t);
+        if (to)
+            memcpy(to + off, t.grad, (size_t)t.n * sizeof *to);
+        else if (from)
+            memcpy(t.grad, from + off, (size_t)t.n * sizeof *from);
+        off += (size_t)t.n;
+    }
     return off;
 }
 
@@ -360,18 +380,14 @@ static bv_status stage_setup(stage *st, bv_error *err)
         return rc;
     st->upd_ws = -1;
     /* sum_tied's scratch: the largest tied tensor owned here and tied elsewhere */
-    size_t tied_n = 0, o, oi;
+    size_t tied_n = 0;
     bool tied_here = false;
-    for (size_t l = st->first; l < st->nlayers; l++)
-        for (size_t i = 0; i < bv_layer_engine_layer(st->le, l)->nparams; i++) {
-            if (!bv_layer_engine_tie(st->le, l, i, &o, &oi))
-                continue;
-            bool here = l < st->end, owner_here = o >= st->first && o < st->end;
-            tied_here |= here || owner_here;
-            if (owner_here && !here && bv_layer_engine_tensor(st->le, o, oi, &t) &&
-                (size_t)t.n > tied_n)
-                tied_n = (size_t)t.n;
-        }
+    for (tie k = {.next_l = st->first}; next_tie(st, &k);) {
+        tied_here = true;
+        if (k.owner_here && !k.here && bv_layer_engine_tensor(st->le, k.o, k.oi, &t) &&
+            (size_t)t.n > tied_n)
+            tied_n = (size_t)t.n;
+    }
     st->tied_in = malloc((tied_n + 1) * sizeof *st->tied_in);
     if (st->s > 0 && lazy(st)) /* what a shadow's BRC of the stage before needs from here */
         st->kept = malloc((size_t)(st->M * T * st->in_w) * sizeof *st->kept);
@@ -452,42 +468,37 @@ static bv_status sum_tied(stage *st, int64_t ws, bv_error *err)
 {
     const bv_compute_ops *k = &st->x->compute_ops;
     bv_layer_tensor t, ot;
-    size_t o, oi;
-    for (size_t l = st->first; l < st->nlayers; l++)
-        for (size_t i = 0; i < bv_layer_engine_layer(st->le, l)->nparams; i++) {
-            if (!bv_layer_engine_tie(st->le, l, i, &o, &oi))
-                continue;
-            bool here = l < st->end, owner_here = o >= st->first && o < st->end;
-            if (!here && !owner_here)
-                continue;
-            bv_layer_engine_tensor(st->le, l, i, &t);
-            bv_layer_engine_tensor(st->le, o, oi, &ot);
-            uint32_t tag = (uint32_t)(l << 16 | i);
-            bv_status rc = BV_OK;
-            if (!st->local) /* its own sums change now, and none are kept */
-                st->upd_ws = -1;
-            if (here && owner_here) {
-                k->axpy(st->c, t.n, 1.0f, t.grad, ot.grad);
-            } else if (here) { /* a replica: its gradient out, the owner's sum back */
-                int to = node_of(st, st->d, stage_of_layer(st, o));
-                rc = bv_stage_link_send(st->link, to, BV_PIPE_TIED, tag, ws, t.grad,
-                                        (size_t)t.n * sizeof(float), err);
-                if (rc == BV_OK)
-                    rc = recv_into(st, BV_PIPE_TIED, to, tag, ws, "a tied tensor's gradient",
-                                   t.grad, (size_t)t.n * sizeof(float), err);
-            } else { /* the owner: the replica's gradient in, the sum out */
-                int from = node_of(st, st->d, stage_of_layer(st, l));
-                rc = recv_into(st, BV_PIPE_TIED, from, tag, ws, "a tied tensor's gradient",
-                               st->tied_in, (size_t)ot.n * sizeof(float), err);
-                if (rc == BV_OK) {
-                    k->axpy(st->c, ot.n, 1.0f, st->tied_in, ot.grad);
-                    rc = bv_stage_link_send(st->link, from, BV_PIPE_TIED, tag, ws, ot.grad,
-                                            (size_t)ot.n * sizeof(float), err);
-                }
+    for (tie tk = {.next_l = st->first}; next_tie(st, &tk);) {
+        size_t l = tk.l, i = tk.i, o = tk.o;
+        bool here = tk.here, owner_here = tk.owner_here;
+        bv_layer_engine_tensor(st->le, l, i, &t);
+        bv_layer_engine_tensor(st->le, o, tk.oi, &ot);
+        uint32_t tag = (uint32_t)(l << 16 | i);
+        bv_status rc = BV_OK;
+        if (!st->local) /* its own sums change now, and none are kept */
+            st->upd_ws = -1;
+        if (here && owner_here) {
+            k->axpy(st->c, t.n, 1.0f, t.grad, ot.grad);
+        } else if (here) { /* a replica: its gradient out, the owner's sum back */
+            int to = node_of(st, st->d, stage_of_layer(st, o));
+            rc = bv_stage_link_send(st->link, to, BV_PIPE_TIED, tag, ws, t.grad,
+                                    (size_t)t.n * sizeof(float), err);
+            if (rc == BV_OK)
+                rc = recv_into(st, BV_PIPE_TIED, to, tag, ws, "a tied tensor's gradient",
+                               t.grad, (size_t)t.n * sizeof(float), err);
+        } else { /* the owner: the replica's gradient in, the sum out */
+            int from = node_of(st, st->d, stage_of_layer(st, l));
+            rc = recv_into(st, BV_PIPE_TIED, from, tag, ws, "a tied tensor's gradient",
+                           st->tied_in, (size_t)ot.n * sizeof(float), err);
+            if (rc == BV_OK) {
+                k->axpy(st->c, ot.n, 1.0f, st->tied_in, ot.grad);
+                rc = bv_stage_link_send(st->link, from, BV_PIPE_TIED, tag, ws, ot.grad,
+                                        (size_t)ot.n * sizeof(float), err);
             }
-            if (rc != BV_OK)
-                return rc;
         }
+        if (rc != BV_OK)
+            return rc;
+    }
     return BV_OK;
 }
 
