@@ -209,6 +209,15 @@ bv_compute *bv_seq_stage_compute(const bv_experiment *x, int stages, bv_error *e
     return c;
 }
 
+/* A tensor's n gradients copied to to + off, or from from + off (neither: nothing). */
+static void copy_grad(float *grad, size_t n, float *to, const float *from, size_t off)
+{
+    if (to)
+        memcpy(to + off, grad, n * sizeof *to);
+    else if (from)
+        memcpy(grad, from + off, n * sizeof *from);
+}
+
 /* Every gradient buffer of an engine's span, in layer and parameter order (its own
  * tensors, replicas and the tied ones' own gradients), copied into `to` or from `from`
  * (neither: only counted); returns the floats. The same span in two engines has the same
@@ -222,10 +231,7 @@ static size_t flat_grads(const bv_layer_engine *le, float *to, const float *from
         for (size_t i = 0; i < bv_layer_engine_layer(le, l)->nparams; i++) {
             if (!bv_layer_engine_tensor(le, l, i, &t) && !bv_layer_engine_tie(le, l, i, &o, &oi))
                 continue;
-            if (to)
-                memcpy(to + off, t.grad, (size_t)t.n * sizeof *to);
-            else if (from)
-                memcpy(t.grad, from + off, (size_t)t.n * sizeof *from);
+            copy_grad(t.grad, (size_t)t.n, to, from, off);
             off += (size_t)t.n;
         }
     return off;
@@ -269,10 +275,7 @@ static size_t tied_grads(const stage *st, float *to, const float *from)
             bv_layer_engine_tensor(st->le, k.o, k.oi, &t);
         else
             bv_layer_engine_tensor(st->le, k.l, k.i, &t);
-        if (to)
-            memcpy(to + off, t.grad, (size_t)t.n * sizeof *to);
-        else if (from)
-            memcpy(t.grad, from + off, (size_t)t.n * sizeof *from);
+        copy_grad(t.grad, (size_t)t.n, to, from, off);
         off += (size_t)t.n;
     }
     return off;
