@@ -1,7 +1,7 @@
 /* The pipeline nodes' links (core/src/engine/pipeline/stage_link.h) over the example
  * in-process transport (examples/plugins/transport_queue.c, compiled in): messages
  * matched by (type, sender, tag, step) with early ones stashed, exact sizes, an abort that
- * ends a wait, a timeout that says what it waited for, a payload filled in place, the ring
+ * ends a wait, one that names nodes and ends only the waits for them, a timeout that says what it waited for, a payload filled in place, the ring
  * all-reduce on three nodes (the same bits on each), and packed states read back or
  * refused. */
 #include <pthread.h>
@@ -88,6 +88,56 @@ static void test_matching(void **state)
     assert_int_equal(m.type, BV_PIPE_ERROR);
     assert_int_equal(m.sender, 1);
     bv_stage_link_release(c, &m);
+    bv_stage_link_close(a);
+    bv_stage_link_close(b);
+    bv_stage_link_close(c);
+    queue_ops.destroy(t);
+    bv_opts_free(&opts);
+}
+
+/* An ABORT that names nodes (a lost stage process, docs/redundancy.md#lazy-brc) ends only
+ * the waits for them: a wait for another node goes on, a message a named node sent before
+ * is still taken, a send to one is dropped; the next command forgets them. */
+static void test_named_abort(void **state)
+{
+    (void)state;
+    bv_opts opts = {0};
+    bv_transport *t = make_transport(&opts);
+    bv_stage_link *a = open_node(t, 0), *b = open_node(t, 1), *c = open_node(t, 3);
+    bv_error err = {0};
+    float act[3] = {1, 2, 3}, got[3];
+    int32_t lost = 0;
+    bv_stage_link_command(b, 7);
+    assert_int_equal(bv_stage_link_send(a, 1, BV_PIPE_ACT, 5, 7, act, sizeof act, &err), BV_OK);
+    assert_int_equal(bv_stage_link_send(c, 1, BV_PIPE_CMD, BV_PIPE_ABORT, 7, &lost, sizeof lost,
+                                        &err),
+                     BV_OK);
+    /* a wait for node 2 is not ended by it: it runs out */
+    assert_int_equal(bv_stage_link_recv_into(b, BV_PIPE_ACT, 2, 0, 7, 50, "activations", got,
+                                             sizeof act, &err),
+                     BV_ERR_IO);
+    assert_string_equal(err.msg, "no activations within 0.05 s");
+    /* what node 0 sent before is taken; a wait for more of it ends at once */
+    assert_int_equal(bv_stage_link_recv_into(b, BV_PIPE_ACT, 0, 5, 7, 1000, "activations", got,
+                                             sizeof act, &err),
+                     BV_OK);
+    assert_memory_equal(got, act, sizeof act);
+    assert_int_equal(bv_stage_link_recv_into(b, BV_PIPE_ACT, 0, 6, 7, -1, "activations", got,
+                                             sizeof act, &err),
+                     BV_ERR_STOPPED);
+    assert_string_equal(err.msg, "stopped while waiting for activations (node 0 sends nothing "
+                        "more)");
+    /* a send to node 0 is dropped */
+    assert_int_equal(bv_stage_link_send(b, 0, BV_PIPE_GRAD, 5, 7, act, sizeof act, &err), BV_OK);
+    assert_int_equal(bv_stage_link_recv_into(a, BV_PIPE_GRAD, 1, 5, 7, 50, "gradients", got,
+                                             sizeof act, &err),
+                     BV_ERR_IO);
+    /* the next command forgets it */
+    bv_stage_link_command(b, 8);
+    assert_int_equal(bv_stage_link_send(b, 0, BV_PIPE_GRAD, 5, 8, act, sizeof act, &err), BV_OK);
+    assert_int_equal(bv_stage_link_recv_into(a, BV_PIPE_GRAD, 1, 5, 8, 1000, "gradients", got,
+                                             sizeof act, &err),
+                     BV_OK);
     bv_stage_link_close(a);
     bv_stage_link_close(b);
     bv_stage_link_close(c);
@@ -214,6 +264,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matching),
+        cmocka_unit_test(test_named_abort),
         cmocka_unit_test(test_send_fill),
         cmocka_unit_test(test_allreduce),
         cmocka_unit_test(test_state_packing),

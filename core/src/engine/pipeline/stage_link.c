@@ -177,19 +177,23 @@ static bool aborts_this(const bv_stage_link *l, const bv_pipe_msg_in *m)
     return !l->in_command || m->step == l->command_step;
 }
 
-/* An abort of the command running that names nodes (int32 each) ends only the waits for
- * those (true where `peer` is one of them, or none is named: every wait ends). */
-static bool abort_ends(bv_stage_link *l, const bv_pipe_msg_in *m, int peer)
+/* An abort of the command running that names nodes (int32 each) marks them gone: it ends
+ * only the waits for those, and sends to them are dropped (false: it names none, and ends
+ * every wait). */
+static bool mark_gone(bv_stage_link *l, const bv_pipe_msg_in *m)
 {
-    if (m->bytes < sizeof(int32_t))
-        return true;
     for (size_t i = 0; i + sizeof(int32_t) <= m->bytes; i += sizeof(int32_t)) {
         int32_t n;
         memcpy(&n, (const char *)m->data + i, sizeof n);
         if (n >= 0 && n < l->nodes)
             l->gone[n] = true;
     }
-    return peer >= 0 && peer < l->nodes && l->gone[peer];
+    return m->bytes >= sizeof(int32_t);
+}
+
+static bool is_gone(const bv_stage_link *l, int node)
+{
+    return node >= 0 && node < l->nodes && l->gone[node];
 }
 
 /* Between two tries of a send: the messages that came meanwhile are stashed, and an
@@ -209,9 +213,7 @@ static bv_status abort_came(bv_stage_link *l, int to, bv_error *err)
             return BV_OK;
         bool abort = is_abort(&s.m);
         if (abort && (!aborts_this(l, &s.m) || /* a late one of an earlier command */
-                      s.m.bytes >= sizeof(int32_t))) { /* names nodes: the caller looks */
-            if (aborts_this(l, &s.m))
-                abort_ends(l, &s.m, to);
+                      mark_gone(l, &s.m))) {   /* names nodes: the caller looks */
             l->t->release(&s.raw);
             continue;
         }
@@ -267,7 +269,7 @@ bv_status bv_stage_link_send_fill(bv_stage_link *l, int to, uint16_t type, uint3
 {
     if (to < 0 || to >= l->nodes)
         return bv_error_set(err, BV_ERR_INTERNAL, "no node %d of %d", to, l->nodes);
-    if (l->gone[to]) /* it takes nothing more of the command: dropped */
+    if (is_gone(l, to)) /* it takes nothing more of the command: dropped */
         return BV_OK;
     const char *addr = l->moved && l->moved[to] ? l->moved[to] : l->addrs[to];
     if (!l->out[to] && !(l->out[to] = l->t->connect(l->tr, addr, err)))
@@ -288,7 +290,7 @@ bv_status bv_stage_link_send_fill(bv_stage_link *l, int to, uint16_t type, uint3
             return st;
         if ((st = abort_came(l, to, err)) != BV_OK)
             return st;
-        if (l->gone[to]) /* an ABORT named it meanwhile: dropped (send_once freed it) */
+        if (is_gone(l, to)) /* an ABORT named it meanwhile: dropped (send_once freed it) */
             return BV_OK;
         if (!(payload = payload_make(step, bytes, fill, ctx)))
             return bv_error_set(err, BV_ERR_NOMEM, "out of memory for a %zu-byte message",
@@ -360,7 +362,7 @@ bv_status bv_stage_link_recv(bv_stage_link *l, uint16_t type, int from, uint32_t
             return BV_OK;
         }
     }
-    if (from >= 0 && from < l->nodes && l->gone[from])
+    if (is_gone(l, from))
         return bv_error_set(err, BV_ERR_STOPPED, "stopped while waiting for %s (node %d "
                             "sends nothing more)", what, from);
     double until = timeout_ms >= 0 ? 1e3 * bv_now_seconds() + timeout_ms : 0;
@@ -384,7 +386,7 @@ bv_status bv_stage_link_recv(bv_stage_link *l, uint16_t type, int from, uint32_t
         if (st != BV_OK)
             return st;
         if (is_abort(&s.m)) {
-            bool ours = aborts_this(l, &s.m) && abort_ends(l, &s.m, from);
+            bool ours = aborts_this(l, &s.m) && (!mark_gone(l, &s.m) || is_gone(l, from));
             l->t->release(&s.raw);
             if (!ours)
                 continue;

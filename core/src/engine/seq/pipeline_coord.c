@@ -339,9 +339,10 @@ static bv_status collect(bv_seq_pipe *p, int answers, uint32_t cmd, int64_t step
             int count = 0;
             for (int n = 0; n < p->nodes; n++)
                 if (node_lost(p, n) && !named[n]) {
+                    bool in_hand = m.own && n == (int)m.sender; /* counted below */
                     named[n] = true;
                     gone[count++] = n;
-                    answers -= !said[n] && (n != (int)m.sender || !m.own);
+                    answers -= !said[n] && !in_hand;
                     said[n] = true;
                 }
             abort_nodes(p, step, gone, count);
