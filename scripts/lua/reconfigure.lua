@@ -5,41 +5,47 @@
 -- processes, with what a handler may decide (`reconfigure = "..."`; the first is what
 -- happens without a handler):
 --
---   on_preempted(m)  a stage process was lost.         failover | restart
+--   on_preempted(m)  a stage process was lost.         failover | restart | reconfigure
 --       m.stage, m.pipeline: the lost stage; m.coverable: 1 if its shadow can take it over
---       (0: two consecutive stages are gone, only restart is possible); m.degraded: stages
---       running in another stage's process already; m.offered: capacity waiting to launch
+--       (0: two consecutive stages are gone: no failover); m.degraded: stages running in
+--       another stage's process already; m.offered: capacity waiting to launch;
+--       m.reconfigurable: 1 if another pipeline is whole, so that the stages can be laid
+--       out afresh from it (reconfigure; m.pipelines, m.pipelines_possible)
 --   on_joined(m)     capacity came (a spot node joined) while a stage runs in another
---                    stage's process.                   replace | wait
---       m.offered, m.degraded
+--                    stage's process, or enough for a larger layout.
+--                                                       replace | wait | grow
+--       m.offered, m.degraded; m.reconfigurable: 1 where the nodes up and standing by
+--       fill more (grow: m.pipelines, m.pipelines_possible)
 --   on_degraded(m)   every step while a stage runs in another stage's process.
---                                                       continue | restart
---       m.degraded, m.steps_degraded, m.seconds_degraded, m.offered
+--                                                       continue | restart | reconfigure
+--       m.degraded, m.steps_degraded, m.seconds_degraded, m.offered, m.stages_active;
+--       m.reconfigurable: 1 where a layout without the stages on shadows fits
 --
--- `bivouac simulate` (docs/simulation.md) raises the same events with m.reconfigurable = 1
--- and one more decision each: on_joined may "grow" (more pipelines, when the nodes up and
--- standing by fill more: m.pipelines, m.pipelines_possible; raised then too) and
--- on_degraded may "reconfigure" (lay the nodes up out afresh, without the stages on
--- shadows: m.stages_active, m.pipelines), each a reconfiguration at the step's end, as
--- Bamboo's Appendix A reconfigures. A real run does not offer them (yet): the handlers
--- below choose them only where m.reconfigurable is 1.
+-- A decision is offered only where it can be carried out (reconfigure, grow: where
+-- m.reconfigurable is 1). "reconfigure" and "grow" lay the nodes up out afresh at once,
+-- from the state of a whole pipeline (docs/redundancy.md#reconfigurations-that-change-the-layout):
+-- the experiment's depth P (fewer stages where fewer nodes are up), as many pipelines as
+-- the nodes fill up to its D, the rest standing by; no step is lost. `bivouac simulate`
+-- (docs/simulation.md) raises the same events, and takes the layout from on_layout.
 --
 -- "restart" restarts the run in its process from its last checkpoint (the stages
 -- launched again; past pipeline.restarts the run ends for bivouac run --resume DIR);
 -- decisions and their times go to metrics.jsonl ({"step": 20, "event": "preempted", "decision": "failover", ...}).
 --
 -- Bamboo fails over every preemption RC covers and reconfigures at once when consecutive
--- stages are lost (restart, here: nothing keeps their layers). Nodes that join restore
--- full pipelines first (a stage on a shadow gets a node of its own again: replace); the
--- rest wait as standby for the next loss. A pipeline close to a fatal failure (here: more
--- than `max_degraded` stages on shadows, where one more loss of a shadow is fatal) is
--- reconfigured rather than left to fail (restart from the last checkpoint).
+-- stages are lost (from another pipeline's replicas of their layers; a restart where no
+-- pipeline is whole). Nodes that join restore full pipelines first (a stage on a shadow
+-- gets a node of its own again: replace), and grow the layout where they fill another
+-- pipeline; the rest wait as standby for the next loss. A pipeline close to a fatal
+-- failure is reconfigured rather than left to fail: more than `reconfigure_at` of the
+-- active stages on shadows or without a replica, or more than `max_degraded` stages on
+-- shadows (where no layout fits: a restart from the last checkpoint).
 --
 -- params (policy.params in the run's YAML):
---   max_degraded   stages on shadows tolerated before a restart      (default: no limit)
---   reconfigure_at where reconfiguration is possible: the fraction of the active stages
---                  on shadows or without one (2 per stage on a shadow) above which the
---                  pipelines are reconfigured (default 0.05, Bamboo's simulator)
+--   max_degraded   stages on shadows tolerated                        (default: no limit)
+--   reconfigure_at the fraction of the active stages on shadows or without one (2 per
+--                  stage on a shadow) above which the pipelines are laid out afresh
+--                  (default 0.05, Bamboo's simulator)
 
 local max_degraded = params.max_degraded or math.huge
 local reconfigure_at = params.reconfigure_at or 0.05
@@ -47,6 +53,10 @@ local reconfigure_at = params.reconfigure_at or 0.05
 function on_preempted(m)
   if m.coverable == 1 then
     return {reconfigure = "failover"}
+  end
+  if m.reconfigurable == 1 then
+    return {reconfigure = "reconfigure",
+            reason = "two consecutive stages lost: laid out afresh from a whole pipeline"}
   end
   return {reconfigure = "restart", reason = "two consecutive stages lost: no replica of both"}
 end
@@ -62,7 +72,11 @@ function on_joined(m)
 end
 
 function on_degraded(m)
-  if m.reconfigurable == 1 and 2 * m.degraded / m.stages_active > reconfigure_at then
+  local close = 2 * m.degraded / m.stages_active > reconfigure_at
+  if m.degraded > max_degraded then
+    close = true
+  end
+  if close and m.reconfigurable == 1 then
     return {reconfigure = "reconfigure",
             reason = string.format("%d of %d active stages without a replica", 2 * m.degraded,
                                    m.stages_active)}

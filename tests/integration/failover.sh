@@ -17,7 +17,7 @@
 #    shadow has the lost stage's gradients from its eager backward);
 #  - a spot trace's removal is failed over, and its addition gives the stage a process of
 #    its own again (the shipped policy, scripts/lua/reconfigure.lua; its decisions in
-#    metrics.jsonl), over ipc and over links: tcp; the policy's restart of a degraded
+#    metrics.jsonl), over ipc and over links: tcp; a policy's restart of a degraded
 #    pipeline restarts the run in the process from its last checkpoint, with the
 #    uninterrupted weights; with pipeline.restarts: 0 it ends the run, and --resume ends it
 #    with the uninterrupted weights; a decision no event offers is a policy error;
@@ -149,14 +149,16 @@ check "killed from outside: one failover" "$(field "$out" failovers)" '"failover
 check "killed from outside: nothing left" "$(leftovers "$g")" "processes 0, socket dirs 0"
 
 # a spot trace: node2 (stage 1 of pipeline 0) removed at 1.5 s, node7 added at 2.5 s and
-# removed at 3 s; the shipped policy fails over, gives the stage a process of its own
+# removed at 3 s; the shipped policy, told to keep a degraded pipeline (reconfigure_at 1;
+# reconfigure.sh lays it out afresh), fails over, gives the stage a process of its own
 # again on node7 (at a new address), and fails it over again when node7 goes
 printf '0,add,node%d\n' 1 2 3 4 5 6 >"$tmp/trace.csv"
 printf '1500,remove,node2\n2500,add,node7\n3000,remove,node7\n' >>"$tmp/trace.csv"
 policy="$BIVOUAC_SOURCE_DIR/scripts/lua/reconfigure.lua"
+keep="policy={file: $policy, params: {reconfigure_at: 1}}"
 out="$tmp/joined"
 run "$out" run "$exp" --out "$out" "${eflb[@]}" -s train.steps=600 \
-    -s "cloud={plugin: local, trace: $tmp/trace.csv}" -s "policy={file: $policy}"
+    -s "cloud={plugin: local, trace: $tmp/trace.csv}" -s "$keep"
 check "a trace's removal and addition: exit 0" "$rc" 0
 [ "$rc" = 0 ] || cat "$out.err" >&2
 check "a trace's removal and addition: the uninterrupted weights" \
@@ -175,7 +177,7 @@ check "a trace's removal and addition: nothing left" "$(leftovers "$pgid")" \
 # shadow's process, the replacement says its port in a HELLO, and every node is told
 out="$tmp/tcp"
 run "$out" run "$exp" --out "$out" "${eflb[@]}" -s train.steps=600 -s pipeline.links=tcp \
-    -s "cloud={plugin: local, trace: $tmp/trace.csv}" -s "policy={file: $policy}"
+    -s "cloud={plugin: local, trace: $tmp/trace.csv}" -s "$keep"
 check "over tcp: exit 0" "$rc" 0
 [ "$rc" = 0 ] || cat "$out.err" >&2
 check "over tcp: the uninterrupted weights" "$(field "$out" params_crc32c)" \
@@ -246,13 +248,18 @@ check "zones: the uninterrupted weights" "$(field "$out" params_crc32c)" \
     "$(field "$tmp/whole600" params_crc32c)"
 check "zones: nothing left" "$(leftovers "$pgid")" "processes 0, socket dirs 0"
 
-# the policy restarts a degraded pipeline (max_degraded 0): in the process (how often
-# depends on when the trace's node7 comes and goes), or, without restarts, the run ends
-# for --resume
+# a policy that restarts a degraded pipeline: in the process (how often depends on when
+# the trace's node7 comes and goes), or, without restarts, the run ends for --resume
+cat >"$tmp/restart.lua" <<'LUA'
+function on_degraded(m)
+  return {reconfigure = "restart", reason = "stages on shadows: " .. m.degraded}
+end
+LUA
+policy="$tmp/restart.lua"
 out="$tmp/restart-in"
 run "$out" run "$exp" --out "$out" "${eflb[@]}" -s train.steps=600 \
     -s "cloud={plugin: local, trace: $tmp/trace.csv}" \
-    -s "policy={file: $policy, params: {max_degraded: 0}}"
+    -s "policy={file: $policy}"
 check "the policy's restart in the process: exit 0, restarted" \
     "$rc, $(field "$out" restarts | sed 's/[1-9][0-9]*$/N/')" '0, "restarts": N'
 check "the policy's restart in the process: the uninterrupted weights" \
@@ -262,13 +269,13 @@ check "the policy's restart in the process: nothing left" "$(leftovers "$pgid")"
 out="$tmp/restart"
 run "$out" run "$exp" --out "$out" "${eflb[@]}" -s train.steps=600 \
     -s "cloud={plugin: local, trace: $tmp/trace.csv}" -s pipeline.restarts=0 \
-    -s "policy={file: $policy, params: {max_degraded: 0}}"
+    -s "policy={file: $policy}"
 check "the policy's restart: exit 1" "$rc" 1
 check "the policy's restart: says so" "$(grep '^bivouac: error' "$out.err")" \
     "bivouac: error: the policy restarts the run from its last checkpoint: 1 stage ran in another stage's process for 1 step (no restart in the process: pipeline.restarts is 0; bivouac run --resume goes on)"
 check "the policy's restart: in metrics.jsonl" \
     "$(grep -o '"event": "degraded", "decision": "restart", "reason": "[^"]*"' "$out/metrics.jsonl")" \
-    '"event": "degraded", "decision": "restart", "reason": "stages on shadows: 1, more than max_degraded"'
+    '"event": "degraded", "decision": "restart", "reason": "stages on shadows: 1"'
 run "$tmp/restart-resume" run --resume "$out" --quiet -s cloud.trace_start=3
 check "the policy's restart: --resume ends with the uninterrupted weights" \
     "$rc: $(field "$out" params_crc32c)" "0: $(field "$tmp/whole600" params_crc32c)"
@@ -283,7 +290,7 @@ BIVOUAC_STAGE_FAULT=1:20:forward run "$out" run "$exp" --out "$out" "${eflb[@]}"
     -s "policy={file: $tmp/bad.lua}"
 check "an unknown decision: exit 0, failed over" "$rc, $(field "$out" failovers)" \
     '0, "failovers": 1'
-check "an unknown decision: says so" "$(grep -c "^bivouac: warning: $tmp/bad.lua: on_preempted chose reconfigure = 'dance'; here it is one of failover, restart; the run goes on without the policy$" "$out.err")" 1
+check "an unknown decision: says so" "$(grep -c "^bivouac: warning: $tmp/bad.lua: on_preempted chose reconfigure = 'dance'; here it is one of failover, restart, reconfigure; the run goes on without the policy$" "$out.err")" 1
 
 # the shadow's process, which runs the stage it took over too, lost: nothing keeps both,
 # and the run restarts from its checkpoint of step 30 (the kill, at step 31's backward,

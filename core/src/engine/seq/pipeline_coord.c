@@ -69,6 +69,8 @@ struct bv_seq_pipe {
     int offered;       /* capacity the cloud offered (BV_CLOUD_OFFERED) not launched yet */
     int asked_offered, asked_degraded; /* what the last `joined` event said */
     int64_t degraded_steps;            /* steps run with a stage in another's process */
+    bool relayout_due;                 /* the policy chose to lay the stages out afresh */
+    bv_seq_pipe_layout relayout;       /*   as this says */
     double degraded_since;
     char dir[64];
     bool signals;
@@ -460,6 +462,17 @@ void bv_seq_pipe_stop(bv_seq_pipe *p)
     free(p);
 }
 
+/* The stages' spans of the model's `layers` layers (the embeddings, the blocks, the head)
+ * from the blocks' partition first[0..stages]: the first stage also runs the embeddings,
+ * the last the head. */
+static void set_spans(bv_seq_pipe_cfg *c, const int *first, size_t layers)
+{
+    for (int s = 0; s < c->stages; s++) {
+        c->span_first[s] = s == 0 ? 0 : 1 + (size_t)first[s];
+        c->span_end[s] = s == c->stages - 1 ? layers : 1 + (size_t)first[s + 1];
+    }
+}
+
 bv_status bv_seq_pipe_cfg_make(const bv_experiment *x, const bv_text_corpus *corpus,
                                const bv_seq_model_ops *mops, uint64_t seed,
                                bv_seq_pipe_cfg *c, bv_error *err)
@@ -488,11 +501,34 @@ bv_status bv_seq_pipe_cfg_make(const bv_experiment *x, const bv_text_corpus *cor
         snprintf(c->etcd, sizeof c->etcd, "%s", bv_opts_str(&x->cluster, "etcd"));
         c->lease_s = (int)bv_opts_int(&x->cluster, "lease");
     }
-    for (int s = 0; s < plan.stages; s++) { /* layers: embed, the blocks, head */
-        c->span_first[s] = s == 0 ? 0 : 1 + (size_t)plan.first[s];
-        c->span_end[s] = s == plan.stages - 1 ? layers : 1 + (size_t)plan.first[s + 1];
-    }
+    set_spans(c, plan.first, layers);
     return BV_OK;
+}
+
+bv_status bv_seq_pipe_cfg_layout(bv_seq_pipe_cfg *c, const bv_seq_pipe_layout *l,
+                                 bv_error *err)
+{
+    size_t layers = c->span_end[c->stages - 1];
+    int first[BV_PIPELINE_MAX_STAGES + 1];
+    const char *spec = bv_opts_str(&c->x->pipeline, "partition");
+    bool balanced = strcmp(spec, "balanced") == 0;
+    if (strcmp(spec, "uniform") != 0 && !balanced &&
+        l->stages != bv_opts_int(&c->x->pipeline, "stages")) {
+        bv_log(BV_LOG_INFO, "pipeline.partition '%s' is for %lld stages: %d stages take the "
+               "layers uniformly", spec, (long long)bv_opts_int(&c->x->pipeline, "stages"),
+               l->stages);
+        spec = "uniform";
+    }
+    bv_status st = bv_pipeline_partition((int)layers - 2, l->stages, spec, first, err);
+    if (st != BV_OK)
+        return st;
+    bv_seq_pipe_cfg_free(c); /* the schedules of the layout of before */
+    c->stages = l->stages;
+    c->pipelines = l->pipelines;
+    c->microbatches = l->microbatches;
+    c->standby = l->standby;
+    set_spans(c, first, layers);
+    return balanced ? bv_seq_pipe_balance(c, NULL, err) : BV_OK;
 }
 
 bv_status bv_seq_pipe_schedules(bv_seq_pipe_cfg *c,
@@ -545,10 +581,10 @@ static bv_status write_book(const bv_seq_pipe *p, const char *path, int moved,
         return bv_error_set(err, BV_ERR_IO, "%s: %s", path, strerror(errno));
     }
     fprintf(f, "%s\n", BOOK_MAGIC);
+    fprintf(f, "layout %d %d %d %d\n", p->cfg.stages, p->cfg.pipelines, p->cfg.microbatches,
+            p->cfg.relaunches);
     for (int n = 0; n <= p->nodes; n++)
         fprintf(f, "%s\n", n == moved ? inbox : p->addr[n]);
-    if (p->cfg.restarts)
-        fprintf(f, "restarts %d\n", p->cfg.restarts);
     if (p->cfg.curve_secret[0]) /* the directory and the file are the run's alone */
         fprintf(f, "curve %s\n", p->cfg.curve_secret);
     for (int s = 0; s < p->cfg.stages; s++)
@@ -564,32 +600,40 @@ static bv_status write_book(const bv_seq_pipe *p, const char *path, int moved,
     return BV_OK;
 }
 
-bv_status bv_seq_pipe_read_book(const char *path, bv_seq_pipe_cfg *cfg, char (*addr)[96],
+bv_status bv_seq_pipe_read_book(const char *path, bv_seq_pipe_cfg *cfg, char (**addr)[96],
                                 bv_error *err)
 {
-    int nodes = cfg->stages * cfg->pipelines;
+    size_t layers = cfg->span_end[cfg->stages - 1];
+    *addr = NULL;
     FILE *f = fopen(path, "r");
     if (!f)
         return bv_error_set(err, BV_ERR_IO, "%s: %s", path, strerror(errno));
-    char line[256];
-    bool ok = fgets(line, sizeof line, f) && strcmp(line, BOOK_MAGIC "\n") == 0;
+    char line[256], extra;
+    int P, D, M, nodes = 0;
+    bool ok = fgets(line, sizeof line, f) && strcmp(line, BOOK_MAGIC "\n") == 0 &&
+              fgets(line, sizeof line, f) &&
+              sscanf(line, "layout %d %d %d %d %c", &P, &D, &M, &cfg->relaunches, &extra) == 4 &&
+              P >= 1 && P <= BV_PIPELINE_MAX_STAGES && (size_t)P <= layers && D >= 1 &&
+              D <= 4096 && M >= 1 && M <= 1 << 20 && cfg->relaunches >= 0;
+    if (ok) { /* the layout the coordinator chose, which a relayout may have changed */
+        cfg->stages = P;
+        cfg->pipelines = D;
+        cfg->microbatches = M;
+        nodes = P * D;
+        ok = (*addr = calloc((size_t)nodes + 1, sizeof **addr)) != NULL;
+    }
     for (int n = 0; ok && n <= nodes; n++) {
         ok = fgets(line, sizeof line, f) && strlen(line) > 1 && strlen(line) < 96;
         if (ok) {
             line[strcspn(line, "\n")] = '\0';
-            snprintf(addr[n], 96, "%s", line);
+            snprintf((*addr)[n], 96, "%s", line);
         }
     }
-    size_t end = 0, layers = cfg->span_end[cfg->stages - 1];
+    size_t end = 0;
     cfg->curve_secret[0] = '\0';
-    cfg->restarts = 0;
     for (int s = 0; ok && s < cfg->stages; s++) {
         size_t a, b;
-        char extra;
         ok = fgets(line, sizeof line, f) != NULL;
-        if (ok && s == 0 && strncmp(line, "restarts ", 9) == 0) /* a restarted pipeline */
-            ok = sscanf(line, "restarts %d %c", &cfg->restarts, &extra) == 1 &&
-                 cfg->restarts > 0 && fgets(line, sizeof line, f) != NULL;
         if (ok && s == 0 && strncmp(line, "curve ", 6) == 0) { /* links over tcp */
             ok = strlen(line) == 6 + 40 + 1 && line[46] == '\n';
             snprintf(cfg->curve_secret, sizeof cfg->curve_secret, "%.40s", line + 6);
@@ -612,7 +656,6 @@ bv_status bv_seq_pipe_read_book(const char *path, bv_seq_pipe_cfg *cfg, char (*a
     while (ok && fgets(line, sizeof line, f)) {
         int s, mb, stage, peer;
         unsigned op;
-        char extra;
         bv_error e;
         ok = sscanf(line, "ins %d %u %d %d %d %c", &s, &op, &mb, &stage, &peer, &extra) == 5 &&
              s >= 0 && s < cfg->stages && stage >= 0 && stage < cfg->stages &&
@@ -627,9 +670,12 @@ bv_status bv_seq_pipe_read_book(const char *path, bv_seq_pipe_cfg *cfg, char (*a
         cfg->sched[s].microbatches = cfg->microbatches;
     }
     fclose(f);
-    if (!ok)
-        return bv_error_set(err, BV_ERR_CORRUPT, "%s is not the address book of %d stage "
-                            "nodes of %zu layers", path, nodes, layers);
+    if (!ok) {
+        free(*addr);
+        *addr = NULL;
+        return bv_error_set(err, BV_ERR_CORRUPT, "%s is not the address book of a pipeline "
+                            "of %zu layers", path, layers);
+    }
     return BV_OK;
 }
 
@@ -787,6 +833,7 @@ bv_status bv_seq_pipe_start(const bv_seq_pipe_cfg *cfg, bv_seq_pipe **out, bv_er
         p->host[n] = n;
     p->lost = -1;
     p->reroute = -1;
+    p->offered = cfg->standby;
     p->two_phase = bv_seq_pipe_two_phase(cfg);
     if (rc == BV_OK && cfg->cloud_ops)
         rc = bv_node_group_make_dir(p->dir, sizeof p->dir, err);
@@ -1100,6 +1147,76 @@ static bv_status adopt_node(bv_seq_pipe *p, int v, bv_error *err)
     return BV_OK;
 }
 
+/* ---- layouts (docs/redundancy.md#reconfigurations-that-change-the-layout) ---- */
+
+/* The stage processes that are there, and the capacity the cloud offered that none runs
+ * on yet. */
+static int capacity(const bv_seq_pipe *p)
+{
+    int alive = 0;
+    for (int n = 0; p->node && n < p->nodes; n++)
+        alive += p->node[n] >= 0;
+    return alive + p->offered;
+}
+
+/* A pipeline each stage of which runs in a process that is there (-1: none). */
+static int whole_pipeline(const bv_seq_pipe *p)
+{
+    for (int d = 0, P = p->cfg.stages; d < p->cfg.pipelines; d++) {
+        int s = 0;
+        while (s < P && !node_lost(p, d * P + s))
+            s++;
+        if (s == P)
+            return d;
+    }
+    return -1;
+}
+
+/* The layout the capacity there is holds (Bamboo's Appendix A), from a whole pipeline's
+ * state: the experiment's depth P (fewer stages where fewer processes are there, 2 at
+ * least), as many pipelines as the processes fill, up to its D, and microbatches of as
+ * many rows as its own; the rest stand by. False where stages keep no replicas (a step
+ * is not two-phase: a stage may have applied a step the others did not), no pipeline is
+ * whole, or there is room for fewer than 2 stages. */
+static bool layout_for(const bv_seq_pipe *p, bv_seq_pipe_layout *l)
+{
+    const bv_opts *o = &p->cfg.x->pipeline;
+    int P = (int)bv_opts_int(o, "stages"), D = (int)bv_opts_int(o, "pipelines");
+    int M = (int)bv_opts_int(o, "microbatches"), cap = capacity(p), from = whole_pipeline(p);
+    int blocks = (int)p->cfg.span_end[p->cfg.stages - 1] - 2;
+    P = P < cap ? P : cap;
+    P = P < blocks ? P : blocks;
+    if (!p->two_phase || !p->host || from < 0 || P < 2)
+        return false;
+    int d = cap / P < D ? cap / P : D;
+    while ((D * M) % d)
+        d--;
+    *l = (bv_seq_pipe_layout){P, d, D * M / d, from, cap - P * d};
+    return true;
+}
+
+/* The policy's decision to lay the stages out afresh as l: the command (or the step
+ * about to start) fails with err saying why, for the engine to do it
+ * (bv_seq_pipe_relayout_due). */
+static bv_status relayout_due(bv_seq_pipe *p, const bv_seq_pipe_layout *l, bv_error *err,
+                              bv_status st, const char *why)
+{
+    p->relayout_due = true;
+    p->relayout = *l;
+    return bv_error_set(err, st, "%s; the policy lays the stages out afresh: %d x %d stages "
+                        "(were %d x %d)", why, l->pipelines, l->stages, p->cfg.pipelines,
+                        p->cfg.stages);
+}
+
+bool bv_seq_pipe_relayout_due(bv_seq_pipe *p, bv_seq_pipe_layout *l)
+{
+    if (!p || !p->relayout_due)
+        return false;
+    p->relayout_due = false;
+    *l = p->relayout;
+    return true;
+}
+
 /* Bamboo's failover of every stage process lost (loss: how the first was seen). The
  * cloud's events of the next moment are read first: a bulk preemption ends several at
  * once. Each lost stage node is put to the policy (`preempted`: failover, or restart from
@@ -1127,26 +1244,41 @@ static bv_status failover(bv_seq_pipe *p, const bv_error *loss, bv_error *err)
             uncovered(p, v, why, sizeof why);
         else if (node_lost(p, v))
             snprintf(why, sizeof why, "no stage keeps a replica");
-    static const char *const can[] = {"failover", "restart", NULL};
-    static const char *const cannot[] = {"restart", NULL};
+    /* where another pipeline is whole, the stages may be laid out afresh from it */
+    static const char *const choices[2][2][4] = {
+        {{"failover", "restart", NULL}, {"failover", "restart", "reconfigure", NULL}},
+        {{"restart", NULL}, {"restart", "reconfigure", NULL}}};
     if (!why[0])
         bv_log(BV_LOG_WARN, "%s", loss->msg);
     bv_status rc = BV_OK;
     for (int v = 0; rc == BV_OK && v < p->nodes; v++) {
         if (!node_lost(p, v))
             continue;
-        /* the policy's say: Bamboo's fails over what it can, and restarts the rest */
+        bv_seq_pipe_layout l;
+        bool relay = layout_for(p, &l);
+        /* the policy's say: Bamboo's fails over what it can, and lays the stages out
+         * afresh (or restarts) where it cannot */
         int P = p->cfg.stages;
-        bv_metric m[] = {{"stage", v % P},        {"pipeline", v / P},
-                         {"coverable", !why[0]}, {"degraded", degraded(p)},
-                         {"offered", p->offered}};
+        bv_metric m[] = {{"stage", v % P},
+                         {"pipeline", v / P},
+                         {"coverable", !why[0]},
+                         {"degraded", degraded(p)},
+                         {"offered", p->offered},
+                         {"reconfigurable", relay},
+                         {"pipelines", p->cfg.pipelines},
+                         {"pipelines_possible", relay ? l.pipelines : 0}};
         char decision[32];
-        rc = decide(p, "preempted", m, sizeof m / sizeof *m, why[0] ? cannot : can, false,
-                    decision, sizeof decision, err);
+        rc = decide(p, "preempted", m, sizeof m / sizeof *m, choices[why[0] != 0][relay],
+                    false, decision, sizeof decision, err);
         if (rc != BV_OK)
             return rc;
         if (!p->two_phase) /* the loss says it all */
             return bv_error_set(err, loss->status, "%s", loss->msg);
+        if (strcmp(decision, "reconfigure") == 0) {
+            char said[sizeof err->msg];
+            snprintf(said, sizeof said, "%.600s%s%.300s", loss->msg, why[0] ? "; " : "", why);
+            return relayout_due(p, &l, err, loss->status, said);
+        }
         if (why[0])
             return bv_error_set(err, loss->status, "%s; %s", loss->msg, why);
         if (strcmp(decision, "restart") == 0)
@@ -1331,23 +1463,34 @@ static bv_status replace(bv_seq_pipe *p, int v, bv_error *err)
     return BV_OK;
 }
 
-/* At a step boundary, where a stage runs in another's process: capacity that came
- * (`joined`: the policy gives the stages processes of their own again, or keeps the
- * capacity waiting), then a look at the degraded pipeline (`degraded`, every step: go on,
- * or restart from the last checkpoint). */
+/* At a step boundary: capacity that came while a stage runs in another's process, or
+ * enough of it for a larger layout (`joined`: the policy gives the stages processes of
+ * their own again, keeps the capacity waiting, or grows the layout), then a look at a
+ * degraded pipeline (`degraded`, every step: go on, restart from the last checkpoint, or
+ * lay the stages out afresh). */
 static bv_status boundary(bv_seq_pipe *p, bv_error *err)
 {
     int deg = degraded(p);
     char decision[32];
     bv_status rc = BV_OK;
-    if (deg > 0 && p->offered > 0 &&
+    bv_seq_pipe_layout l;
+    bool relay = layout_for(p, &l);
+    bool grows = relay && l.stages * l.pipelines > p->cfg.stages * p->cfg.pipelines;
+    if ((deg > 0 || grows) && p->offered > 0 &&
         (p->offered != p->asked_offered || deg != p->asked_degraded)) {
         p->asked_offered = p->offered;
         p->asked_degraded = deg;
-        static const char *const choices[] = {"replace", "wait", NULL};
-        bv_metric m[] = {{"offered", p->offered}, {"degraded", deg}};
-        rc = decide(p, "joined", m, sizeof m / sizeof *m, choices, false, decision,
+        static const char *const choices[2][4] = {{"replace", "wait", NULL},
+                                                  {"replace", "wait", "grow", NULL}};
+        bv_metric m[] = {{"offered", p->offered},
+                         {"degraded", deg},
+                         {"reconfigurable", grows},
+                         {"pipelines", p->cfg.pipelines},
+                         {"pipelines_possible", grows ? l.pipelines : p->cfg.pipelines}};
+        rc = decide(p, "joined", m, sizeof m / sizeof *m, choices[grows], false, decision,
                     sizeof decision, err);
+        if (rc == BV_OK && strcmp(decision, "grow") == 0)
+            return relayout_due(p, &l, err, BV_ERR_STOPPED, "capacity came");
         for (int v = 0; rc == BV_OK && !strcmp(decision, "replace") && p->offered > 0 &&
                         v < p->nodes;
              v++)
@@ -1363,18 +1506,27 @@ static bv_status boundary(bv_seq_pipe *p, bv_error *err)
     double now = bv_now_seconds();
     if (p->degraded_since == 0)
         p->degraded_since = now;
-    static const char *const choices[] = {"continue", "restart", NULL};
+    static const char *const choices[2][4] = {{"continue", "restart", NULL},
+                                              {"continue", "restart", "reconfigure", NULL}};
+    relay = layout_for(p, &l);
     bv_metric m[] = {{"degraded", deg},
                      {"steps_degraded", (double)p->degraded_steps++},
                      {"seconds_degraded", now - p->degraded_since},
-                     {"offered", p->offered}};
-    rc = decide(p, "degraded", m, sizeof m / sizeof *m, choices, true, decision,
+                     {"offered", p->offered},
+                     {"stages_active", p->cfg.stages * p->cfg.pipelines - deg},
+                     {"reconfigurable", relay},
+                     {"pipelines", p->cfg.pipelines}};
+    rc = decide(p, "degraded", m, sizeof m / sizeof *m, choices[relay], true, decision,
                 sizeof decision, err);
+    char why[128];
+    snprintf(why, sizeof why, "%d stage%s ran in another stage's process for %lld step%s",
+             deg, deg > 1 ? "s" : "", (long long)p->degraded_steps,
+             p->degraded_steps > 1 ? "s" : "");
     if (rc == BV_OK && strcmp(decision, "restart") == 0)
         rc = bv_error_set(err, BV_ERR_STOPPED, "the policy restarts the run from its last "
-                          "checkpoint: %d stage%s ran in another "
-                          "stage's process for %lld step%s", deg, deg > 1 ? "s" : "",
-                          (long long)p->degraded_steps, p->degraded_steps > 1 ? "s" : "");
+                          "checkpoint: %s", why);
+    else if (rc == BV_OK && strcmp(decision, "reconfigure") == 0)
+        rc = relayout_due(p, &l, err, BV_ERR_STOPPED, why);
     return rc;
 }
 
@@ -1390,6 +1542,8 @@ static bv_status between_steps(bv_seq_pipe *p, bv_error *err)
             rc = boundary(p, err);
         if (rc == BV_OK && p->lost < 0)
             return BV_OK;
+        if (p->relayout_due) /* the engine lays the stages out afresh */
+            return rc;
         if (rc == BV_OK) /* seen while another node was asked */
             *err = p->deferred;
         if (!recovered(p, &lost_at, err))
@@ -1509,8 +1663,13 @@ bv_status bv_seq_pipe_train(bv_seq_pipe *p, int64_t it, double lr, bv_seq_pipe_s
             rc = commit(p, ws, err);
         /* a stage process lost: before every stage had prepared the step nobody applied
          * it, and it runs again; after, every stage that is left applied it */
-        if (rc == BV_OK || !recovered(p, &lost_at, err))
+        if (rc == BV_OK || !recovered(p, &lost_at, err)) {
+            if (rc != BV_OK && prepared && p->relayout_due) { /* applied: laid out afresh */
+                bv_log(BV_LOG_WARN, "%s", err->msg);     /* from the step's end */
+                rc = BV_OK;
+            }
             break;
+        }
         if (prepared) { /* applied: its results are whole */
             rc = BV_OK;
             break;
@@ -1625,14 +1784,18 @@ bv_status bv_seq_pipe_eval(bv_seq_pipe *p, int64_t done, int split, int64_t iter
 
 /* ---- state, checksum ---- */
 
+bv_status bv_seq_pipe_gather(bv_seq_pipe *p, int d, bv_state *s, bv_error *err)
+{
+    double lost_at = 0;
+    bv_status rc = gather(p, d, -1, s, err);
+    if (rc != BV_OK && recovered(p, &lost_at, err))
+        rc = gather(p, d, -1, s, err);
+    return rc;
+}
+
 bv_status bv_seq_pipe_get_state(bv_seq_pipe *p, bv_state *s, bv_error *err)
 {
-    /* the first pipeline's stages: the replicas hold the same bits */
-    double lost_at = 0;
-    bv_status rc = gather(p, 0, -1, s, err);
-    if (rc != BV_OK && recovered(p, &lost_at, err))
-        rc = gather(p, 0, -1, s, err);
-    return rc;
+    return bv_seq_pipe_gather(p, 0, s, err); /* the other pipelines hold the same bits */
 }
 
 bv_status bv_seq_pipe_set_state(bv_seq_pipe *p, const bv_state *s, bv_error *err)

@@ -58,8 +58,11 @@ typedef struct bv_seq_pipe_cfg {
      * from a checkpoint launches the stages again on the same one); NULL: the pipeline
      * creates its own and destroys it when it stops */
     bv_cloud *cloud;
-    int restarts; /* this pipeline's restarts from a checkpoint before (the book says it:
-                     a stage process of a restarted one injects no BIVOUAC_STAGE_FAULT) */
+    int relaunches; /* this pipeline's launches before: restarts from a checkpoint and
+                       relayouts (the book says it: a stage process of a later launch
+                       injects no BIVOUAC_STAGE_FAULT) */
+    int standby;    /* capacity there is beyond the stages when they start (a relayout
+                       left it standing by): the cloud offered it before */
     bv_run_info run_info;
     char experiment_file[4096];
     bool tcp;              /* links: tcp (processes): CURVE with the run's key */
@@ -80,6 +83,15 @@ typedef struct bv_seq_pipe_cfg {
                              size_t len, bv_error *err);
     void *loop;
 } bv_seq_pipe_cfg;
+
+/* The stages laid out afresh (docs/redundancy.md#reconfigurations-that-change-the-layout):
+ * P stages (the layers partitioned over them again), D pipelines, M microbatches, their
+ * state taken from pipeline `from` of the layout of before. */
+typedef struct bv_seq_pipe_layout {
+    int stages, pipelines, microbatches;
+    int from;
+    int standby; /* the capacity the layout leaves standing by */
+} bv_seq_pipe_layout;
 
 /* The pipeline of an experiment whose check passed (`pipeline:` and the model's layers:
  * the first stage also runs the embeddings, the last the head), for stages as threads;
@@ -110,6 +122,12 @@ bv_status bv_seq_pipe_schedules(bv_seq_pipe_cfg *cfg,
  * only when the coordinator commits it, so that a stage lost during a step leaves no
  * stage a step ahead of the others, and its shadow can take over (docs/redundancy.md). */
 bool bv_seq_pipe_two_phase(const bv_seq_pipe_cfg *cfg);
+/* cfg laid out as l: its P, D and M, and the stages' spans partitioned again as
+ * pipeline.partition says (uniform; balanced, from a profiling pass; layer counts for
+ * another number of stages: uniform). The schedules are freed: bv_seq_pipe_schedules
+ * makes them for the new layout. */
+bv_status bv_seq_pipe_cfg_layout(bv_seq_pipe_cfg *cfg, const bv_seq_pipe_layout *l,
+                                 bv_error *err);
 /* Frees what the cfg functions allocated (the schedules). */
 void bv_seq_pipe_cfg_free(bv_seq_pipe_cfg *cfg);
 
@@ -133,6 +151,13 @@ typedef struct bv_seq_pipe_recovery {
     double seconds;
 } bv_seq_pipe_recovery;
 void bv_seq_pipe_failovers(const bv_seq_pipe *p, bv_seq_pipe_recovery *r);
+/* Whether the last call failed because the run's policy chose to lay the stages out
+ * afresh (a `reconfigure` or a `grow`): *l says how; the caller gathers the state of
+ * pipeline l->from (bv_seq_pipe_gather), stops this pipeline, starts the new layout and
+ * sets the state, then calls again. Once per decision. */
+bool bv_seq_pipe_relayout_due(bv_seq_pipe *p, bv_seq_pipe_layout *l);
+/* Pipeline d's layers (and moments), from the stages that run them now. */
+bv_status bv_seq_pipe_gather(bv_seq_pipe *p, int d, bv_state *s, bv_error *err);
 /* Mean loss over `iters` batches of a split (split 1: validation) after `done` steps,
  * batch i drawn from BV_SEQ_STREAM_EVAL(done, split, i). */
 bv_status bv_seq_pipe_eval(bv_seq_pipe *p, int64_t done, int split, int64_t iters,
@@ -187,10 +212,11 @@ typedef struct bv_seq_stage_arg {
 
 void *bv_seq_stage_main(void *arg);
 
-/* Reads the book the coordinator wrote: every node's address (the coordinator's last)
- * into addr, each stage's layers into cfg's spans, and every stage's schedule into
- * cfg->sched (bv_seq_pipe_cfg_free frees it). */
-bv_status bv_seq_pipe_read_book(const char *path, bv_seq_pipe_cfg *cfg, char (*addr)[96],
+/* Reads the book the coordinator wrote: the layout (P, D, M) into cfg, every node's
+ * address (the coordinator's last) into *addr (allocated: the caller frees it), each
+ * stage's layers into cfg's spans, and every stage's schedule into cfg->sched
+ * (bv_seq_pipe_cfg_free frees it). */
+bv_status bv_seq_pipe_read_book(const char *path, bv_seq_pipe_cfg *cfg, char (**addr)[96],
                                 bv_error *err);
 
 /* `bivouac role --role stage`: node `index` of a pipeline run as this process, its

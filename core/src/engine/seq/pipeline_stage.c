@@ -1363,18 +1363,15 @@ bv_status bv_seq_serve_stage(const bv_experiment *x, void *corpus, int index, ui
     bv_status rc = bv_seq_pipe_cfg_make(x, corpus, &mops, seed, &cfg, err);
     if (rc != BV_OK)
         return rc;
+    char(*addr)[96] = NULL;
+    rc = bv_seq_pipe_read_book(book, &cfg, &addr, err); /* the layout is the book's */
     int nodes = cfg.stages * cfg.pipelines;
-    if (index < 0 || index >= nodes)
-        return bv_error_set(err, BV_ERR_INVALID, "stage node %d of %d", index, nodes);
-    char(*addr)[96] = calloc((size_t)nodes + 1, sizeof *addr);
-    const char **addrs = calloc((size_t)nodes + 1, sizeof *addrs);
-    if (!addr || !addrs) {
-        free(addr);
-        free(addrs);
-        return bv_error_set(err, BV_ERR_NOMEM, "out of memory");
-    }
-    rc = bv_seq_pipe_read_book(book, &cfg, addr, err);
-    for (int n = 0; n <= nodes; n++)
+    if (rc == BV_OK && (index < 0 || index >= nodes))
+        rc = bv_error_set(err, BV_ERR_INVALID, "stage node %d of %d", index, nodes);
+    const char **addrs = rc == BV_OK ? calloc((size_t)nodes + 1, sizeof *addrs) : NULL;
+    if (rc == BV_OK && !addrs)
+        rc = bv_error_set(err, BV_ERR_NOMEM, "out of memory");
+    for (int n = 0; addrs && n <= nodes; n++)
         addrs[n] = addr[n];
     bv_transport *tr = NULL;
     if (rc == BV_OK) {
@@ -1395,7 +1392,7 @@ bv_status bv_seq_serve_stage(const bv_experiment *x, void *corpus, int index, ui
                           "cluster.membership: etcd", member);
     else if (rc == BV_OK && member)
         rc = bv_membership_node(&joined, cfg.etcd, cfg.lease_s, member, what, err);
-    if (rc == BV_OK && !cfg.restarts) /* a fault fires in the run's first start only */
+    if (rc == BV_OK && !cfg.relaunches) /* a fault fires in the run's first launch only */
         rc = read_faults(getenv("BIVOUAC_STAGE_FAULT"), err);
     if (rc == BV_OK) {
         bv_seq_stage_arg a = {.cfg = &cfg, .addrs = addrs, .transport = tr,

@@ -105,6 +105,9 @@ static void check_resilience_every(const bv_experiment *x, bv_diag *diag)
 
 static void free_data(void *data);
 
+/* A call on the pipeline runs again on a new layout at most this often in a row. */
+#define RELAYOUTS_IN_A_ROW 8
+
 static bool pipelined(const bv_experiment *x)
 {
     return bv_opts_int(&x->pipeline, "stages") > 1 || bv_opts_int(&x->pipeline, "pipelines") > 1 ||
@@ -249,6 +252,12 @@ struct bv_engine {
     int restarts;            /* the pipeline's restarts from a checkpoint */
     bv_seq_pipe_recovery recovery; /* that of the pipelines before the last restart */
     double restart_s; /* the restarts' pauses: the stages ended, launched and initialised */
+    int relayouts;    /* the stages laid out afresh as the policy chose (reconfigure, grow) */
+    double relayout_s; /* their pauses: the state gathered, the stages ended, the new
+                          layout's launched and given the state */
+    /* the run's schedule hook and loop (bv_engine_run), for a relayout's schedules */
+    bv_status (*schedule)(void *loop, bv_schedule *s, bv_error *err);
+    void *loop;
     double gather_s; /* the stages' states gathered for checkpoints (get_state) */
     char config_dir[4096];   /* the experiment's directory (the cloud's run info) */
     double bubble_sum;       /* over the steps: the stages' idle share */
@@ -284,7 +293,9 @@ static bv_status start_pipe(bv_engine *e, const bv_engine_run *run, bv_error *er
     bv_status st = bv_seq_pipe_cfg_make(x, e->corpus, &e->mops, e->seed, c, err);
     if (st == BV_OK && strcmp(bv_opts_str(&x->pipeline, "partition"), "balanced") == 0)
         st = bv_seq_pipe_balance(c, NULL, err); /* once, here: the stages read the spans */
-    if (st == BV_OK) /* through the resilience strategies, once, here */
+    e->schedule = run->schedule;
+    e->loop = run->loop;
+    if (st == BV_OK) /* through the resilience strategies, here and at every relayout */
         st = bv_seq_pipe_schedules(c, run->schedule, run->loop, err);
     if (st != BV_OK)
         return st;
@@ -309,6 +320,22 @@ static bv_status start_pipe(bv_engine *e, const bv_engine_run *run, bv_error *er
     return bv_seq_pipe_start(c, &e->pipe, err);
 }
 
+/* The stages stopped, what their pipeline's recovery did kept for result.json. */
+static void stop_pipe(bv_engine *e)
+{
+    if (!e->pipe)
+        return;
+    bv_seq_pipe_recovery r;
+    bv_seq_pipe_failovers(e->pipe, &r);
+    e->recovery.failovers += r.failovers;
+    e->recovery.replaced += r.replaced;
+    e->recovery.resumed += r.resumed;
+    e->recovery.lazy_brc += r.lazy_brc;
+    e->recovery.seconds += r.seconds;
+    bv_seq_pipe_stop(e->pipe);
+    e->pipe = NULL;
+}
+
 /* The stage processes ended and launched again on the same cloud (a trace goes on where
  * it is), each initialised afresh: the loop then sets the state of the last checkpoint.
  * At most pipeline.restarts times in a run. */
@@ -322,20 +349,76 @@ static bv_status restart(bv_engine *e, bv_error *err)
                                    "(pipeline.restarts) are used up", most)
                     : bv_error_set(err, BV_ERR_STOPPED, "pipeline.restarts is 0");
     double t0 = bv_now_seconds();
-    if (e->pipe) {
-        bv_seq_pipe_recovery r;
-        bv_seq_pipe_failovers(e->pipe, &r);
-        e->recovery.failovers += r.failovers;
-        e->recovery.replaced += r.replaced;
-        e->recovery.resumed += r.resumed;
-        e->recovery.lazy_brc += r.lazy_brc;
-        e->recovery.seconds += r.seconds;
-        bv_seq_pipe_stop(e->pipe);
-        e->pipe = NULL;
-    }
-    e->pipe_cfg.restarts = ++e->restarts;
+    stop_pipe(e);
+    e->restarts++;
+    e->pipe_cfg.relaunches++;
     bv_status st = bv_seq_pipe_start(&e->pipe_cfg, &e->pipe, err);
     e->restart_s += bv_now_seconds() - t0;
+    return st;
+}
+
+/* The stages laid out afresh as the policy chose (bv_seq_pipe_relayout_due): pipeline
+ * l->from's state gathered, every stage process ended, the new layout's launched on the
+ * same cloud (its schedules through the resilience strategies again) and given the
+ * state. */
+static bv_status relayout(bv_engine *e, const bv_seq_pipe_layout *l, bv_error *err)
+{
+    double t0 = bv_now_seconds();
+    bv_seq_pipe_cfg *c = &e->pipe_cfg;
+    int P = c->stages, D = c->pipelines, M = c->microbatches;
+    bv_state s = {0};
+    bv_status st = bv_seq_pipe_gather(e->pipe, l->from, &s, err);
+    if (st == BV_OK) {
+        stop_pipe(e);
+        c->relaunches++;
+        st = bv_seq_pipe_cfg_layout(c, l, err);
+    }
+    if (st == BV_OK)
+        st = bv_seq_pipe_schedules(c, e->schedule, e->loop, err);
+    /* a process lost as the layout starts (before its inbox is known, over tcp) fails
+     * the start: the same layout is launched again, from the state in hand */
+    for (int tries = 1; st == BV_OK; tries++) {
+        st = bv_seq_pipe_start(c, &e->pipe, err);
+        if (st == BV_OK)
+            st = bv_seq_pipe_set_state(e->pipe, &s, err);
+        if (st != BV_ERR_IO || tries == 3 || bv_node_group_interrupted())
+            break;
+        bv_log(BV_LOG_WARN, "the new layout did not start: %s; launched again", err->msg);
+        bv_error_clear(err);
+        stop_pipe(e);
+        c->relaunches++;
+        st = BV_OK;
+    }
+    bv_state_free(&s);
+    if (st != BV_OK) {
+        bv_error why = *err;
+        return bv_error_set(err, st, "laying the stages out afresh: %s", why.msg);
+    }
+    double pause = bv_now_seconds() - t0;
+    e->relayouts++;
+    e->relayout_s += pause;
+    bv_log(BV_LOG_INFO, "reconfigured: %d pipeline%s of %d stages, %d microbatches each "
+           "(were %d of %d, %d microbatches), from pipeline %d's state; %d node%s standing "
+           "by; the run paused %.2f s", c->pipelines, c->pipelines > 1 ? "s" : "", c->stages,
+           c->microbatches, D, P, M, l->from, l->standby, l->standby == 1 ? "" : "s", pause);
+    return BV_OK;
+}
+
+/* After a call on the pipeline (st): where the policy chose to lay the stages out afresh
+ * (a loss it answered so, or a step boundary's decision), that is done, and *again says
+ * whether the call runs again on the new layout (it failed). */
+static bv_status relaid(bv_engine *e, bv_status st, bool *again, bv_error *err)
+{
+    *again = false;
+    bv_seq_pipe_layout l;
+    if (!e->pipe || !bv_seq_pipe_relayout_due(e->pipe, &l))
+        return st;
+    if (st != BV_OK) /* what failed, and what the policy chose */
+        bv_log(err->status == BV_ERR_IO ? BV_LOG_WARN : BV_LOG_INFO, "%s", err->msg);
+    bool failed = st != BV_OK;
+    bv_error_clear(err);
+    st = relayout(e, &l, err);
+    *again = failed && st == BV_OK;
     return st;
 }
 
@@ -414,7 +497,13 @@ static bv_status train(bv_engine *e, int64_t it, double lr_now, bv_record *rec, 
     if (e->pipe) {
         bv_seq_pipe_step ps;
         double t0 = bv_now_seconds();
-        bv_status st = bv_seq_pipe_train(e->pipe, it, lr_now, &ps, err);
+        bv_status st;
+        bool again = true;
+        for (int tries = 0; again && tries < RELAYOUTS_IN_A_ROW; tries++)
+            st = relaid(e, bv_seq_pipe_train(e->pipe, it, lr_now, &ps, err), &again, err);
+        if (st == BV_OK && again)
+            st = bv_error_set(err, BV_ERR_IO, "step %lld: the stages were laid out afresh "
+                              "%d times", (long long)it + 1, RELAYOUTS_IN_A_ROW);
         if (st != BV_OK)
             return st;
         loss = ps.loss;
@@ -451,7 +540,15 @@ static bv_status evaluate(bv_engine *e, int64_t done, bool final, bv_record *rec
     double sum[2] = {0, 0};
     for (int split = 0; split < 2 && e->pipe; split++) {
         double l;
-        bv_status st = bv_seq_pipe_eval(e->pipe, done, split, iters, &l, err);
+        bv_status st;
+        bool again = true;
+        for (int tries = 0; again && tries < RELAYOUTS_IN_A_ROW; tries++)
+            st = relaid(e, bv_seq_pipe_eval(e->pipe, done, split, iters, &l, err), &again,
+                        err);
+        if (st == BV_OK && again)
+            st = bv_error_set(err, BV_ERR_IO, "the evaluation after step %lld: the stages "
+                              "were laid out afresh %d times", (long long)done,
+                              RELAYOUTS_IN_A_ROW);
         if (st != BV_OK)
             return st;
         sum[split] = l * (double)iters;
@@ -479,6 +576,9 @@ static bv_status get_state(bv_engine *e, bv_state *s, bv_error *err)
         double t0 = bv_now_seconds();
         bv_status st = bv_seq_pipe_get_state(e->pipe, s, err);
         e->gather_s += bv_now_seconds() - t0;
+        bool again;
+        if ((st = relaid(e, st, &again, err)) == BV_OK && again) /* once: a loss in it */
+            st = bv_seq_pipe_get_state(e->pipe, s, err);
         if (st != BV_OK)
             return st;
     }
@@ -600,6 +700,8 @@ static void result(bv_engine *e, const bv_history *h, bv_run_result *res)
         if (e->cloud) {
             bv_result_add(res, "restarts", e->restarts, true, 0);
             bv_result_add(res, "restart_seconds", e->restart_s, false, 0);
+            bv_result_add(res, "reconfigurations", e->relayouts, true, 0);
+            bv_result_add(res, "reconfigure_seconds", e->relayout_s, false, 0);
         }
         bv_result_add(res, "state_gather_seconds", e->gather_s, false, 0);
     }
