@@ -12,8 +12,11 @@
  *     `preempted` agreeing: the step pauses failover_seconds and goes on, and the steps
  *     after run slower (degraded_slowdown) while a stage runs on its shadow. Two
  *     consecutive stages lost, a shadow lost, or no `redundancy`: a restart from the last
- *     checkpoint (restart_seconds, and the steps since are lost). So is an uncovered loss
- *     during a reconfiguration's pause.
+ *     checkpoint (restart_seconds, and the steps since are lost), or, with `redundancy`
+ *     where another pipeline is whole and the policy's `preempted` says `reconfigure`,
+ *     the nodes up laid out afresh from it (a reconfiguration's pause, the step run
+ *     again), as the pipeline engine does. An uncovered loss during a reconfiguration's
+ *     pause is a restart.
  *   - At a step boundary the policy's decisions take effect: `joined` (replace: the
  *     standbys take the stages shadows run, at the end of the pause; grow: the nodes up
  *     laid out afresh) and `degraded` (reconfigure: laid out afresh; restart) are a
@@ -81,6 +84,8 @@ typedef struct sim {
 } sim;
 
 static const char *const preempted_choices[] = {"failover", "restart", NULL};
+/* an uncovered loss where another pipeline is whole (the real run's choices too) */
+static const char *const uncovered_choices[] = {"restart", "reconfigure", NULL};
 static const char *const joined_choices[] = {"replace", "wait", "grow", NULL};
 static const char *const degraded_choices[] = {"continue", "restart", "reconfigure", NULL};
 
@@ -430,7 +435,15 @@ static bv_status lost(sim *s, bv_error *err)
         any |= s->nodes[s->host[i]].state == LOST;
     if (!any || (s->phase == PAUSED && !s->pause_holds_state))
         return BV_OK; /* the layout after the pause has the nodes up */
-    for (int i = 0; i < n && !fatal; i++) {
+    int whole = 0; /* pipelines none of whose stages' nodes is lost */
+    for (int d = 0; d < s->d; d++) {
+        int k = 0;
+        while (k < p && s->nodes[s->host[d * p + k]].state != LOST)
+            k++;
+        whole += k == p;
+    }
+    bool relay = false;
+    for (int i = 0; i < n && !fatal && !relay; i++) {
         if (s->nodes[s->host[i]].state != LOST)
             continue;
         /* covered: its node ran only it, its shadow's node is up and runs only that */
@@ -442,16 +455,23 @@ static bv_status lost(sim *s, bv_error *err)
         }
         int coverable = s->m->redundancy && p > 1 && alone && shadow_alone &&
                         s->nodes[host].state == ACTIVE;
+        /* uncovered: laid out afresh from a whole pipeline, where the policy says so */
+        int reconfigurable = !coverable && s->m->redundancy && whole > 0 && stepping;
         bv_metric mt[] = {{"stage", i % p}, {"pipeline", i / p}, {"coverable", coverable},
                           {"degraded", degraded(s)},
-                          {"offered", count_state(s, STANDBY)}};
+                          {"offered", count_state(s, STANDBY)},
+                          {"reconfigurable", reconfigurable}};
         const char *pick = preempted_choices[0];
-        if (coverable && stepping) {
-            bv_status st = decide(s, "preempted", mt, 5, preempted_choices, false, &pick, err);
+        if ((coverable || reconfigurable) && stepping) {
+            bv_status st = decide(s, "preempted", mt, 6,
+                                  coverable ? preempted_choices : uncovered_choices, false,
+                                  &pick, err);
             if (st != BV_OK)
                 return st;
         }
-        if (!coverable || strcmp(pick, "restart") == 0) {
+        if (reconfigurable && strcmp(pick, "reconfigure") == 0) {
+            relay = true;
+        } else if (!coverable || strcmp(pick, "restart") == 0) {
             fatal = true;
         } else {
             s->host[i] = host;
@@ -459,10 +479,17 @@ static bv_status lost(sim *s, bv_error *err)
             s->r->failovers += stepping;
         }
     }
-    if (fatal)
+    if (fatal) {
         restart(s);
-    else if (stepping)
+    } else if (relay) { /* laid out now (no stage on a lost node), the step again after */
+        s->r->reconfigurations++;
+        bv_status st = layout(s, false, err);
+        if (st != BV_OK || s->phase == IDLE) /* or it moved to another instance type */
+            return st;
+        pause_for(s, s->m->reconfigure_seconds, true);
+    } else if (stepping) {
         s->phase_end += s->lazy ? s->m->lflb_failover_seconds : s->m->failover_seconds;
+    }
     return BV_OK;
 }
 
