@@ -128,10 +128,11 @@ check "checkpoints alone: a restart, every figure" "$(figures "$tmp/c")" \
 # 4. Two pipelines of 2 stages on 4 nodes; both of pipeline 0's are lost at 100 s (no
 #    shadow is left), and pipeline 1 is whole: Bamboo's policy lays the 2 nodes up out
 #    afresh as 1 pipeline from its state (a reconfiguration, no restart), as the pipeline
-#    engine does; without a policy, the default is a restart from the last checkpoint.
+#    engine does; without a handler, the default is a restart from the last checkpoint.
 printf '0,add,node%d\n' 1 2 3 4 >"$tmp/two.csv"
 printf '100000,remove,node1\n100000,remove,node2\n' >>"$tmp/two.csv"
 two=(-s pipeline.pipelines=2 -s "cloud={plugin: sim, trace: $tmp/two.csv, boot_seconds: 0}")
+echo '-- no handlers: the events take their first decisions' >"$tmp/none.lua"
 "$BIVOUAC" simulate "$tmp/exp.yaml" --runs 1 --out "$tmp/r2" --no-plot "${two[@]}" \
     >/dev/null 2>&1
 check "consecutive stages lost, another pipeline whole: laid out afresh, no restart" \
@@ -141,10 +142,10 @@ check "consecutive stages lost: the decision" \
     "$(grep -o '"event": "preempted", "decision": "[a-z]*", "reason": "[^"]*"' "$tmp/r2/metrics.jsonl")" \
     '"event": "preempted", "decision": "reconfigure", "reason": "two consecutive stages lost: laid out afresh from a whole pipeline"'
 "$BIVOUAC" simulate "$tmp/exp.yaml" --runs 1 --out "$tmp/r3" --no-plot "${two[@]}" \
-    -s 'policy=null' >/dev/null 2>&1
-check "consecutive stages lost, no policy: a restart" \
+    -s "policy.file=$tmp/none.lua" >/dev/null 2>&1
+check "consecutive stages lost, no handler: a restart" \
     "$(figures "$tmp/r3" | grep -oE '(fatal_failures|reconfigurations)=[0-9]+' | tr '\n' ' ')" \
-    "fatal_failures=1 reconfigurations=1 "
+    "fatal_failures=1 reconfigurations=0 "
 
 # A policy's layout (on_layout): two pipelines of one stage each, 8 samples a step of 10 s
 # (one stage holds both layers, with one microbatch: twice the work, half the slots).
