@@ -406,20 +406,25 @@ static bv_status relayout(bv_engine *e, const bv_seq_pipe_layout *l, bv_error *e
 
 /* After a call on the pipeline (st): where the policy chose to lay the stages out afresh
  * (a loss it answered so, or a step boundary's decision), that is done, and *again says
- * whether the call runs again on the new layout (it failed). */
-static bv_status relaid(bv_engine *e, bv_status st, bool *again, bv_error *err)
+ * whether the call runs again on the new layout (it failed), at most RELAYOUTS_IN_A_ROW
+ * times in a row (*tries counts them). */
+static bv_status relaid(bv_engine *e, bv_status st, int *tries, bool *again, bv_error *err)
 {
     *again = false;
     bv_seq_pipe_layout l;
     if (!e->pipe || !bv_seq_pipe_relayout_due(e->pipe, &l))
         return st;
-    if (st != BV_OK) /* what failed, and what the policy chose */
-        bv_log(err->status == BV_ERR_IO ? BV_LOG_WARN : BV_LOG_INFO, "%s", err->msg);
     bool failed = st != BV_OK;
+    if (failed) /* what failed, and what the policy chose */
+        bv_log(err->status == BV_ERR_IO ? BV_LOG_WARN : BV_LOG_INFO, "%s", err->msg);
     bv_error_clear(err);
-    st = relayout(e, &l, err);
-    *again = failed && st == BV_OK;
-    return st;
+    if ((st = relayout(e, &l, err)) != BV_OK || !failed)
+        return st;
+    if (++*tries == RELAYOUTS_IN_A_ROW)
+        return bv_error_set(err, BV_ERR_IO, "the stages were laid out afresh %d times in a "
+                            "row, and what they ran failed each time", RELAYOUTS_IN_A_ROW);
+    *again = true;
+    return BV_OK;
 }
 
 static bv_status create(const bv_experiment *x, void *data, const bv_engine_run *run,
@@ -497,13 +502,11 @@ static bv_status train(bv_engine *e, int64_t it, double lr_now, bv_record *rec, 
     if (e->pipe) {
         bv_seq_pipe_step ps;
         double t0 = bv_now_seconds();
-        bv_status st;
-        bool again = true;
-        for (int tries = 0; again && tries < RELAYOUTS_IN_A_ROW; tries++)
-            st = relaid(e, bv_seq_pipe_train(e->pipe, it, lr_now, &ps, err), &again, err);
-        if (st == BV_OK && again)
-            st = bv_error_set(err, BV_ERR_IO, "step %lld: the stages were laid out afresh "
-                              "%d times", (long long)it + 1, RELAYOUTS_IN_A_ROW);
+        bv_status st = BV_OK;
+        int tries = 0;
+        for (bool again = true; again;)
+            st = relaid(e, bv_seq_pipe_train(e->pipe, it, lr_now, &ps, err), &tries, &again,
+                        err);
         if (st != BV_OK)
             return st;
         loss = ps.loss;
@@ -540,15 +543,11 @@ static bv_status evaluate(bv_engine *e, int64_t done, bool final, bv_record *rec
     double sum[2] = {0, 0};
     for (int split = 0; split < 2 && e->pipe; split++) {
         double l;
-        bv_status st;
-        bool again = true;
-        for (int tries = 0; again && tries < RELAYOUTS_IN_A_ROW; tries++)
-            st = relaid(e, bv_seq_pipe_eval(e->pipe, done, split, iters, &l, err), &again,
-                        err);
-        if (st == BV_OK && again)
-            st = bv_error_set(err, BV_ERR_IO, "the evaluation after step %lld: the stages "
-                              "were laid out afresh %d times", (long long)done,
-                              RELAYOUTS_IN_A_ROW);
+        bv_status st = BV_OK;
+        int tries = 0;
+        for (bool again = true; again;)
+            st = relaid(e, bv_seq_pipe_eval(e->pipe, done, split, iters, &l, err), &tries,
+                        &again, err);
         if (st != BV_OK)
             return st;
         sum[split] = l * (double)iters;
@@ -576,9 +575,10 @@ static bv_status get_state(bv_engine *e, bv_state *s, bv_error *err)
         double t0 = bv_now_seconds();
         bv_status st = bv_seq_pipe_get_state(e->pipe, s, err);
         e->gather_s += bv_now_seconds() - t0;
-        bool again;
-        if ((st = relaid(e, st, &again, err)) == BV_OK && again) /* once: a loss in it */
-            st = bv_seq_pipe_get_state(e->pipe, s, err);
+        int tries = 0;
+        for (bool again = true; again;) /* (again: it failed, and was laid out afresh) */
+            if ((st = relaid(e, st, &tries, &again, err)) == BV_OK && again)
+                st = bv_seq_pipe_get_state(e->pipe, s, err);
         if (st != BV_OK)
             return st;
     }
