@@ -17,7 +17,13 @@
 # prepared, with pipeline.peer_timeout --peer-timeout: found and failed over
 # (docs/redundancy.md#a-stage-that-hangs); its pause is the time between the ends of the
 # step before the hang and of the step it hung in, less a median step (the coordinator
-# cannot see when a hang began).
+# cannot see when a hang began). Then a reconfiguration
+# (docs/redundancy.md#reconfigurations-that-change-the-layout): the same stage killed 10
+# steps earlier and failed over, then its shadow's process at step --at, in its backward
+# pass (two consecutive stages gone), and the shipped policy (reconfigure_at 1) lays the
+# processes left out afresh from the other pipeline's state; its pause is the time between
+# the ends of the step before the kill and of the step killed, less a median step of the
+# new layout (after it), and the relayout's own part (result.json's reconfigure_seconds).
 #   bench/failover.sh [--build-dir build] [--steps 40] [--at 25] [--stages 3]
 #                     [--pipelines 2] [--checkpoint-every 10] [--peer-timeout 5]
 set -euo pipefail
@@ -107,6 +113,25 @@ for what in forward prepared; do
     how=$(went_on "$out.err")
     python3 -c "print(f'| failover (eflb) of a hang, peer_timeout $peer s | {\"$what\"} | {$pause:.3f} | {$step:.3f} | {$pause / $step:.1f} | $same | $how |')"
 done
+
+# two consecutive stages lost: laid out afresh from the other pipeline's state
+out="$tmp/reconfigure"
+BIVOUAC_STAGE_FAULT="$victim:$((at - 10)):forward,$stages:$at:backward" "$bivouac" run "$exp" \
+    --out "$out" "${cfg[@]}" -s "resilience=[{plugin: redundancy}, $ckpt]" \
+    -s "policy={file: $here/scripts/lua/reconfigure.lua, params: {reconfigure_at: 1}}" \
+    >/dev/null 2>"$out.err" ||
+    { echo "failover.sh: the reconfiguration run failed:" >&2; cat "$out.err" >&2; exit 1; }
+after=$(python3 - "$out/metrics.jsonl" "$at" <<'EOF'
+import json, statistics, sys
+s = [(r["step"], r["seconds"]) for r in map(json.loads, open(sys.argv[1]))
+     if "train_loss" in r and "eval_train_loss" not in r]
+s = [t for k, t in s if k > int(sys.argv[2]) + 1]
+print(statistics.median(b - a for a, b in zip(s, s[1:])))
+EOF
+)
+gap=$(step_gap "$out" "$at")
+layout="$(field "$out" pipelines) x $(field "$out" pipeline_stages), $(field "$out" microbatches) microbatches"
+python3 -c "p = $gap - $after; print(f'| reconfiguration (consecutive stages lost; the relayout {$(field "$out" reconfigure_seconds):.3f} s) | backward | {p:.3f} | {$after:.3f} (as $layout) | {p / $after:.1f} | another D | laid out afresh |')"
 
 # without redundancy: the run restarts in the process from its last checkpoint
 # (docs/redundancy.md#restarts-from-a-checkpoint); the pause is the time between the end of
