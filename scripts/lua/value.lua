@@ -187,6 +187,10 @@ function on_preempted(m)
   if m.coverable == 1 then
     return {reconfigure = "failover"}
   end
+  if m.reconfigurable == 1 then
+    return {reconfigure = "reconfigure",
+            reason = "two consecutive stages lost: laid out afresh from a whole pipeline"}
+  end
   return {reconfigure = "restart", reason = "two consecutive stages lost: no replica of both"}
 end
 
@@ -204,6 +208,10 @@ function on_joined(m)
   end
   if m.degraded > 0 then
     return {reconfigure = "replace", reason = "full pipelines first"}
+  end
+  if m.reconfigurable == 1 and m.profile_step == nil and
+     m.pipelines_possible > m.pipelines then -- a real run: as reconfigure.lua
+    return {reconfigure = "grow", reason = "standby nodes fill another pipeline"}
   end
   return {reconfigure = "wait"}
 end

@@ -13,7 +13,7 @@
 #    pipeline.pipelines=1 -s pipeline.microbatches=4);
 #  - a spot trace's removal and addition: failed over, laid out afresh as 1 pipeline (2
 #    nodes standing by), grown back to 2 pipelines when the trace adds a node, over ipc
-#    and over links: tcp;
+#    and over links: tcp; value.lua decides as reconfigure.lua there;
 #  - every run leaves nothing behind (processes, socket directories).
 # Every run is in its own process group, killed at the end whatever happens.
 # Environment (set by ctest): BIVOUAC, BIVOUAC_SOURCE_DIR, BIVOUAC_DATA_DIR.
@@ -120,4 +120,12 @@ for links in ipc tcp; do
 bivouac: info: reconfigured: 2 pipelines of 3 stages, 2 microbatches each (were 1 of 3, 4 microbatches), from pipeline 0's state; 0 nodes standing by; PAUSE"
     check "trace over $links: nothing left" "$(leftovers "$pgid")" "processes 0, socket dirs 0"
 done
+# value.lua decides a real run's events as reconfigure.lua does (it has no layout figures)
+out="$tmp/value"
+run "$out" run "$exp" --out "$out" "${two[@]}" -s train.steps=600 \
+    -s "cloud={plugin: local, trace: $tmp/trace.csv}" \
+    -s "policy={file: $BIVOUAC_SOURCE_DIR/scripts/lua/value.lua}"
+check "value.lua: exit 0, the decisions of reconfigure.lua" "$rc: $(decisions "$out")" \
+    '0: "event": "preempted", "decision": "failover" "event": "degraded", "decision": "reconfigure" "event": "joined", "decision": "grow" '
+check "value.lua: nothing left" "$(leftovers "$pgid")" "processes 0, socket dirs 0"
 finish
