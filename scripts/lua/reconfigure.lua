@@ -15,7 +15,8 @@
 --                    stage's process, or enough for a larger layout.
 --                                                       replace | wait | grow
 --       m.offered, m.degraded; m.reconfigurable: 1 where the nodes up and standing by
---       fill more (grow: m.pipelines, m.pipelines_possible)
+--       fill more (grow: m.pipelines, m.pipelines_possible; in a real run also m.stages,
+--       m.stages_possible, where the pipelines were shrunk to fewer stages)
 --   on_degraded(m)   every step while a stage runs in another stage's process.
 --                                                       continue | restart | reconfigure
 --       m.degraded, m.steps_degraded, m.seconds_degraded, m.offered, m.stages_active;
@@ -67,6 +68,9 @@ function on_joined(m)
   end
   if m.reconfigurable == 1 and m.pipelines_possible > m.pipelines then
     return {reconfigure = "grow", reason = "standby nodes fill another pipeline"}
+  end
+  if m.reconfigurable == 1 and m.stages_possible ~= nil and m.stages_possible > m.stages then
+    return {reconfigure = "grow", reason = "standby nodes deepen the pipelines again"}
   end
   return {reconfigure = "wait"}
 end

@@ -209,9 +209,13 @@ function on_joined(m)
   if m.degraded > 0 then
     return {reconfigure = "replace", reason = "full pipelines first"}
   end
-  if m.reconfigurable == 1 and m.profile_step == nil and
-     m.pipelines_possible > m.pipelines then -- a real run: as reconfigure.lua
-    return {reconfigure = "grow", reason = "standby nodes fill another pipeline"}
+  if m.reconfigurable == 1 and m.profile_step == nil then -- a real run: as reconfigure.lua
+    if m.pipelines_possible > m.pipelines then
+      return {reconfigure = "grow", reason = "standby nodes fill another pipeline"}
+    end
+    if m.stages_possible > m.stages then
+      return {reconfigure = "grow", reason = "standby nodes deepen the pipelines again"}
+    end
   end
   return {reconfigure = "wait"}
 end

@@ -13,7 +13,8 @@
 #    pipeline.pipelines=1 -s pipeline.microbatches=4);
 #  - a spot trace's removal and addition: failed over, laid out afresh as 1 pipeline (2
 #    nodes standing by), grown back to 2 pipelines when the trace adds a node, over ipc
-#    and over links: tcp; value.lua decides as reconfigure.lua there;
+#    and over links: tcp; one pipeline shrunk to 2 stages and grown back to 3, with the
+#    uninterrupted weights; value.lua decides as reconfigure.lua there;
 #  - every run leaves nothing behind (processes, socket directories).
 # Every run is in its own process group, killed at the end whatever happens.
 # Environment (set by ctest): BIVOUAC, BIVOUAC_SOURCE_DIR, BIVOUAC_DATA_DIR.
@@ -120,6 +121,21 @@ for links in ipc tcp; do
 bivouac: info: reconfigured: 2 pipelines of 3 stages, 2 microbatches each (were 1 of 3, 4 microbatches), from pipeline 0's state; 0 nodes standing by; PAUSE"
     check "trace over $links: nothing left" "$(leftovers "$pgid")" "processes 0, socket dirs 0"
 done
+# one pipeline on the same trace: shrunk to 2 stages on the 2 processes left, grown back
+# to 3 when node7 comes; P changes, D and M do not: the uninterrupted 1 x 3 run's weights
+run "$tmp/whole1-600" run "$exp" --out "$tmp/whole1-600" "${one[@]}" -s train.steps=600
+out="$tmp/trace-one"
+run "$out" run "$exp" --out "$out" "${one[@]}" -s train.steps=600 \
+    -s "cloud={plugin: local, trace: $tmp/trace.csv}" -s "policy={file: $policy}"
+check "one pipeline on the trace: exit 0, shrunk and grown back to 1 x 3" \
+    "$rc: $(decisions "$out")$(layout "$out")" \
+    '0: "event": "preempted", "decision": "failover" "event": "degraded", "decision": "reconfigure" "event": "joined", "decision": "grow" "pipelines": 1 "pipeline_stages": 3 "microbatches": 2'
+check "one pipeline on the trace: the uninterrupted weights and validation losses" \
+    "$(field "$out" params_crc32c) $(vals "$out")" \
+    "$(field "$tmp/whole1-600" params_crc32c) $(vals "$tmp/whole1-600")"
+check "one pipeline on the trace: nothing left" "$(leftovers "$pgid")" \
+    "processes 0, socket dirs 0"
+
 # value.lua decides a real run's events as reconfigure.lua does (it has no layout figures)
 out="$tmp/value"
 run "$out" run "$exp" --out "$out" "${two[@]}" -s train.steps=600 \

@@ -1486,7 +1486,9 @@ static bv_status boundary(bv_seq_pipe *p, bv_error *err)
                          {"degraded", deg},
                          {"reconfigurable", grows},
                          {"pipelines", p->cfg.pipelines},
-                         {"pipelines_possible", grows ? l.pipelines : p->cfg.pipelines}};
+                         {"pipelines_possible", grows ? l.pipelines : p->cfg.pipelines},
+                         {"stages", p->cfg.stages},
+                         {"stages_possible", grows ? l.stages : p->cfg.stages}};
         rc = decide(p, "joined", m, sizeof m / sizeof *m, choices[grows], false, decision,
                     sizeof decision, err);
         if (rc == BV_OK && strcmp(decision, "grow") == 0)
