@@ -96,11 +96,11 @@ check "consecutive: the weights and validation losses of the run resumed as 1 x 
     "$(field "$out" params_crc32c) $(vals "$out")" "$(field "$ref" params_crc32c) $(vals "$ref")"
 check "by hand: nothing left" "$(leftovers "$pgid")" "processes 0, socket dirs 0"
 
-# a spot trace: node2 (stage 1 of pipeline 0) removed at 1.5 s, node7 added at 2.5 s;
+# a spot trace: node2 (stage 1 of pipeline 0) removed at 1.5 s, node7 added at 3 s;
 # failed over, laid out afresh as 1 pipeline (2 nodes standing by), and grown back to 2
 # pipelines on node7 and the standby nodes
 printf '0,add,node%d\n' 1 2 3 4 5 6 >"$tmp/trace.csv"
-printf '1500,remove,node2\n2500,add,node7\n' >>"$tmp/trace.csv"
+printf '1500,remove,node2\n3000,add,node7\n' >>"$tmp/trace.csv"
 for links in ipc tcp; do
     out="$tmp/trace-$links"
     run "$out" run "$exp" --out "$out" "${two[@]}" -s train.steps=600 \
@@ -122,17 +122,18 @@ bivouac: info: reconfigured: 2 pipelines of 3 stages, 2 microbatches each (were 
     check "trace over $links: nothing left" "$(leftovers "$pgid")" "processes 0, socket dirs 0"
 done
 # one pipeline on the same trace: shrunk to 2 stages on the 2 processes left, grown back
-# to 3 when node7 comes; P changes, D and M do not: the uninterrupted 1 x 3 run's weights
-run "$tmp/whole1-600" run "$exp" --out "$tmp/whole1-600" "${one[@]}" -s train.steps=600
+# to 3 when node7 comes (1200 steps: one pipeline runs them faster); P changes, D and M
+# do not: the uninterrupted 1 x 3 run's weights
+run "$tmp/whole1-long" run "$exp" --out "$tmp/whole1-long" "${one[@]}" -s train.steps=1200
 out="$tmp/trace-one"
-run "$out" run "$exp" --out "$out" "${one[@]}" -s train.steps=600 \
+run "$out" run "$exp" --out "$out" "${one[@]}" -s train.steps=1200 \
     -s "cloud={plugin: local, trace: $tmp/trace.csv}" -s "policy={file: $policy}"
 check "one pipeline on the trace: exit 0, shrunk and grown back to 1 x 3" \
     "$rc: $(decisions "$out")$(layout "$out")" \
     '0: "event": "preempted", "decision": "failover" "event": "degraded", "decision": "reconfigure" "event": "joined", "decision": "grow" "pipelines": 1 "pipeline_stages": 3 "microbatches": 2'
 check "one pipeline on the trace: the uninterrupted weights and validation losses" \
     "$(field "$out" params_crc32c) $(vals "$out")" \
-    "$(field "$tmp/whole1-600" params_crc32c) $(vals "$tmp/whole1-600")"
+    "$(field "$tmp/whole1-long" params_crc32c) $(vals "$tmp/whole1-long")"
 check "one pipeline on the trace: nothing left" "$(leftovers "$pgid")" \
     "processes 0, socket dirs 0"
 
