@@ -341,6 +341,25 @@ print(r["restarts"], r["restart_seconds"] > 0,
 EOF
 )" "1 True True"
 
+# a real run laid out afresh (a stage lost, failed over, the degraded pipeline shrunk to 2
+# stages by the shipped policy): a reconfiguration's pause from it
+BIVOUAC_STAGE_FAULT=1:5:forward "$BIVOUAC" run "$src/tests/data/transformer/tiny.yaml" \
+    --out "$tmp/relaid" --quiet --no-plot -s pipeline.stages=3 -s model.layers=4 \
+    -s train.steps=12 -s 'cloud={plugin: local}' \
+    -s 'resilience=[{plugin: redundancy}, {plugin: checkpoint, every: 10}]' \
+    -s "policy={file: $src/scripts/lua/reconfigure.lua}" >/dev/null 2>&1
+"$BIVOUAC" simulate "$tmp/exp.yaml" --runs 1 --out "$tmp/prl" --no-plot \
+    -s "simulate={profile: $tmp/relaid}" >/dev/null 2>&1
+check "the profile's reconfiguration: its reconfigure_seconds over its reconfigurations" \
+    "$(python3 - "$tmp/relaid" "$tmp/prl" <<'EOF'
+import json, sys
+r = json.load(open(sys.argv[1] + "/result.json"))
+s = json.load(open(sys.argv[2] + "/summary.json"))
+print(r["reconfigurations"], r["reconfigure_seconds"] > 0,
+      abs(s["reconfigure_seconds"] - r["reconfigure_seconds"] / r["reconfigurations"]) < 1e-9)
+EOF
+)" "1 True True"
+
 # bivouac profile: a short real run (stages as local processes) whose directory simulate reads
 "$BIVOUAC" profile "$tmp/exp.yaml" --steps 12 --out "$tmp/prof" >"$tmp/prof.out" 2>"$tmp/prof.err"
 check "profile: what it measured, and how to use it" \

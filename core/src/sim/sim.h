@@ -70,6 +70,7 @@ typedef struct bv_sim_model {
 typedef struct bv_sim_profile {
     double step, degraded, failover, samples_per_step;
     double restart; /* a restart's pause (result.json's restart_seconds / restarts); NaN */
+    double reconfigure; /* a reconfiguration's (reconfigure_seconds / reconfigurations); NaN */
     int stages, pipelines;
 } bv_sim_profile;
 bv_status bv_sim_profile_read(const char *dir, bv_sim_profile *out, bv_error *err);

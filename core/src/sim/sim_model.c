@@ -61,6 +61,8 @@ static bool read_profile(const char *dir, bv_sim_profile *p, bv_error *err)
     p->failover = failovers > 0 ? bv_json_num(&r, "failover_seconds") / failovers : NAN;
     double restarts = bv_json_num(&r, "restarts");
     p->restart = restarts > 0 ? bv_json_num(&r, "restart_seconds") / restarts : NAN;
+    double relayouts = bv_json_num(&r, "reconfigurations");
+    p->reconfigure = relayouts > 0 ? bv_json_num(&r, "reconfigure_seconds") / relayouts : NAN;
     bv_json_free(&r);
     if (!(stages >= 1) || !(pipelines >= 1) || !(batch >= 1)) {
         bv_error_set(err, BV_ERR_INVALID, "%s: not a pipeline run's result (no "
@@ -409,6 +411,8 @@ bv_status bv_sim_model_load(const bv_experiment *x, bv_sim_model *m, bv_diag *di
                 m->failover_seconds = p.failover;
             if (!user_set(s, "restart_seconds") && isfinite(p.restart))
                 m->restart_seconds = p.restart;
+            if (!user_set(s, "reconfigure_seconds") && isfinite(p.reconfigure))
+                m->reconfigure_seconds = p.reconfigure;
             if (!user_set(s, "degraded_slowdown") && isfinite(p.degraded))
                 m->degraded_slowdown = fmax(1.0, p.degraded / p.step);
         }
