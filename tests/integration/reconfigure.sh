@@ -10,7 +10,9 @@
 #    as 1 pipeline of 3 stages, 4 microbatches, from the other pipeline's state, instead
 #    of a restart from the last checkpoint; the weights are those of the uninterrupted
 #    run resumed from the checkpoint before the loss as that layout (--resume -s
-#    pipeline.pipelines=1 -s pipeline.microbatches=4);
+#    pipeline.pipelines=1 -s pipeline.microbatches=4), whether the loss comes in the
+#    forward, the backward or the all-reduce; at the commit of a prepared step, the step
+#    is applied and the layout changes after it;
 #  - a spot trace's removal and addition: failed over, laid out afresh as 1 pipeline (2
 #    nodes standing by), grown back to 2 pipelines when the trace adds a node, over ipc
 #    and over links: tcp; one pipeline shrunk to 2 stages and grown back to 3, with the
@@ -95,6 +97,32 @@ check "by hand: resumed, exit 0" "$rc" 0
 check "consecutive: the weights and validation losses of the run resumed as 1 x 3" \
     "$(field "$out" params_crc32c) $(vals "$out")" "$(field "$ref" params_crc32c) $(vals "$ref")"
 check "by hand: nothing left" "$(leftovers "$pgid")" "processes 0, socket dirs 0"
+# the shadow's process killed at the other places of step 31: in its forward and entering
+# the all-reduce, the same weights; at the commit of the prepared step, the step applied
+# and then laid out afresh: the weights of the run resumed from step 31's checkpoint
+# (checkpoints every step, for that one)
+for what in forward allreduce; do
+    out="$tmp/consecutive-$what"
+    BIVOUAC_STAGE_FAULT=1:10:forward,0:30:$what run "$out" run "$exp" --out "$out" \
+        "${two[@]}" -s "policy={file: $policy, params: {reconfigure_at: 1}}"
+    check "consecutive, at the $what: laid out afresh, the weights resumed as 1 x 3" \
+        "$rc, $(field "$out" reconfigurations), $(field "$out" params_crc32c)" \
+        "0, \"reconfigurations\": 1, $(field "$ref" params_crc32c)"
+done
+every=(-s train.eval_interval=1 -s 'resilience=[{plugin: redundancy}, {plugin: checkpoint, every: 1, keep: 100}]')
+out="$tmp/consecutive-prepared"
+BIVOUAC_STAGE_FAULT=1:10:forward,0:30:prepared run "$out" run "$exp" --out "$out" \
+    "${two[@]}" "${every[@]}" -s "policy={file: $policy, params: {reconfigure_at: 1}}"
+ref="$tmp/by-hand-31"
+BIVOUAC_FAULT_KILL_AFTER_EPOCH=33 run "$ref" run "$exp" --out "$ref" "${two[@]}" "${every[@]}"
+rm -f "$ref"/checkpoints/ckpt-0000003[23].bvck
+run "$ref.resume" run --resume "$ref" --quiet -s pipeline.pipelines=1 \
+    -s pipeline.microbatches=4
+check "consecutive, at the commit: step 31 applied, then laid out afresh" \
+    "$rc, $(field "$out" reconfigurations), $(field "$out" params_crc32c) $(grep -c '^bivouac: info: resumed after step 31$' "$ref.resume.err" || true)" \
+    "0, \"reconfigurations\": 1, $(field "$ref" params_crc32c) 1"
+check "consecutive, at the commit: nothing left" "$(leftovers "$pgid")" \
+    "processes 0, socket dirs 0"
 
 # a spot trace: node2 (stage 1 of pipeline 0) removed at 1.5 s, node7 added at 3 s;
 # failed over, laid out afresh as 1 pipeline (2 nodes standing by), and grown back to 2
