@@ -16,7 +16,8 @@
 #  - a spot trace's removal and addition: failed over, laid out afresh as 1 pipeline (2
 #    nodes standing by), grown back to 2 pipelines when the trace adds a node, over ipc
 #    and over links: tcp; one pipeline shrunk to 2 stages and grown back to 3, with the
-#    uninterrupted weights; value.lua decides as reconfigure.lua there;
+#    uninterrupted weights; value.lua decides as reconfigure.lua there; capacity the
+#    trace offers and takes back before a launch is not used;
 #  - every run leaves nothing behind (processes, socket directories).
 # Every run is in its own process group, killed at the end whatever happens.
 # Environment (set by ctest): BIVOUAC, BIVOUAC_SOURCE_DIR, BIVOUAC_DATA_DIR.
@@ -164,6 +165,22 @@ check "one pipeline on the trace: the uninterrupted weights and validation losse
     "$(field "$tmp/whole1-long" params_crc32c) $(vals "$tmp/whole1-long")"
 check "one pipeline on the trace: nothing left" "$(leftovers "$pgid")" \
     "processes 0, socket dirs 0"
+
+# capacity the trace offers and takes back before anything is launched on it (node7 at 1
+# and 1.2 s) is not there for the stage node2's removal puts on a shadow at 1.5 s: the
+# policy (keeping a degraded pipeline) is asked nothing more, and nothing is launched
+# that stands for no node of the trace
+printf '0,add,node%d\n' 1 2 3 4 5 6 >"$tmp/gone.csv"
+printf '1000,add,node7\n1200,remove,node7\n1500,remove,node2\n' >>"$tmp/gone.csv"
+out="$tmp/withdrawn"
+run "$out" run "$exp" --out "$out" "${two[@]}" -s train.steps=600 \
+    -s "cloud={plugin: local, trace: $tmp/gone.csv}" \
+    -s "policy={file: $policy, params: {reconfigure_at: 1}}"
+check "capacity taken back: exit 0, one failover, nothing replaced" \
+    "$rc, $(field "$out" failovers), $(field "$out" replaced): $(decisions "$out")" \
+    '0, "failovers": 1, "replaced": 0: "event": "preempted", "decision": "failover" '
+check "capacity taken back: logged" "$(grep -cE '^bivouac: info: local cloud: the trace removes node7 at 1 s \([0-9.]+ s into the run\): the node offered before is gone$' "$out.err")" 1
+check "capacity taken back: nothing left" "$(leftovers "$pgid")" "processes 0, socket dirs 0"
 
 # value.lua decides a real run's events as reconfigure.lua does (it has no layout figures)
 out="$tmp/value"

@@ -41,8 +41,10 @@ typedef enum bv_cloud_event_kind {
     BV_CLOUD_PREEMPTED = 1, /* the node is gone (or will be at `time`) */
     BV_CLOUD_JOINED = 2,    /* a launched node is up and reachable at its address */
     BV_CLOUD_EXITED = 3,    /* the node's command ended by itself */
-    BV_CLOUD_OFFERED = 4    /* ABI 1.13: capacity came (a spot node joined the group): the
+    BV_CLOUD_OFFERED = 4,   /* ABI 1.13: capacity came (a spot node joined the group): the
                                next launch gets it; node is -1 */
+    BV_CLOUD_WITHDRAWN = 5  /* ABI 1.21: capacity offered and not launched on is gone again
+                               (that spot node was preempted first); node is -1 */
 } bv_cloud_event_kind;
 
 typedef struct bv_cloud_event {

@@ -45,9 +45,10 @@ extern "C" {
  *        zeroing and copying where the backend's memory lies.
  *   1.18: bv_compute_ops.dense_dropout_heads and its gradient (compute.h).
  *   1.19: bv_cloud_ops.kill (cloud.h): a node stopped at once (one that hangs).
- *   1.20: bv_compute_ops.adam_step_scaled (compute.h): clipping and Adam in one pass. */
+ *   1.20: bv_compute_ops.adam_step_scaled (compute.h): clipping and Adam in one pass.
+ *   1.21: BV_CLOUD_WITHDRAWN (cloud.h): offered capacity taken back before a launch. */
 #define BV_ABI_MAJOR 1
-#define BV_ABI_MINOR 20
+#define BV_ABI_MINOR 21
 
 typedef enum bv_plugin_kind {
     BV_KIND_MODEL = 1,

@@ -213,11 +213,11 @@ int bv_node_group_poll(const bv_cloud_ops *ops, bv_cloud *cloud, int64_t *nodes,
         int n = ops->poll(cloud, &ev, 1, err);
         if (n <= 0)
             return n < 0 ? -1 : 0;
-        if (ev.kind == BV_CLOUD_OFFERED) {
+        if (ev.kind == BV_CLOUD_OFFERED || ev.kind == BV_CLOUD_WITHDRAWN) {
             *member = -1;
             *id = -1;
             *status = -1;
-            return 2;
+            return ev.kind == BV_CLOUD_OFFERED ? 2 : 3;
         }
         int m = ev.kind == BV_CLOUD_EXITED || ev.kind == BV_CLOUD_PREEMPTED
                     ? member_of(nodes, count, ev.node)

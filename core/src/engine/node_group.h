@@ -34,8 +34,9 @@ int bv_node_group_interrupted(void);
 
 /* Reads the cloud's events: 1 when one of nodes[0, count) exited or was preempted (its
  * index in *member, its id in *id, its wait status or -1 in *status; nodes[*member]
- * becomes -1), 2 when capacity came (BV_CLOUD_OFFERED: the next launch gets it), 0 when
- * none of these, -1 with err set when the cloud cannot say. */
+ * becomes -1), 2 when capacity came (BV_CLOUD_OFFERED: the next launch gets it), 3 when
+ * capacity offered before is gone again (BV_CLOUD_WITHDRAWN), 0 when none of these, -1
+ * with err set when the cloud cannot say. */
 int bv_node_group_poll(const bv_cloud_ops *ops, bv_cloud *cloud, int64_t *nodes, int count,
                        int *member, int64_t *id, int32_t *status, bv_error *err);
 /* How a node ended, as words: "was killed by signal 9 (Killed)", "exited with status 1". */

@@ -71,6 +71,7 @@ typedef struct trace_node {
     char name[TRACE_NAME];
     int zone;
     bool taken; /* a launched node stands for it */
+    bool offered; /* added after trace_start: announced as capacity (BV_CLOUD_OFFERED) */
 } trace_node;
 
 struct bv_cloud {
@@ -137,14 +138,18 @@ static const bv_option local_options[] = {
 };
 
 /* The trace removes node `name`: it is no longer there to launch on. */
-static void forget(bv_cloud *c, const char *name)
+/* The trace's node `name` is no longer there to launch on; true where it had been
+ * announced as capacity and no launched node stood for it (offered, and taken back). */
+static bool forget(bv_cloud *c, const char *name)
 {
     for (size_t i = 0; i < c->nalive; i++)
         if (strcmp(c->alive[i].name, name) == 0) {
+            bool offered = c->alive[i].offered && !c->alive[i].taken;
             memmove(c->alive + i, c->alive + i + 1, (c->nalive - i - 1) * sizeof *c->alive);
             c->nalive--;
-            return;
+            return offered;
         }
+    return false;
 }
 
 /* The trace's node a launched node stands for: the first free one of the zone asked for
@@ -653,14 +658,17 @@ static void replay(bv_cloud *c)
                    (long long)n->id);
         } else if (e->add) { /* capacity for the next launch: it stands for the node */
             trace_node *t = &c->alive[c->nalive++];
-            *t = (trace_node){.zone = (int)(c->added++ % (size_t)c->zones)};
+            *t = (trace_node){.zone = (int)(c->added++ % (size_t)c->zones), .offered = true};
             snprintf(t->name, TRACE_NAME, "%s", e->name);
             bv_log(BV_LOG_INFO, "local cloud: the trace adds %s at %.0f s (%.1f s into the "
                    "run): a node to launch", e->name, e->t, run);
             push_event(c, BV_CLOUD_OFFERED, -1, -1);
         }
-        if (!e->add) /* no longer there to launch on */
-            forget(c, e->name);
+        if (!e->add && forget(c, e->name)) { /* offered, never launched on: taken back */
+            bv_log(BV_LOG_INFO, "local cloud: the trace removes %s at %.0f s (%.1f s into "
+                   "the run): the node offered before is gone", e->name, e->t, run);
+            push_event(c, BV_CLOUD_WITHDRAWN, -1, -1);
+        }
     }
 }
 

@@ -220,6 +220,8 @@ static bv_status watch(bv_seq_pipe *p, bv_error *err)
         return err->status ? err->status : BV_ERR_PLUGIN;
     if (got == 2)
         p->offered++;
+    if (got == 3 && p->offered > 0) /* a launch would stand for no node of the cloud's */
+        p->offered--;
     if (got == 1) {
         char how[96];
         bv_node_group_exit_text(status, how, sizeof how);
