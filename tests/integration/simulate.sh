@@ -325,21 +325,27 @@ print(abs(s["step_seconds"] - statistics.median(t)) < 1e-9, s["profile"] == sys.
 EOF
 )" "True True"
 
+# simulate with the profile of run RUN (into OUT): "COUNT SECONDS>0 SAME", where the
+# summary's KEY_seconds is the run's KEY_seconds over its COUNT_KEY
+profile_pause() {
+    local run=$1 out=$2 key=$3 count=$4
+    "$BIVOUAC" simulate "$tmp/exp.yaml" --runs 1 --out "$out" --no-plot \
+        -s "simulate={profile: $run}" >/dev/null 2>&1
+    python3 - "$run" "$out" "${key}_seconds" "$count" <<'EOF'
+import json, sys
+r = json.load(open(sys.argv[1] + "/result.json"))
+s = json.load(open(sys.argv[2] + "/summary.json"))
+key, count = sys.argv[3], sys.argv[4]
+print(r[count], r[key] > 0, abs(s[key] - r[key] / r[count]) < 1e-9)
+EOF
+}
+
 # a real run that restarted from its checkpoint in the process: a restart's pause from it
 BIVOUAC_STAGE_FAULT=1:5:forward "$BIVOUAC" run "$src/tests/data/transformer/tiny.yaml" \
     --out "$tmp/restarted" --quiet --no-plot -s pipeline.stages=2 -s train.steps=12 \
     -s 'cloud={plugin: local}' >/dev/null 2>&1
-"$BIVOUAC" simulate "$tmp/exp.yaml" --runs 1 --out "$tmp/pr" --no-plot \
-    -s "simulate={profile: $tmp/restarted}" >/dev/null 2>&1
 check "the profile's restart: its restart_seconds over its restarts" \
-    "$(python3 - "$tmp/restarted" "$tmp/pr" <<'EOF'
-import json, sys
-r = json.load(open(sys.argv[1] + "/result.json"))
-s = json.load(open(sys.argv[2] + "/summary.json"))
-print(r["restarts"], r["restart_seconds"] > 0,
-      abs(s["restart_seconds"] - r["restart_seconds"] / r["restarts"]) < 1e-9)
-EOF
-)" "1 True True"
+    "$(profile_pause "$tmp/restarted" "$tmp/pr" restart restarts)" "1 True True"
 
 # a real run laid out afresh (a stage lost, failed over, the degraded pipeline shrunk to 2
 # stages by the shipped policy): a reconfiguration's pause from it
@@ -348,17 +354,8 @@ BIVOUAC_STAGE_FAULT=1:5:forward "$BIVOUAC" run "$src/tests/data/transformer/tiny
     -s train.steps=12 -s 'cloud={plugin: local}' \
     -s 'resilience=[{plugin: redundancy}, {plugin: checkpoint, every: 10}]' \
     -s "policy={file: $src/scripts/lua/reconfigure.lua}" >/dev/null 2>&1
-"$BIVOUAC" simulate "$tmp/exp.yaml" --runs 1 --out "$tmp/prl" --no-plot \
-    -s "simulate={profile: $tmp/relaid}" >/dev/null 2>&1
 check "the profile's reconfiguration: its reconfigure_seconds over its reconfigurations" \
-    "$(python3 - "$tmp/relaid" "$tmp/prl" <<'EOF'
-import json, sys
-r = json.load(open(sys.argv[1] + "/result.json"))
-s = json.load(open(sys.argv[2] + "/summary.json"))
-print(r["reconfigurations"], r["reconfigure_seconds"] > 0,
-      abs(s["reconfigure_seconds"] - r["reconfigure_seconds"] / r["reconfigurations"]) < 1e-9)
-EOF
-)" "1 True True"
+    "$(profile_pause "$tmp/relaid" "$tmp/prl" reconfigure reconfigurations)" "1 True True"
 
 # bivouac profile: a short real run (stages as local processes) whose directory simulate reads
 "$BIVOUAC" profile "$tmp/exp.yaml" --steps 12 --out "$tmp/prof" >"$tmp/prof.out" 2>"$tmp/prof.err"
