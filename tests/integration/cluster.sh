@@ -21,12 +21,8 @@ set -euo pipefail
 source "$(dirname "$0")/check_lib.bash"
 source "$(dirname "$0")/procs_lib.bash"
 
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/bivouac-cluster.XXXXXX")
-trap procs_cleanup EXIT
+procs_setup cluster # $tmp; the runs' socket directories in $TMPDIR
 export BIVOUAC_CACHE_DIR=${BIVOUAC_CACHE_DIR:-$tmp/cache}
-# the runs' socket directories go here, so that the test can see none is left
-export TMPDIR="$tmp/sockets"
-mkdir -p "$TMPDIR"
 
 cat >"$tmp/gcn.yaml" <<'EOF'
 name: gcn-cluster

@@ -37,10 +37,7 @@ BIVOUAC_SOURCE_DIR=${BIVOUAC_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
 source "$(dirname "$0")/check_lib.bash"
 source "$(dirname "$0")/procs_lib.bash"
 
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/bivouac-failover.XXXXXX")
-trap procs_cleanup EXIT
-export TMPDIR="$tmp/sockets" # the runs' socket directories, so that none is left
-mkdir -p "$TMPDIR"
+procs_setup failover # $tmp; the runs' socket directories in $TMPDIR
 
 exp="$BIVOUAC_SOURCE_DIR/tests/data/transformer/tiny.yaml"
 base=(--quiet -s train.steps=60 -s model.layers=4 -s model.dropout=0.1 -s train.batch=8

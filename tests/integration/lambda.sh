@@ -28,10 +28,7 @@ set -euo pipefail
 BIVOUAC_SOURCE_DIR=${BIVOUAC_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
 source "$(dirname "$0")/check_lib.bash"
 source "$(dirname "$0")/procs_lib.bash"
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/bivouac-lambda.XXXXXX")
-trap procs_cleanup EXIT
-export TMPDIR="$tmp/sockets"
-mkdir -p "$TMPDIR"
+procs_setup lambda # $tmp; the runs' socket directories in $TMPDIR
 
 gcn="{plugin: gcn, hidden: 16, layers: 2, dropout: 0.5}"
 gat="{plugin: gat, layers: 2, heads: 8, hidden: 64, out_heads: 1, dropout: 0.6, attn_dropout: 0.6}"

@@ -30,10 +30,7 @@ if [ -z "$etcd_bin" ]; then
     exit 0
 fi
 
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/bivouac-membership.XXXXXX")
-trap procs_cleanup EXIT
-export TMPDIR="$tmp/sockets" # the runs' socket directories, so that none is left
-mkdir -p "$TMPDIR"
+procs_setup membership # $tmp; the runs' socket directories in $TMPDIR
 
 # etcd on two free loopback ports, in a group of its own; sets url and etcd_group
 start_etcd() {

@@ -23,11 +23,7 @@ BIVOUAC_SOURCE_DIR=${BIVOUAC_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
 source "$(dirname "$0")/check_lib.bash"
 source "$(dirname "$0")/procs_lib.bash"
 
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/bivouac-pipeline-procs.XXXXXX")
-trap procs_cleanup EXIT
-# the runs' socket directories go here, so that the test can see none is left
-export TMPDIR="$tmp/sockets"
-mkdir -p "$TMPDIR"
+procs_setup pipeline-procs # $tmp; the runs' socket directories in $TMPDIR
 
 exp="$BIVOUAC_SOURCE_DIR/tests/data/transformer/tiny.yaml"
 model=(-s model.layers=4 -s model.dropout=0.1 -s train.batch=8 -s pipeline.microbatches=2)

@@ -11,8 +11,18 @@
 #                      (else KILL to its group: rc 137); sets rc and pgid, adds pgid
 #   leftovers PGID     "processes N, socket dirs M": what of the run is still there after
 #                      up to 5 s (under the sanitizers exit takes a while)
+#   procs_setup NAME   the test's directory $tmp (bivouac-NAME.XXXXXX under $TMPDIR or
+#                      /tmp), procs_cleanup as the EXIT trap, and $TMPDIR (exported) a
+#                      directory of its own in it: the runs' socket directories go there
 #   procs_cleanup      the trap: kills every group the test started, removes $tmp
 groups=() # process groups this test started: killed at the end, whatever happens
+
+procs_setup() {
+    tmp=$(mktemp -d "${TMPDIR:-/tmp}/bivouac-$1.XXXXXX")
+    trap procs_cleanup EXIT
+    export TMPDIR="$tmp/sockets"
+    mkdir -p "$TMPDIR"
+}
 
 procs_cleanup() {
     for g in "${groups[@]}"; do kill -KILL -- "-$g" 2>/dev/null || true; done

@@ -28,10 +28,7 @@ BIVOUAC_SOURCE_DIR=${BIVOUAC_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
 source "$(dirname "$0")/check_lib.bash"
 source "$(dirname "$0")/procs_lib.bash"
 
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/bivouac-reconfigure.XXXXXX")
-trap procs_cleanup EXIT
-export TMPDIR="$tmp/sockets" # the runs' socket directories, so that none is left
-mkdir -p "$TMPDIR"
+procs_setup reconfigure # $tmp; the runs' socket directories in $TMPDIR
 
 exp="$BIVOUAC_SOURCE_DIR/tests/data/transformer/tiny.yaml"
 policy="$BIVOUAC_SOURCE_DIR/scripts/lua/reconfigure.lua"

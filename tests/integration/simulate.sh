@@ -13,10 +13,7 @@ BIVOUAC_SOURCE_DIR=${BIVOUAC_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
 source "$(dirname "${BASH_SOURCE[0]}")/check_lib.bash"
 # shellcheck source=procs_lib.bash
 source "$(dirname "${BASH_SOURCE[0]}")/procs_lib.bash"
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/bivouac-sim.XXXXXX")
-trap procs_cleanup EXIT
-export TMPDIR="$tmp/sockets"
-mkdir -p "$TMPDIR"
+procs_setup sim # $tmp; the runs' socket directories in $TMPDIR
 src=$BIVOUAC_SOURCE_DIR
 
 # A 2-stage pipeline of the tiny transformer: 20 steps of 4 samples, each 10 s; a failover

@@ -17,10 +17,8 @@ source "$BIVOUAC_SOURCE_DIR/tests/integration/check_lib.bash"
 source "$BIVOUAC_SOURCE_DIR/tests/integration/procs_lib.bash"
 configs="$BIVOUAC_SOURCE_DIR/configs"
 
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/bivouac-sparse.XXXXXX")
-trap procs_cleanup EXIT
-export TMPDIR="$tmp/sockets" BIVOUAC_CACHE_DIR=$tmp/cache
-mkdir -p "$TMPDIR"
+procs_setup sparse # $tmp; the runs' socket directories in $TMPDIR
+export BIVOUAC_CACHE_DIR=$tmp/cache
 
 # train NAME EXPERIMENT ARGS...: a run that must succeed, into $tmp/NAME.
 train() {

@@ -25,10 +25,7 @@ set -euo pipefail
 : "${BIVOUAC_DATA_DIR:?BIVOUAC_DATA_DIR must name the data directory (with cora/)}"
 source "$(dirname "$0")/check_lib.bash"
 source "$(dirname "$0")/procs_lib.bash"
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/bivouac-staleness.XXXXXX")
-trap procs_cleanup EXIT
-export TMPDIR="$tmp/sockets"
-mkdir -p "$TMPDIR"
+procs_setup staleness # $tmp; the runs' socket directories in $TMPDIR
 
 exp() { # exp NAME MODEL-LINE RESILIENCE [more lines]: $tmp/NAME.yaml
     local name=$1 model=$2 res=$3
